@@ -1,0 +1,31 @@
+"""pearl-moe: a course and package building a bf16 grouped GEMM for MoE in CuTe DSL, stage by stage.
+
+The package is the single home of the code; the notebooks in ``notebooks/`` narrate and call into it.
+Importing it is cheap: CuTe DSL, torch's CUDA side and the kernels load only when first used.
+"""
+
+from .budget import max_stages, smem_budget, tmem_columns
+from .config import GemmConfig
+from .hardware import B200, GPUS, H100, H200, GpuSpec, detect_gpu, get_gpu
+from .workloads import MODELS, GroupedProblem, get_model, make_problem, route
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "B200",
+    "GPUS",
+    "H100",
+    "H200",
+    "GemmConfig",
+    "GpuSpec",
+    "GroupedProblem",
+    "MODELS",
+    "detect_gpu",
+    "get_gpu",
+    "get_model",
+    "make_problem",
+    "max_stages",
+    "route",
+    "smem_budget",
+    "tmem_columns",
+]

@@ -1,0 +1,167 @@
+"""Shared-memory and tensor-memory budgets of a :class:`~pearl_moe.config.GemmConfig`.
+
+Per CTA, shared memory holds::
+
+    A ring      stages   x (tile_m / cta_group) x tile_k x 2 B
+    B ring      b_stages x (tile_n / cta_group) x tile_k x b_stage_k_tiles x 2 B
+    epilogue    (tile_m / cta_group) x epi_tile_n x 2 B x epi_stages   (0 for direct stores)
+    barriers    one 8-byte mbarrier per full/empty signal of every pipeline stage, plus a few words
+                of bookkeeping (TMEM base address, scheduler slot)
+
+Worked numbers from the blog (tile 128 x 128 x 64, bf16, 1-CTA): an A stage is 128 x 64 x 2 = 16 KB
+and a B stage 16 KB, so one ring entry is 32 KB. With the 24 KB epilogue buffer six entries fit in
+227 KB (6 x 32 + 24 = 216 KB); dropping the buffer makes room for a seventh (7 x 32 = 224 KB).
+With 64-row tiles an A stage is 8 KB. A B stage spanning two K tiles is 32 KB and each TMA box
+reads 256 contiguous bytes per weight row instead of 128.
+
+Tensor memory (sm_100a) holds the fp32 accumulators: 128 lanes x 512 columns of 32 bits per SM.
+A 128 x 256 accumulator takes 256 columns, so two fit (the epilogue drains one while the MMA fills
+the other); a 128 x 512 accumulator takes all 512, leaving one stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import GemmConfig
+from .hardware import B200, H200, GpuSpec, get_gpu
+
+__all__ = [
+    "MBARRIER_BYTES",
+    "BOOKKEEPING_BYTES",
+    "SmemBudget",
+    "default_gpu",
+    "smem_budget",
+    "max_stages",
+    "max_acc_stages",
+    "resolve",
+    "tmem_columns",
+]
+
+MBARRIER_BYTES = 8
+#: TMEM base address, tile-scheduler slot and padding that every persistent kernel keeps.
+BOOKKEEPING_BYTES = 64
+
+
+def default_gpu(arch: str) -> GpuSpec:
+    """The GPU the course pairs with each target: B200 for sm_100a, H200 for sm_90a."""
+    return B200 if arch == "sm_100a" else H200
+
+
+@dataclass(frozen=True)
+class SmemBudget:
+    """Itemized shared memory of one CTA, in bytes."""
+
+    config: GemmConfig
+    gpu: GpuSpec
+    items: tuple[tuple[str, int], ...]
+
+    @property
+    def total(self) -> int:
+        return sum(size for _, size in self.items)
+
+    @property
+    def limit(self) -> int:
+        return self.gpu.smem_per_block
+
+    @property
+    def free(self) -> int:
+        return self.limit - self.total
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.limit
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.items)
+
+    def __str__(self) -> str:
+        rows = [f"{name:<12} {size / 1024:8.1f} KB" for name, size in self.items]
+        rows.append(f"{'total':<12} {self.total / 1024:8.1f} KB of {self.limit / 1024:.0f} KB")
+        return "\n".join(rows)
+
+
+def _barrier_count(config: GemmConfig, stages: int) -> int:
+    b_stages = -(-stages // config.b_stage_k_tiles)
+    count = 2 * stages  # A/B ring: full + empty per entry
+    if config.b_stage_k_tiles > 1:
+        count += 2 * b_stages  # the B ring is released on its own pipeline
+    if config.arch == "sm_100a":
+        acc = config.acc_stages or 1
+        count += 2 * acc * config.acc_slots  # accumulator full + empty per stage and slot
+    return count
+
+
+def _items(config: GemmConfig, stages: int) -> tuple[tuple[str, int], ...]:
+    b_stages = -(-stages // config.b_stage_k_tiles)
+    items = [
+        ("A stages", stages * config.a_stage_bytes),
+        ("B stages", b_stages * config.b_stage_bytes),
+        ("epilogue", config.epilogue_bytes),
+        ("barriers", _barrier_count(config, stages) * MBARRIER_BYTES + BOOKKEEPING_BYTES),
+    ]
+    return tuple(items)
+
+
+def smem_budget(config: GemmConfig, gpu: GpuSpec | str | None = None) -> SmemBudget:
+    """Itemized shared memory of ``config`` (its ``stages`` resolved to the most that fit if None).
+
+    Raises ``ValueError`` when the configuration does not fit the GPU's per-block limit.
+    """
+    gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
+    stages = config.stages if config.stages is not None else max_stages(config, gpu)
+    budget = SmemBudget(config, gpu, _items(config, stages))
+    if not budget.fits:
+        raise ValueError(
+            f"{config.describe()} needs {budget.total} B of shared memory with {stages} stages; "
+            f"{gpu.name} allows {budget.limit} B per block"
+        )
+    return budget
+
+
+def max_stages(config: GemmConfig, gpu: GpuSpec | str | None = None) -> int:
+    """The deepest A/B ring that fits the GPU's per-block shared memory (at least 2)."""
+    gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
+    best = 0
+    stages = 1
+    while sum(size for _, size in _items(config, stages + 1)) <= gpu.smem_per_block:
+        stages += 1
+        best = stages
+    if best < 2:
+        raise ValueError(
+            f"{config.describe()}: not even two pipeline stages fit in {gpu.name}'s "
+            f"{gpu.smem_per_block} B of shared memory per block"
+        )
+    return best
+
+
+def max_acc_stages(config: GemmConfig) -> int:
+    """How many fp32 accumulators of ``tile_n`` columns fit in 512 TMEM columns (sm_100a)."""
+    if config.arch != "sm_100a":
+        return 1
+    return max(1, min(2, 512 // config.tile_n))
+
+
+def tmem_columns(config: GemmConfig) -> int:
+    """TMEM columns the kernel allocates (0 on sm_90a, which has no tensor memory)."""
+    if config.arch != "sm_100a":
+        return 0
+    acc = config.acc_stages if config.acc_stages is not None else max_acc_stages(config)
+    cols = config.tmem_columns_for(acc)
+    if cols > 512:
+        raise ValueError(f"{config.describe()} needs {cols} TMEM columns; an SM has 512")
+    return cols
+
+
+def resolve(config: GemmConfig, gpu: GpuSpec | str | None = None) -> GemmConfig:
+    """Fill ``stages`` (deepest that fits) and ``acc_stages`` (most that fit TMEM)."""
+    gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
+    changes = {}
+    if config.arch == "sm_100a" and config.acc_stages is None:
+        changes["acc_stages"] = max_acc_stages(config)
+    if config.stages is None:
+        changes["stages"] = max_stages(config.with_(**changes) if changes else config, gpu)
+    resolved = config.with_(**changes) if changes else config
+    smem_budget(resolved, gpu)  # raises if it does not fit
+    return resolved
+

@@ -1,0 +1,210 @@
+"""The kernel configuration every part of the course reads: budget model, occupancy model, kernels.
+
+A :class:`GemmConfig` is plain, frozen Python data. The budget model turns it into bytes of shared
+memory and columns of tensor memory; the kernels of each stage take the same object and lay out
+their shared memory from it, so the model can be checked against what the compiler allocates.
+
+Terms used throughout:
+
+* ``tile_m x tile_n`` is the output tile one MMA instruction group computes. With ``cta_group=2``
+  (Blackwell's ``cta_group::2``) two CTAs of a cluster share that tile: each holds ``tile_m / 2``
+  rows of A and of the accumulator, and loads half of the B tile.
+* ``stages`` is the depth of the A/B ring: how many K tiles of A (and their B) are in flight.
+* ``b_stage_k_tiles`` lets one B stage span several adjacent K tiles, so a single TMA box fetches a
+  wider contiguous run of each weight row (the blog's "wide B loads").
+* ``epilogue`` is ``"tma_store"`` (stage through a shared-memory buffer, then a TMA store) or
+  ``"direct_store"`` (registers straight to global memory; 256-bit STG on Blackwell).
+* ``acc_stages`` is how many accumulators fit in tensor memory at once (Blackwell); ``acc_slots=2``
+  splits one accumulator into two halves synchronized independently, so the epilogue can hand the
+  first half back while it still reads the second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+__all__ = ["ARCHS", "EPILOGUES", "GemmConfig"]
+
+ARCHS = ("sm_100a", "sm_90a")
+EPILOGUES = ("tma_store", "direct_store")
+
+#: Widest tcgen05 / wgmma instruction along N; wider tiles issue several instructions ("atoms").
+MAX_MMA_N = 256
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Tile shapes, pipeline depths and epilogue choice of one grouped-GEMM kernel.
+
+    ``stages=None`` and ``acc_stages=None`` mean "as many as fit"; :meth:`resolved` (or the budget
+    model) fills them in for a given GPU. Constructing a configuration the hardware cannot run
+    raises ``ValueError`` with the reason.
+    """
+
+    arch: str = "sm_100a"
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    cta_group: int = 1
+    stages: int | None = None
+    b_stage_k_tiles: int = 1
+    epilogue: str = "tma_store"
+    epi_tile_n: int = 32
+    epi_stages: int = 3
+    acc_stages: int | None = None
+    acc_slots: int = 1
+    dtype_bytes: int = 2  # bf16 operands and output
+    acc_bytes: int = 4  # fp32 accumulator
+
+    def __post_init__(self) -> None:
+        problems = list(self._problems())
+        if problems:
+            raise ValueError("invalid GemmConfig: " + "; ".join(problems))
+
+    # ------------------------------------------------------------------ checks
+    def _problems(self):
+        if self.arch not in ARCHS:
+            yield f"arch must be one of {ARCHS}, got {self.arch!r}"
+            return
+        if self.epilogue not in EPILOGUES:
+            yield f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}"
+        if self.tile_k <= 0 or self.tile_k % 16:
+            yield f"tile_k must be a positive multiple of 16 (the bf16 MMA K), got {self.tile_k}"
+        if self.stages is not None and self.stages < 2:
+            yield f"stages must be at least 2 to overlap loads with math, got {self.stages}"
+        if self.b_stage_k_tiles not in (1, 2, 4):
+            yield f"b_stage_k_tiles must be 1, 2 or 4, got {self.b_stage_k_tiles}"
+        if self.epilogue == "tma_store":
+            if self.epi_tile_n <= 0 or self.tile_n % self.epi_tile_n:
+                yield f"epi_tile_n={self.epi_tile_n} must divide tile_n={self.tile_n}"
+            if self.epi_stages < 1:
+                yield f"epi_stages must be at least 1, got {self.epi_stages}"
+        if self.acc_slots not in (1, 2):
+            yield f"acc_slots must be 1 or 2, got {self.acc_slots}"
+        if self.arch == "sm_100a":
+            yield from self._sm100_problems()
+        else:
+            yield from self._sm90_problems()
+
+    def _sm100_problems(self):
+        if self.cta_group not in (1, 2):
+            yield f"cta_group must be 1 or 2, got {self.cta_group}"
+            return
+        valid_m = (64, 128) if self.cta_group == 1 else (128, 256)
+        if self.tile_m not in valid_m:
+            yield (
+                f"tcgen05.mma with cta_group::{self.cta_group} has M in {valid_m}; "
+                f"tile_m={self.tile_m} does not exist"
+                + (" (64-row tiles need 1-CTA mode)" if self.tile_m == 64 else "")
+            )
+        step = 8 * self.cta_group
+        if self.tile_n <= MAX_MMA_N:
+            if self.tile_n < step or self.tile_n % step:
+                yield (
+                    f"tcgen05.mma with cta_group::{self.cta_group} has N from {step} to "
+                    f"{MAX_MMA_N} in steps of {step}; tile_n={self.tile_n} does not exist"
+                )
+        elif self.tile_n % MAX_MMA_N:
+            yield f"tile_n={self.tile_n} above {MAX_MMA_N} must be a multiple of {MAX_MMA_N}"
+        if self.acc_slots == 2:
+            if self.mma_atoms_n != 2:
+                yield "acc_slots=2 splits the accumulator along its two N atoms: tile_n must be 512"
+            if self.acc_stages not in (None, 1):
+                yield "acc_slots=2 is for a single accumulator stage (acc_stages=1)"
+        if self.acc_stages is not None:
+            if self.acc_stages < 1:
+                yield f"acc_stages must be at least 1, got {self.acc_stages}"
+            elif self.tmem_columns_for(self.acc_stages) > 512:
+                yield (
+                    f"{self.acc_stages} accumulator stage(s) of {self.tile_n} fp32 columns need "
+                    f"{self.acc_stages * self.tile_n} TMEM columns; an SM has 512"
+                )
+        elif self.tile_n > 512:
+            yield f"a {self.tile_n}-column fp32 accumulator exceeds TMEM's 512 columns"
+
+    def _sm90_problems(self):
+        if self.cta_group != 1:
+            yield "cta_group=2 is a Blackwell (sm_100a) feature; Hopper wgmma is 1-CTA"
+        if self.tile_m not in (64, 128, 256):
+            yield f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), got {self.tile_m}"
+        if self.tile_n < 8 or self.tile_n > MAX_MMA_N or self.tile_n % 8:
+            yield f"wgmma has N from 8 to {MAX_MMA_N} in steps of 8; tile_n={self.tile_n}"
+        if self.acc_stages not in (None, 1) or self.acc_slots != 1:
+            yield "accumulator stages and slots are tensor-memory features of sm_100a"
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def cta_tile_m(self) -> int:
+        """Rows of A and of the accumulator that one CTA holds."""
+        return self.tile_m // self.cta_group
+
+    @property
+    def cta_tile_n(self) -> int:
+        """Columns of B that one CTA loads (2-CTA MMAs split B across the pair)."""
+        return self.tile_n // self.cta_group
+
+    @property
+    def mma_atoms_n(self) -> int:
+        """How many MMA instructions along N one K block issues (512-wide tiles use two)."""
+        return max(1, self.tile_n // MAX_MMA_N) if self.tile_n > MAX_MMA_N else 1
+
+    @property
+    def b_stages(self) -> int | None:
+        """B buffers in the ring; each spans ``b_stage_k_tiles`` K tiles."""
+        if self.stages is None:
+            return None
+        return -(-self.stages // self.b_stage_k_tiles)
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.cta_tile_m * self.tile_k * self.dtype_bytes
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.cta_tile_n * self.tile_k * self.b_stage_k_tiles * self.dtype_bytes
+
+    @property
+    def b_box_row_bytes(self) -> int:
+        """Contiguous bytes of one weight row that a single B TMA box fetches."""
+        return self.tile_k * self.b_stage_k_tiles * self.dtype_bytes
+
+    @property
+    def epilogue_bytes(self) -> int:
+        if self.epilogue == "direct_store":
+            return 0
+        return self.cta_tile_m * self.epi_tile_n * self.dtype_bytes * self.epi_stages
+
+    def tmem_columns_for(self, acc_stages: int) -> int:
+        """TMEM columns an allocation for ``acc_stages`` accumulators takes (power of two >= 32)."""
+        used = self.tile_n * self.acc_bytes // 4 * acc_stages
+        cols = 32
+        while cols < used:
+            cols *= 2
+        return cols
+
+    def resolved(self, gpu=None) -> GemmConfig:
+        """This config with ``stages`` and ``acc_stages`` filled in for ``gpu`` (default per arch)."""
+        from .budget import resolve
+
+        return resolve(self, gpu)
+
+    def with_(self, **changes) -> GemmConfig:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """Short human-readable label, e.g. ``sm_100a 128x128x64 1cta s7 B2 direct``."""
+        parts = [
+            self.arch,
+            f"{self.tile_m}x{self.tile_n}x{self.tile_k}",
+            f"{self.cta_group}cta",
+            f"s{self.stages}" if self.stages is not None else "s*",
+        ]
+        if self.b_stage_k_tiles > 1:
+            parts.append(f"B{self.b_stage_k_tiles}")
+        parts.append("direct" if self.epilogue == "direct_store" else "tma")
+        if self.arch == "sm_100a":
+            parts.append(f"acc{self.acc_stages if self.acc_stages is not None else '*'}")
+            if self.acc_slots == 2:
+                parts.append("split")
+        return " ".join(parts)

@@ -1,0 +1,311 @@
+"""MoE workloads: model shapes, the expert-parallel split, routing, and the grouped problem.
+
+A grouped GEMM multiplies, for every local expert ``e``, the rows routed to it, ``A[rows_e]`` of
+shape ``(m_e, k)``, by that expert's weight ``W[e]`` (stored ``(n, k)`` as in ``nn.Linear``) into
+``out[rows_e]`` of shape ``(m_e, n)``. Rows are sorted by expert, so an expert's rows are one
+contiguous range given by offsets. Two offset conventions are in use:
+
+* torch ``grouped_mm``: ``E`` cumulative *end* offsets, ``offs[e]`` = one past expert ``e``'s last row;
+* ``cu_seqlens`` (quack, FlashAttention varlen): ``E + 1`` offsets with a leading 0.
+
+Both are produced here and both are validated with clear ``ValueError`` messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "MoEModel",
+    "MODELS",
+    "ROUTINGS",
+    "get_model",
+    "GroupedProblem",
+    "make_problem",
+    "route",
+    "counts_to_offsets",
+    "counts_to_cu_seqlens",
+    "offsets_to_counts",
+    "check_offsets",
+    "check_dims",
+    "TMA_ALIGN_ELEMS",
+]
+
+#: TMA needs every non-innermost stride to be a multiple of 16 bytes: 8 bf16 elements.
+TMA_ALIGN_ELEMS = 8
+#: TMA global dimensions are 32-bit.
+TMA_MAX_DIM = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class MoEModel:
+    """Shapes of one MoE layer. ``gate_up`` is (k=hidden, n=2*intermediate); ``down`` the reverse."""
+
+    name: str
+    hidden: int
+    intermediate: int  # moe_intermediate_size; the fused gate+up projection is twice as wide
+    experts: int  # routed experts
+    top_k: int
+    shared_experts: int
+    public_name: str
+    source: str
+
+    def shape(self, projection: str = "gate_up") -> tuple[int, int]:
+        """(k, n) of one expert's GEMM for ``projection`` ("gate_up" or "down")."""
+        if projection == "gate_up":
+            return self.hidden, 2 * self.intermediate
+        if projection == "down":
+            return self.intermediate, self.hidden
+        raise ValueError(f"projection must be 'gate_up' or 'down', got {projection!r}")
+
+    def local_experts(self, ep: int) -> int:
+        """Experts each GPU holds under expert parallelism of degree ``ep``."""
+        if ep < 1 or self.experts % ep:
+            raise ValueError(f"EP degree {ep} does not divide {self.name}'s {self.experts} experts")
+        return self.experts // ep
+
+
+MODELS: dict[str, MoEModel] = {
+    m.name: m
+    for m in (
+        MoEModel(
+            "GLM 5.3", 6144, 2048, 256, 8, 1, "GLM-5", "the blog: (k, n) = (6144, 4096), top-8"
+        ),
+        MoEModel(
+            "DeepSeek V4 Pro", 7168, 3072, 384, 6, 1, "DeepSeek-V4-Pro", "public config mirror"
+        ),
+        MoEModel("Kimi K3", 3584, 3072, 896, 16, 2, "Kimi K3", "FlashInfer docs (latent MoE)"),
+    )
+}
+
+ROUTINGS = ("balanced", "random", "skewed")
+
+
+def get_model(name: str | MoEModel) -> MoEModel:
+    """Look a model up by name, forgiving case, spaces and dashes ("glm", "v4-pro", "kimi k3")."""
+    if isinstance(name, MoEModel):
+        return name
+    key = "".join(ch for ch in name.lower() if ch.isalnum())
+    for model in MODELS.values():
+        full = "".join(ch for ch in model.name.lower() if ch.isalnum())
+        if key == full or (key and full.startswith(key)) or (key and key in full):
+            return model
+    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+
+
+# ---------------------------------------------------------------------------- offsets
+def _as_int_list(values, what: str) -> list[int]:
+    if hasattr(values, "detach"):  # torch tensor
+        values = values.detach().cpu().tolist()
+    elif isinstance(values, np.ndarray):
+        values = values.tolist()
+    out = []
+    for v in values:
+        if isinstance(v, float) and not v.is_integer():
+            raise ValueError(f"{what} must be integers, got {v!r}")
+        out.append(int(v))
+    return out
+
+
+def counts_to_offsets(counts: Sequence[int]) -> list[int]:
+    """Per-expert row counts -> torch ``grouped_mm`` end offsets (no leading 0)."""
+    counts = _as_int_list(counts, "row counts")
+    for e, c in enumerate(counts):
+        if c < 0:
+            raise ValueError(f"row count of expert {e} is negative ({c})")
+    return np.cumsum(counts, dtype=np.int64).tolist() if counts else []
+
+
+def counts_to_cu_seqlens(counts: Sequence[int]) -> list[int]:
+    """Per-expert row counts -> ``cu_seqlens`` (E + 1 entries, leading 0)."""
+    return [0, *counts_to_offsets(counts)]
+
+
+def check_offsets(
+    offsets, rows: int, experts: int | None = None, convention: str = "auto"
+) -> list[int]:
+    """Validate offsets and return them as end offsets (torch ``grouped_mm`` convention).
+
+    ``convention`` is ``"end"`` (E entries), ``"cu_seqlens"`` (E + 1 entries, leading 0) or
+    ``"auto"``: with ``experts`` given, the length decides; without it, a leading 0 means cu_seqlens.
+    Raises ``ValueError`` if offsets are negative, decrease, or do not end at ``rows``.
+    """
+    offs = _as_int_list(offsets, "offsets")
+    if convention not in ("auto", "end", "cu_seqlens"):
+        raise ValueError(f"convention must be 'auto', 'end' or 'cu_seqlens', got {convention!r}")
+    if convention == "auto":
+        if experts is not None:
+            if len(offs) == experts + 1 and offs and offs[0] == 0:
+                convention = "cu_seqlens"
+            elif len(offs) == experts:
+                convention = "end"
+            else:
+                raise ValueError(
+                    f"expected {experts} end offsets or {experts + 1} cu_seqlens for {experts} "
+                    f"experts, got {len(offs)} offsets"
+                )
+        else:
+            convention = "cu_seqlens" if len(offs) > 1 and offs[0] == 0 else "end"
+    if convention == "cu_seqlens":
+        if not offs or offs[0] != 0:
+            raise ValueError("cu_seqlens must start with 0")
+        offs = offs[1:]
+    if experts is not None and len(offs) != experts:
+        raise ValueError(f"expected offsets for {experts} experts, got {len(offs)}")
+    if not offs:
+        raise ValueError("offsets are empty: a grouped GEMM needs at least one expert")
+    previous = 0
+    for e, end in enumerate(offs):
+        if end < previous:
+            raise ValueError(
+                f"offsets are not monotone: expert {e} ends at row {end}, before row {previous}"
+            )
+        previous = end
+    if offs[-1] != rows:
+        raise ValueError(f"offsets end at row {offs[-1]} but A has {rows} rows")
+    return offs
+
+
+def offsets_to_counts(end_offsets: Sequence[int]) -> list[int]:
+    """End offsets -> per-expert row counts (inverse of :func:`counts_to_offsets`)."""
+    offs = _as_int_list(end_offsets, "offsets")
+    return [b - a for a, b in zip([0, *offs[:-1]], offs)]
+
+
+def check_dims(k: int, n: int) -> None:
+    """Raise ``ValueError`` for dimensions TMA cannot address (16-byte strides, 32-bit extents)."""
+    for name, value in (("k", k), ("n", n)):
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+        if value % TMA_ALIGN_ELEMS:
+            raise ValueError(
+                f"{name}={value} is not a multiple of {TMA_ALIGN_ELEMS}: TMA needs 16-byte aligned "
+                "row strides for bf16 tensors"
+            )
+        if value > TMA_MAX_DIM:
+            raise ValueError(f"{name}={value} exceeds TMA's 32-bit dimension limit")
+
+
+# ---------------------------------------------------------------------------- routing
+def route(tokens: int, experts: int, top_k: int, routing: str = "balanced", seed: int = 0):
+    """Rows per expert when ``tokens`` tokens each pick ``top_k`` of ``experts`` experts.
+
+    * ``balanced``: ``tokens * top_k`` rows spread as evenly as possible;
+    * ``random``: every token picks ``top_k`` distinct experts uniformly at random;
+    * ``skewed``: expert popularity follows a Zipf-like law (a few hot experts, many cold ones,
+      some with no rows), each token picking ``top_k`` distinct experts by popularity.
+    """
+    if tokens < 0:
+        raise ValueError(f"tokens must be non-negative, got {tokens}")
+    if experts < 1:
+        raise ValueError(f"experts must be positive, got {experts}")
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"top_k must be between 1 and the {experts} experts, got {top_k}")
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+    rows = tokens * top_k
+    if routing == "balanced":
+        base, extra = divmod(rows, experts)
+        return [base + (1 if e < extra else 0) for e in range(experts)]
+    rng = np.random.default_rng(seed)
+    if routing == "random":
+        logits = np.zeros(experts)
+    else:
+        ranks = rng.permutation(experts) + 1
+        logits = -1.2 * np.log(ranks)  # popularity ~ rank^-1.2
+    # Gumbel top-k draws top_k distinct experts per token with the given popularity.
+    gumbel = rng.gumbel(size=(tokens, experts))
+    chosen = np.argsort(-(logits + gumbel), axis=1)[:, :top_k]
+    return np.bincount(chosen.ravel(), minlength=experts).astype(int).tolist()
+
+
+# ---------------------------------------------------------------------------- problem
+@dataclass(frozen=True)
+class GroupedProblem:
+    """One grouped GEMM: per-expert rows of A (rows, k) times W (E, n, k) into out (rows, n)."""
+
+    k: int
+    n: int
+    counts: tuple[int, ...]
+    name: str = ""
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        check_dims(self.k, self.n)
+        counts = tuple(_as_int_list(self.counts, "row counts"))
+        if not counts:
+            raise ValueError("a grouped problem needs at least one expert")
+        for e, c in enumerate(counts):
+            if c < 0:
+                raise ValueError(f"row count of expert {e} is negative ({c})")
+        object.__setattr__(self, "counts", counts)
+
+    @property
+    def experts(self) -> int:
+        return len(self.counts)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def offsets(self) -> list[int]:
+        """torch ``grouped_mm`` end offsets."""
+        return counts_to_offsets(self.counts)
+
+    @property
+    def cu_seqlens(self) -> list[int]:
+        return counts_to_cu_seqlens(self.counts)
+
+    @property
+    def active_experts(self) -> int:
+        """Experts with at least one row: only their weights must be read."""
+        return sum(1 for c in self.counts if c > 0)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.rows * self.k * self.n
+
+    def bytes_moved(self, dtype_bytes: int = 2) -> int:
+        """Fewest bytes a kernel must move: weights of active experts, A once, out once."""
+        weights = self.active_experts * self.n * self.k
+        return dtype_bytes * (weights + self.rows * self.k + self.rows * self.n)
+
+    def floor_seconds(self, read_bytes_per_s: float, flops_per_s: float) -> float:
+        """max(bytes / bandwidth, FLOPs / peak): no kernel runs much faster than this."""
+        return max(self.bytes_moved() / read_bytes_per_s, self.flops / flops_per_s)
+
+    def label(self) -> str:
+        return self.name or f"{self.experts}x({self.rows} rows) k={self.k} n={self.n}"
+
+
+def make_problem(
+    model: str | MoEModel,
+    tokens_per_gpu: int,
+    ep: int = 8,
+    routing: str = "balanced",
+    projection: str = "gate_up",
+    seed: int = 0,
+) -> GroupedProblem:
+    """The grouped GEMM one GPU runs for ``model`` with ``tokens_per_gpu`` tokens under EP=``ep``.
+
+    Each GPU holds ``experts / ep`` experts and receives ``tokens_per_gpu * top_k`` routed rows,
+    the blog's simplification of DP + EP serving (GLM 5.3, 64 tokens, EP=8: 32 experts, 512 rows).
+    """
+    m = get_model(model)
+    k, n = m.shape(projection)
+    local = m.local_experts(ep)
+    counts = route(tokens_per_gpu, local, min(m.top_k, local), routing, seed)
+    meta = dict(
+        model=m.name,
+        tokens_per_gpu=tokens_per_gpu,
+        ep=ep,
+        routing=routing,
+        projection=projection,
+        seed=seed,
+    )
+    name = f"{m.name} {projection} {tokens_per_gpu} tok/GPU EP{ep} {routing}"
+    return GroupedProblem(k=k, n=n, counts=tuple(counts), name=name, meta=meta)
