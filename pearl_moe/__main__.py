@@ -1,0 +1,39 @@
+"""Command line: ``python -m pearl_moe figures | bench | inspect``.
+
+Each subcommand lives in its own module, imported only when that subcommand runs, so the CLI starts
+quickly and a machine without a GPU can still draw figures and inspect compiled kernels.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "figures": ("pearl_moe.figures", "regenerate every figure in figures/ (no GPU needed)"),
+    "bench": ("pearl_moe.bench.cli", "time implementations on this machine's CUDA GPU"),
+    "inspect": ("pearl_moe.inspect", "compile a kernel stage for sm_100a or sm_90a; show SASS facts"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: python -m pearl_moe <command> [options]", "", "commands:"]
+    lines += [f"  {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
