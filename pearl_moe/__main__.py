@@ -12,7 +12,10 @@ import sys
 SUBCOMMANDS = {
     "figures": ("pearl_moe.figures", "regenerate every figure in figures/ (no GPU needed)"),
     "bench": ("pearl_moe.bench.cli", "time implementations on this machine's CUDA GPU"),
-    "inspect": ("pearl_moe.inspect", "compile a kernel stage for sm_100a or sm_90a; show SASS facts"),
+    "inspect": (
+        "pearl_moe.inspect",
+        "compile a kernel stage for sm_100a or sm_90a; show SASS facts",
+    ),
 }
 
 

@@ -164,4 +164,3 @@ def resolve(config: GemmConfig, gpu: GpuSpec | str | None = None) -> GemmConfig:
     resolved = config.with_(**changes) if changes else config
     smem_budget(resolved, gpu)  # raises if it does not fit
     return resolved
-

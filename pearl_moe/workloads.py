@@ -172,7 +172,7 @@ def check_offsets(
 def offsets_to_counts(end_offsets: Sequence[int]) -> list[int]:
     """End offsets -> per-expert row counts (inverse of :func:`counts_to_offsets`)."""
     offs = _as_int_list(end_offsets, "offsets")
-    return [b - a for a, b in zip([0, *offs[:-1]], offs)]
+    return [b - a for a, b in zip([0, *offs[:-1]], offs, strict=True)]
 
 
 def check_dims(k: int, n: int) -> None:
