@@ -1,0 +1,407 @@
+"""The course's plots, in one house style.
+
+Every function takes an optional ``ax`` and returns the :class:`~matplotlib.figure.Figure` it drew
+on. Figures are built with :class:`matplotlib.figure.Figure` rather than pyplot, so nothing here
+touches global state: no backend is chosen, no rcParams change on import, and a notebook never shows
+a figure twice. The style is applied per figure through :func:`style`.
+
+Numbers are never recomputed here: budgets come from :mod:`pearl_moe.budget`, tiles and waves from
+:mod:`pearl_moe.occupancy`, so a plot cannot disagree with the models it shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator, Mapping, Sequence
+
+import matplotlib as mpl
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from .budget import resolve, smem_budget, tmem_columns
+from .config import GemmConfig
+from .hardware import B200, GpuSpec, get_gpu
+from .occupancy import IDLE, Occupancy, occupancy
+from .workloads import get_model, make_problem
+
+__all__ = [
+    "OKABE_ITO",
+    "STYLE",
+    "style",
+    "plot_occupancy_map",
+    "plot_occupancy_maps",
+    "plot_utilization_vs_tokens",
+    "plot_smem_budget",
+    "plot_tmem_map",
+    "plot_latency_vs_tokens",
+    "figure_png",
+]
+
+#: Okabe & Ito's palette, distinguishable under the common colour-vision deficiencies.
+OKABE_ITO = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # bluish green
+    "#CC79A7",  # reddish purple
+    "#56B4E9",  # sky blue
+    "#D55E00",  # vermillion
+    "#F0E442",  # yellow
+    "#000000",  # black
+)
+IDLE_COLOR = "#EEEEEE"
+LIMIT_COLOR = "#D55E00"
+
+STYLE: dict[str, object] = {
+    "axes.prop_cycle": mpl.cycler(color=list(OKABE_ITO)),
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+    "font.size": 9,
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "savefig.bbox": "tight",
+}
+
+BUDGET_COLORS = {
+    "A stages": OKABE_ITO[0],
+    "B stages": OKABE_ITO[1],
+    "epilogue": OKABE_ITO[2],
+    "barriers": OKABE_ITO[7],
+}
+
+
+@contextlib.contextmanager
+def style() -> Iterator[None]:
+    """Apply the house style inside a ``with`` block only (rcParams are restored afterwards)."""
+    with mpl.rc_context(STYLE):
+        yield
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def figure_png(fig: Figure, dpi: int = 100) -> bytes:
+    """PNG bytes of a figure (used by the widgets, which show images in an Output)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------- occupancy
+def _expert_cmap(experts: int) -> ListedColormap:
+    """Idle is light grey; experts cycle through the palette (adjacent experts differ)."""
+    colors = [OKABE_ITO[e % len(OKABE_ITO)] for e in range(max(experts, 1))]
+    return ListedColormap([IDLE_COLOR, *colors])
+
+
+def plot_occupancy_map(
+    occ: Occupancy,
+    mode: str = "grouped",
+    ax: Axes | None = None,
+    slots: int | None = None,
+) -> Figure:
+    """One SM x time map: each column is a wave, each row an SM, colour = the expert it computes.
+
+    ``slots`` fixes the width of the time axis, so two maps drawn side by side share a scale.
+    """
+    with style():
+        fig, ax = _axes(ax, (5.0, 3.2))
+        grid = occ.occupancy_map(mode)
+        width = max(slots or 0, grid.shape[1], 1)
+        experts = len(occ.counts)
+        ax.imshow(
+            grid - IDLE,  # idle -> colour 0, expert e -> colour e + 1
+            cmap=_expert_cmap(experts),
+            vmin=0,
+            vmax=experts,
+            aspect="auto",
+            interpolation="nearest",
+            origin="lower",
+            extent=(0, grid.shape[1], 0, grid.shape[0]),
+        )
+        ax.set_xlim(0, width)
+        ax.set_ylim(0, grid.shape[0])
+        ax.grid(False)
+        ax.set_xlabel("time (waves)")
+        ax.set_ylabel(f"SM (of {occ.gpu.sms})")
+        launches = occ.naive_launches if mode == "naive" else occ.grouped_launches
+        title = "naive loop" if mode == "naive" else "grouped GEMM"
+        ax.set_title(
+            f"{title}: {launches} launch{'es' if launches != 1 else ''}, "
+            f"{occ.waves(mode)} waves, {occ.utilization(mode):.0%} busy"
+        )
+    return fig
+
+
+def plot_occupancy_maps(occ: Occupancy, ax: Sequence[Axes] | None = None) -> Figure:
+    """Naive per-expert loop (left) versus one grouped launch (right), on one time scale."""
+    with style():
+        if ax is None:
+            fig = Figure(figsize=(9.0, 3.4), layout="constrained")
+            axes = fig.subplots(1, 2, sharey=True)
+        else:
+            if len(ax) != 2:
+                raise ValueError("plot_occupancy_maps needs two Axes: naive and grouped")
+            axes = ax
+            fig = axes[0].figure
+        slots = max(occ.waves("naive"), occ.waves("grouped"))
+        plot_occupancy_map(occ, "naive", axes[0], slots)
+        plot_occupancy_map(occ, "grouped", axes[1], slots)
+        axes[1].set_ylabel("")
+        axes[1].legend(
+            handles=[Patch(facecolor=IDLE_COLOR, edgecolor="#888888", label="idle SM")],
+            loc="center right",
+            frameon=True,
+        )
+        fig.suptitle(
+            f"{sum(occ.counts)} rows over {len(occ.counts)} experts, n={occ.n}, tile "
+            f"{occ.tile_m}x{occ.tile_n} ({occ.cta_group}-CTA) on {occ.gpu.name}; colour = expert",
+            fontsize=10,
+        )
+    return fig
+
+
+def plot_utilization_vs_tokens(
+    models: str | Sequence[str] = "GLM 5.3",
+    tokens: Sequence[int] = tuple(2**i for i in range(0, 13)),
+    tiles: Sequence[tuple[int, int] | GemmConfig] = ((64, 64),),
+    ep: int = 8,
+    gpu: GpuSpec | str = B200,
+    routing: str = "balanced",
+    show_naive: bool = True,
+    ax: Axes | None = None,
+) -> Figure:
+    """SM-time utilization against tokens per GPU: grouped (solid) and naive loop (dashed)."""
+    models = [models] if isinstance(models, str) else list(models)
+    gpu = get_gpu(gpu)
+    with style():
+        fig, ax = _axes(ax, (7.5, 3.6))
+        color = 0
+        for model in models:
+            name = get_model(model).name
+            for tile in tiles:
+                occs = [
+                    occupancy(make_problem(name, t, ep, routing), tile, gpu=gpu) for t in tokens
+                ]
+                label_tile = (
+                    f"{tile.tile_m}x{tile.tile_n}"
+                    if isinstance(tile, GemmConfig)
+                    else "x".join(str(v) for v in tile)
+                )
+                c = OKABE_ITO[color % len(OKABE_ITO)]
+                color += 1
+                ax.plot(
+                    tokens,
+                    [o.utilization("grouped") for o in occs],
+                    "-o",
+                    color=c,
+                    ms=3,
+                    label=f"{name}, {label_tile}, grouped",
+                )
+                if show_naive:
+                    ax.plot(
+                        tokens,
+                        [o.utilization("naive") for o in occs],
+                        "--",
+                        color=c,
+                        label=f"{name}, {label_tile}, naive loop",
+                    )
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("tokens per GPU")
+        ax.set_ylabel("SM-time busy (wave model)")
+        ax.set_title(f"SM utilization on {gpu.name}, EP={ep}, {routing} routing")
+        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
+# ---------------------------------------------------------------------------- budgets
+def plot_smem_budget(
+    configs: Sequence[GemmConfig],
+    gpu: GpuSpec | str | None = None,
+    labels: Sequence[str] | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """Stacked shared-memory bars, one per config (stages resolved), with the per-block limit."""
+    if not configs:
+        raise ValueError("plot_smem_budget needs at least one config")
+    if labels is not None and len(labels) != len(configs):
+        raise ValueError(f"{len(labels)} labels for {len(configs)} configs")
+    budgets = [smem_budget(resolve(c, gpu), gpu) for c in configs]
+    names = list(budgets[0].as_dict())
+    with style():
+        fig, ax = _axes(ax, (1.6 + 1.5 * len(configs), 3.8))
+        x = np.arange(len(configs))
+        bottom = np.zeros(len(configs))
+        for i, item in enumerate(names):
+            kb = np.array([b.as_dict().get(item, 0) for b in budgets]) / 1024
+            ax.bar(
+                x,
+                kb,
+                0.6,
+                bottom=bottom,
+                label=item,
+                color=BUDGET_COLORS.get(item, OKABE_ITO[i % len(OKABE_ITO)]),
+            )
+            bottom += kb
+        for xi, b in zip(x, budgets, strict=True):
+            ax.annotate(
+                f"{b.total / 1024:.1f} KB\n{b.config.stages} stages",
+                (xi, b.total / 1024),
+                textcoords="offset points",
+                xytext=(0, 3),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+        limits = {b.limit for b in budgets}
+        for limit in sorted(limits):
+            ax.axhline(
+                limit / 1024,
+                color=LIMIT_COLOR,
+                ls="--",
+                lw=1.2,
+                label=f"per-block limit ({limit / 1024:.0f} KB, {budgets[0].gpu.name})",
+            )
+        ax.set_xticks(x, labels if labels is not None else [_short(b.config) for b in budgets])
+        ax.set_ylabel("shared memory per CTA (KB)")
+        ax.set_ylim(0, max(limits) / 1024 * 1.35)
+        ax.grid(axis="x", visible=False)
+        ax.legend(loc="upper center", ncol=3, fontsize=7)
+        ax.set_title("Shared-memory budget")
+    return fig
+
+
+def _short(config: GemmConfig) -> str:
+    """Two-line tick label of a resolved config."""
+    top = f"{config.tile_m}x{config.tile_n}x{config.tile_k} {config.cta_group}cta"
+    bits = ["direct" if config.epilogue == "direct_store" else "TMA store"]
+    if config.b_stage_k_tiles > 1:
+        bits.append(f"B={config.b_stage_k_tiles} K tiles")
+    return top + "\n" + ", ".join(bits)
+
+
+def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
+    """Accumulator stages (and split slots) laid over the 512 TMEM columns of one SM (sm_100a)."""
+    if config.arch != "sm_100a":
+        raise ValueError(f"{config.arch} has no tensor memory; the TMEM map is for sm_100a")
+    config = resolve(config)
+    allocated = tmem_columns(config)
+    total = B200.tmem_columns
+    stage_cols = config.tile_n * config.acc_bytes // 4  # one fp32 accumulator column per n
+    slot_cols = stage_cols // config.acc_slots
+    with style():
+        fig, ax = _axes(ax, (7.0, 1.5))
+        ax.add_patch(
+            Rectangle((0, 0), total, 1, facecolor="white", edgecolor="#888888", label="free")
+        )
+        if allocated > config.acc_stages * stage_cols:
+            ax.add_patch(
+                Rectangle(
+                    (0, 0),
+                    allocated,
+                    1,
+                    facecolor="none",
+                    edgecolor="#888888",
+                    hatch="//",
+                    label="allocated, unused",
+                )
+            )
+        for stage in range(config.acc_stages):
+            for slot in range(config.acc_slots):
+                start = stage * stage_cols + slot * slot_cols
+                color = OKABE_ITO[(stage + 2 * slot) % len(OKABE_ITO)]
+                name = f"acc stage {stage}" + (f", slot {slot}" if config.acc_slots > 1 else "")
+                ax.add_patch(
+                    Rectangle(
+                        (start, 0.08),
+                        slot_cols,
+                        0.84,
+                        facecolor=color,
+                        edgecolor="white",
+                        lw=1.5,
+                        label=name,
+                    )
+                )
+                ax.text(
+                    start + slot_cols / 2,
+                    0.5,
+                    f"{name}\ncols {start}-{start + slot_cols - 1}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white",
+                )
+        ax.set_xlim(0, total)
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+        ax.set_xticks(range(0, total + 1, 64))
+        ax.grid(False)
+        ax.set_xlabel(f"TMEM column (of {total}; 128 lanes x 32 bit each)")
+        split = ", split into 2 slots" if config.acc_slots == 2 else ""
+        ax.set_title(
+            f"{config.tile_m}x{config.tile_n} {config.cta_group}-CTA: {config.acc_stages} "
+            f"accumulator stage(s){split}, {allocated} columns allocated",
+            fontsize=9,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------- latency
+def _source_label(impl: str, measured_on: str | None | Mapping[str, str | None]) -> str:
+    where = measured_on.get(impl) if isinstance(measured_on, Mapping) else measured_on
+    return f"{impl} (measured on {where})" if where else f"{impl} (modeled)"
+
+
+def plot_latency_vs_tokens(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    floor: Sequence[tuple[float, float]] | None = None,
+    measured_on: str | None | Mapping[str, str | None] = None,
+    title: str = "",
+    ax: Axes | None = None,
+) -> Figure:
+    """Latency (us) against tokens per GPU, one line per implementation, and the floor.
+
+    ``series`` maps an implementation to ``(tokens, seconds)`` points. ``measured_on`` says where
+    the numbers come from: a GPU name (every curve is "measured on <GPU>"), ``None`` (every curve
+    is "modeled"), or a dict giving that per implementation. The floor is always a model.
+    """
+    if isinstance(measured_on, Mapping):
+        missing = set(series) - set(measured_on)
+        if missing:
+            raise ValueError(f"measured_on does not say where {sorted(missing)} come from")
+    with style():
+        fig, ax = _axes(ax, (6.0, 3.8))
+        for impl, points in series.items():
+            if not points:
+                raise ValueError(f"no points for {impl!r}")
+            t, s = zip(*sorted(points), strict=True)
+            label = _source_label(impl, measured_on)
+            ls = "-" if "measured" in label else ":"
+            ax.plot(t, np.array(s) * 1e6, ls, marker="o", ms=3, label=label)
+        if floor:
+            t, s = zip(*sorted(floor), strict=True)
+            ax.plot(t, np.array(s) * 1e6, color="#555555", lw=2, ls="--", label="floor (modeled)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens per GPU")
+        ax.set_ylabel("latency (us)")
+        if title:
+            ax.set_title(title)
+        ax.legend()
+    return fig
