@@ -1,0 +1,568 @@
+"""Stage 1 (sm_100a): one bf16 GEMM, ``C = A @ B^T``, one output tile per CTA.
+
+This is the smallest complete Blackwell GEMM the course builds on. One CTA computes one
+``tile_m x tile_n`` tile of C with three kinds of warps::
+
+    TMA producer warp --(A/B ring, `stages` deep, full/empty mbarriers)--> MMA warp
+    MMA warp          --(accumulator in TMEM, full/empty mbarriers)------> epilogue warps
+    epilogue warps    --(TMEM -> registers -> SMEM buffer, `epi_stages` deep)--> TMA store
+
+* The TMA warp streams K tiles of A (``tile_m x tile_k``) and B (``tile_n x tile_k``) into a ring
+  of shared-memory stages; each stage's "full" barrier counts the bytes the TMA will deliver.
+* One thread of the MMA warp issues ``tcgen05.mma`` (UMMA): operands come straight from shared
+  memory, the fp32 accumulator lives in tensor memory (TMEM), not in registers.
+* Four epilogue warps (one per 32-lane quarter of TMEM) read the accumulator with
+  ``tcgen05.ld`` in ``epi_tile_n``-column slices, convert to bf16, write the slice into a
+  shared-memory buffer and let one thread TMA-store it.
+
+Budget (tile 128 x 128 x 64, bf16, 6 stages), the arithmetic :mod:`pearl_moe.budget` does::
+
+    A ring    6 x 128 x 64 x 2 B             =  96 KB
+    B ring    6 x 128 x 64 x 2 B             =  96 KB
+    epilogue  3 x 128 x 32 x 2 B             =  24 KB
+    barriers  (2 x 6 + 2 x 1) x 8 B + 64 B   = 176 B   (mbarriers + TMEM address / padding)
+    total                                    ~ 216.2 KB of 227 KB
+    TMEM      128 fp32 columns (one 128 x 128 accumulator, allocation rounded to a power of 2)
+
+Stage 2 reuses this class and changes only where a CTA's tile comes from; stage 3 reuses the
+epilogue method inside a persistent loop.
+"""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.blackwell_helpers as sm100_utils
+from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.memory import SmemAllocator, TmemAllocator
+from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
+
+from ...budget import tmem_columns
+from ...config import GemmConfig
+
+__all__ = ["GemmKernel", "stage_config", "check_config"]
+
+#: Every warp role of the sm_100a kernels, in warp-index order.
+EPILOGUE_WARPS = (0, 1, 2, 3)
+MMA_WARP = 4
+TMA_WARP = 5
+THREADS_PER_CTA = 32 * (len(EPILOGUE_WARPS) + 2)
+
+#: Named barriers (id 0 is __syncthreads).
+EPILOGUE_SYNC_BARRIER = 1
+TMEM_ALLOC_BARRIER = 2
+
+#: Bytes of bookkeeping after the mbarriers: the 2-CTA TMEM-release mbarrier (8 B), the TMEM base
+#: address (4 B) and padding to the 64 B that ``pearl_moe.budget.BOOKKEEPING_BYTES`` models.
+BOOKKEEPING_WORDS = 13  # 32-bit padding words after the 12 bytes above: 12 + 13 x 4 = 64
+
+
+def check_config(config: GemmConfig, stage: int) -> list[str]:
+    """Reasons ``config`` cannot run as stage ``stage`` of the sm_100a kernels (empty if it can)."""
+    problems = []
+    if config.arch != "sm_100a":
+        problems.append(f"the sm100 kernels compile for sm_100a, config says {config.arch}")
+    if stage < 3 and config.cta_group != 1:
+        problems.append(f"stage {stage} is a 1-CTA kernel; cta_group=2 arrives in stage 3")
+    if stage < 3 and config.acc_stages not in (None, 1):
+        problems.append(
+            f"stage {stage} computes one tile per CTA and keeps one accumulator "
+            f"(acc_stages=1), config has {config.acc_stages}"
+        )
+    if config.tile_n > 256:
+        problems.append(
+            f"tile_n={config.tile_n} needs two MMA atoms along N (split accumulator, a later stage)"
+        )
+    if config.epilogue != "tma_store":
+        problems.append("stages 1-3 stage the epilogue through SMEM and TMA-store it")
+    if config.b_stage_k_tiles != 1:
+        problems.append("wide B stages (b_stage_k_tiles > 1) are a later stage")
+    if config.acc_slots != 1:
+        problems.append("split accumulator slots are a later stage")
+    return problems
+
+
+def stage_config(config: GemmConfig, stage: int) -> GemmConfig:
+    """``config`` with the defaults a stage implies filled in, then resolved for the B200.
+
+    Stages 1 and 2 hold exactly one accumulator (``acc_stages=1``); stage 3 keeps what the config
+    asks for (or as many as fit). ``stages=None`` becomes the deepest ring that fits.
+    """
+    if stage < 3 and config.acc_stages is None:
+        config = config.with_(acc_stages=1)
+    problems = check_config(config, stage)
+    if problems:
+        raise ValueError(
+            f"{config.describe()} cannot run as sm_100a stage {stage}: " + "; ".join(problems)
+        )
+    return config.resolved()
+
+
+class GemmKernel:
+    """Stage 1: ``C (m, n) = A (m, k) @ B (n, k)^T`` in bf16 with an fp32 TMEM accumulator.
+
+    A and B are K-major (rows of ``k`` contiguous elements, as ``nn.Linear`` stores weights), C is
+    row-major. Grid: ``(ceil(m / tile_m), ceil(n / tile_n), 1)``, 192 threads per CTA.
+    """
+
+    stage = 1
+
+    def __init__(self, config: GemmConfig):
+        config = stage_config(config, self.stage)
+        self.config = config
+        self.use_2cta = config.cta_group == 2
+        self.cta_group = tcgen05.CtaGroup.TWO if self.use_2cta else tcgen05.CtaGroup.ONE
+        # The MMA tile (both CTAs of a pair together) and the part one CTA owns.
+        self.mma_tiler_mnk = (config.tile_m, config.tile_n, config.tile_k)
+        self.cta_tile_mnk = (config.cta_tile_m, config.tile_n, config.tile_k)
+        self.cluster_shape_mn = (config.cta_group, 1)
+        self.num_ab_stages = config.stages
+        self.num_acc_stages = config.acc_stages
+        self.num_epi_stages = config.epi_stages
+        self.epi_tile_mn = (config.cta_tile_m, config.epi_tile_n)
+        self.num_tmem_cols = tmem_columns(config)
+        self.acc_dtype = cutlass.Float32
+        self.epilogue_warps = EPILOGUE_WARPS
+        self.mma_warp = MMA_WARP
+        self.tma_warp = TMA_WARP
+        self.threads_per_cta = THREADS_PER_CTA
+
+    # ------------------------------------------------------------------ setup (host, traced)
+    def _make_tiled_mma(self):
+        return sm100_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            tcgen05.OperandMajorMode.K,
+            tcgen05.OperandMajorMode.K,
+            self.acc_dtype,
+            self.cta_group,
+            self.mma_tiler_mnk[:2],
+        )
+
+    def _setup(self, a_dtype, c_dtype, c_layout):
+        """Derive everything that depends on the operand types: MMA, SMEM layouts, epilogue tile."""
+        self.ab_dtype = a_dtype
+        self.c_dtype = c_dtype
+        self.c_layout = c_layout
+        tiled_mma = self._make_tiled_mma()
+        self.cluster_layout_vmnk = cute.tiled_divide(
+            cute.make_layout((*self.cluster_shape_mn, 1)), (tiled_mma.thr_id.shape,)
+        )
+        # (MMA, MMA_M, MMA_K, STAGE): `stages` K tiles of A, swizzled for UMMA
+        self.a_smem_layout = sm100_utils.make_smem_layout_a(
+            tiled_mma, self.mma_tiler_mnk, a_dtype, self.num_ab_stages
+        )
+        # (MMA, MMA_N, MMA_K, STAGE)
+        self.b_smem_layout = sm100_utils.make_smem_layout_b(
+            tiled_mma, self.mma_tiler_mnk, a_dtype, self.num_ab_stages
+        )
+        # (EPI_M, EPI_N, EPI_STAGE): the bf16 staging buffer the TMA store reads
+        self.c_smem_layout = sm100_utils.make_smem_layout_epi(
+            c_dtype, c_layout, self.epi_tile_mn, self.num_epi_stages
+        )
+        a_bytes = cute.size_in_bytes(
+            a_dtype, cute.slice_(self.a_smem_layout, (None, None, None, 0))
+        )
+        b_bytes = cute.size_in_bytes(
+            a_dtype, cute.slice_(self.b_smem_layout, (None, None, None, 0))
+        )
+        # Bytes one ring entry's "full" barrier waits for (both CTAs' halves in 2-CTA mode).
+        self.num_tma_load_bytes = (a_bytes + b_bytes) * self.config.cta_group
+        return tiled_mma
+
+    def _make_tma_atoms(self, tiled_mma, mA, mB):
+        """TMA load atoms for A and B (2-CTA forms when the MMA spans a CTA pair)."""
+        a_op = sm100_utils.cluster_shape_to_tma_atom_A(
+            (*self.cluster_shape_mn, 1), tiled_mma.thr_id
+        )
+        b_op = sm100_utils.cluster_shape_to_tma_atom_B(
+            (*self.cluster_shape_mn, 1), tiled_mma.thr_id
+        )
+        tma_atom_a, tma_tensor_a = cute.nvgpu.make_tiled_tma_atom_A(
+            a_op,
+            mA,
+            cute.slice_(self.a_smem_layout, (None, None, None, 0)),
+            self.mma_tiler_mnk,
+            tiled_mma,
+            self.cluster_layout_vmnk.shape,
+        )
+        tma_atom_b, tma_tensor_b = cute.nvgpu.make_tiled_tma_atom_B(
+            b_op,
+            mB,
+            cute.slice_(self.b_smem_layout, (None, None, None, 0)),
+            self.mma_tiler_mnk,
+            tiled_mma,
+            self.cluster_layout_vmnk.shape,
+        )
+        return tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b
+
+    def _make_tma_store_atom(self, mC):
+        epi_smem_one = cute.select(self.c_smem_layout, mode=[0, 1])
+        return cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(), mC, epi_smem_one, self.epi_tile_mn
+        )
+
+    def _shared_storage(self):
+        """The mbarriers and bookkeeping words, placed after the data buffers.
+
+        ``(2 x stages + 2 x acc_stages) x 8 B`` of mbarriers plus 64 B of bookkeeping: exactly the
+        "barriers" item of :func:`pearl_moe.budget.smem_budget`.
+        """
+
+        @cute.struct
+        class SharedStorage:
+            ab_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_ab_stages]
+            acc_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_acc_stages]
+            tmem_dealloc_mbar: cutlass.Int64
+            tmem_base: cutlass.Int32
+            padding: cute.struct.MemRange[cutlass.Int32, BOOKKEEPING_WORDS]
+
+        return SharedStorage
+
+    # ------------------------------------------------------------------ host entry point
+    @cute.jit
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
+        """Launch on ``A (m, k)``, ``B (n, k)``, ``C (m, n)``."""
+        tiled_mma = self._setup(mA.element_type, mC.element_type, utils.LayoutEnum.from_tensor(mC))
+        tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB)
+        tma_atom_c, tma_c = self._make_tma_store_atom(mC)
+        grid = cute.ceil_div(mC.shape, self.mma_tiler_mnk[:2])
+        self.kernel(
+            tiled_mma,
+            tma_atom_a,
+            tma_a,
+            tma_atom_b,
+            tma_b,
+            tma_atom_c,
+            tma_c,
+            self.a_smem_layout,
+            self.b_smem_layout,
+            self.c_smem_layout,
+        ).launch(
+            grid=(grid[0], grid[1], 1),
+            block=[self.threads_per_cta, 1, 1],
+            stream=stream,
+        )
+
+    # ------------------------------------------------------------------ device kernel
+    @cute.kernel
+    def kernel(
+        self,
+        tiled_mma: cute.TiledMma,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nk: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        a_smem_layout: cute.ComposedLayout,
+        b_smem_layout: cute.ComposedLayout,
+        c_smem_layout: cute.ComposedLayout,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, bidy, _ = cute.arch.block_idx()
+
+        if warp_idx == self.tma_warp:
+            cpasync.prefetch_descriptor(tma_atom_a)
+            cpasync.prefetch_descriptor(tma_atom_b)
+            cpasync.prefetch_descriptor(tma_atom_c)
+
+        # Shared memory: data buffers first (1024-byte aligned for the 128 B swizzle), then the
+        # barrier block, so the total is exactly the sum of the budget items.
+        smem = SmemAllocator()
+        # (MMA, MMA_M, MMA_K, STAGE)
+        sA = smem.allocate_tensor(
+            self.ab_dtype, a_smem_layout.outer, byte_alignment=1024, swizzle=a_smem_layout.inner
+        )
+        # (MMA, MMA_N, MMA_K, STAGE)
+        sB = smem.allocate_tensor(
+            self.ab_dtype, b_smem_layout.outer, byte_alignment=1024, swizzle=b_smem_layout.inner
+        )
+        # (EPI_M, EPI_N, EPI_STAGE)
+        sC = smem.allocate_tensor(
+            self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
+        )
+        storage = smem.allocate(self._shared_storage())
+
+        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
+
+        # (bM, bK, RestK), (bN, bK, RestK), (bM, bN): this CTA's tile, stage 1 takes it from the grid
+        gA = cute.local_tile(mA_mk, self.mma_tiler_mnk, (bidx, bidy, None), proj=(1, None, 1))
+        gB = cute.local_tile(mB_nk, self.mma_tiler_mnk, (bidx, bidy, None), proj=(None, 1, 1))
+        gC = cute.local_tile(mC_mn, self.mma_tiler_mnk, (bidx, bidy, None), proj=(1, 1, None))
+        k_tile_cnt = cute.size(gA, mode=[2])
+
+        thr_mma = tiled_mma.get_slice(0)
+        # (MMA, MMA_M, MMA_K, RestK)
+        tCgA = thr_mma.partition_A(gA)
+        # (MMA, MMA_N, MMA_K, RestK)
+        tCgB = thr_mma.partition_B(gB)
+        # (MMA, MMA_M, MMA_N)
+        tCgC = thr_mma.partition_C(gC)
+        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+        tAsA, tAgA = cpasync.tma_partition(
+            tma_atom_a,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sA, 0, 3),
+            cute.group_modes(tCgA, 0, 3),
+        )
+        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_atom_b,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sB, 0, 3),
+            cute.group_modes(tCgB, 0, 3),
+        )
+        # (MMA, MMA_M, MMA_K, STAGE)
+        tCrA = tiled_mma.make_fragment_A(sA)
+        # (MMA, MMA_N, MMA_K, STAGE)
+        tCrB = tiled_mma.make_fragment_B(sB)
+        # (MMA, MMA_M, MMA_N, ACC_STAGE): layout only until TMEM is allocated
+        tCtAcc_fake = tiled_mma.make_fragment_C(
+            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages)
+        )
+
+        # ---------------------------------------------------------------- TMA producer warp
+        if warp_idx == self.tma_warp:
+            for k_tile in cutlass.range(k_tile_cnt, unroll=1):
+                slot = ab_producer.acquire_and_advance()
+                cute.copy(
+                    tma_atom_a,
+                    tAgA[(None, k_tile)],
+                    tAsA[(None, slot.index)],
+                    tma_bar_ptr=slot.barrier,
+                )
+                cute.copy(
+                    tma_atom_b,
+                    tBgB[(None, k_tile)],
+                    tBsB[(None, slot.index)],
+                    tma_bar_ptr=slot.barrier,
+                )
+            ab_producer.tail()
+
+        # ---------------------------------------------------------------- MMA warp
+        if warp_idx == self.mma_warp:
+            tmem.wait_for_alloc()
+            # (MMA, MMA_M, MMA_N, ACC_STAGE)
+            tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
+            acc_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Producer, self.num_acc_stages
+            )
+            acc_pipeline.producer_acquire(acc_state)
+            self.mma_k_loop(
+                tiled_mma,
+                tCtAcc[(None, None, None, acc_state.index)],
+                tCrA,
+                tCrB,
+                ab_consumer,
+                k_tile_cnt,
+            )
+            acc_pipeline.producer_commit(acc_state)
+
+        # ---------------------------------------------------------------- epilogue warps
+        if warp_idx < self.mma_warp:
+            tmem.allocate(self.num_tmem_cols)
+            tmem.wait_for_alloc()
+            tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
+            # (MMA, MMA_M, MMA_N, ACC_STAGE)
+            tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
+            c_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.num_epi_stages,
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
+                ),
+            )
+            acc_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, self.num_acc_stages
+            )
+            acc_pipeline.consumer_wait(acc_state)
+            self.epilogue_tile(
+                tidx,
+                warp_idx,
+                tma_atom_c,
+                tCtAcc[(None, None, None, acc_state.index)],
+                sC,
+                tCgC,
+                c_pipeline,
+                cutlass.Int32(0),
+                None,
+            )
+            with cute.arch.elect_one():
+                acc_pipeline.consumer_release(acc_state)
+            c_pipeline.producer_tail()
+            tmem.relinquish_alloc_permit()
+            tmem.free(tmem_ptr)
+
+    # ------------------------------------------------------------------ device pieces
+    def _make_pipelines(self, storage, cluster_layout_vmnk=None, defer_sync=False):
+        """A/B ring (TMA -> UMMA), accumulator hand-off (UMMA -> epilogue) and the TMEM allocator."""
+        num_mcast = self.config.cta_group  # in 2-CTA mode both CTAs' TMA loads signal the leader
+        ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
+            barrier_storage=storage.ab_mbar.data_ptr(),
+            num_stages=self.num_ab_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, num_mcast),
+            tx_count=self.num_tma_load_bytes,
+            cta_layout_vmnk=cluster_layout_vmnk,
+            defer_sync=defer_sync,
+        ).make_participants()
+        acc_pipeline = pipeline.PipelineUmmaAsync.create(
+            barrier_storage=storage.acc_mbar.data_ptr(),
+            num_stages=self.num_acc_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            # one elected thread per epilogue warp, of both CTAs in 2-CTA mode
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, len(self.epilogue_warps) * self.config.cta_group
+            ),
+            cta_layout_vmnk=cluster_layout_vmnk,
+            defer_sync=defer_sync,
+        )
+        tmem = TmemAllocator(
+            storage.tmem_base.ptr,
+            barrier_for_retrieve=pipeline.NamedBarrier(
+                barrier_id=TMEM_ALLOC_BARRIER,
+                num_threads=32 * (len(self.epilogue_warps) + 1),
+            ),
+            allocator_warp_id=self.epilogue_warps[0],
+            is_two_cta=self.use_2cta,
+            two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc_mbar.ptr,
+        )
+        return ab_producer, ab_consumer, acc_pipeline, tmem
+
+    @cute.jit
+    def mma_k_loop(self, tiled_mma, tCtAcc, tCrA, tCrB, ab_consumer, k_tile_cnt):
+        """Accumulate every K tile of one output tile into ``tCtAcc`` (one thread issues UMMAs)."""
+        tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+        num_k_blocks = cute.size(tCrA, mode=[2])
+        for _k_tile in cutlass.range(k_tile_cnt, unroll=1):
+            slot = ab_consumer.wait_and_advance()
+            for k_block in cutlass.range(num_k_blocks, unroll_full=True):
+                coord = (None, None, k_block, slot.index)
+                cute.gemm(tiled_mma, tCtAcc, tCrA[coord], tCrB[coord], tCtAcc)
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+            slot.release()  # tcgen05.commit: the stage is free once these UMMAs have read it
+
+    @cute.jit
+    def epilogue_tile(
+        self,
+        tidx,
+        warp_idx,
+        tma_atom_c: cute.CopyAtom,
+        tCtAcc: cute.Tensor,
+        sC: cute.Tensor,
+        tCgC: cute.Tensor,
+        c_pipeline,
+        subtile_base,
+        tma_desc_ptr,
+    ):
+        """TMEM -> registers -> SMEM -> TMA store of one accumulator, ``epi_tile_n`` columns at a time.
+
+        ``subtile_base`` counts slices stored before this tile, so the staging buffer keeps rotating
+        across tiles; ``tma_desc_ptr`` (or None) points the store at a per-expert descriptor.
+        """
+        # ((ATOM_M, MMA_M), (ATOM_N, MMA_N)) for TMEM and this CTA's C tile
+        tAcc = transform_partitioned_tensor_layout(tCtAcc)
+        gC = transform_partitioned_tensor_layout(tCgC)
+        copy_atom_t2r = sm100_utils.get_tmem_load_op(
+            self.cta_tile_mnk,
+            self.c_layout,
+            self.c_dtype,
+            self.acc_dtype,
+            self.epi_tile_mn,
+            self.use_2cta,
+        )
+        # (EPI_TILE_M, EPI_TILE_N, EPI_M, EPI_N)
+        tAcc_epi = cute.flat_divide(tAcc, self.epi_tile_mn)
+        tiled_copy_t2r = tcgen05.make_tmem_copy(copy_atom_t2r, tAcc_epi[(None, None, 0, 0)])
+        thr_copy_t2r = tiled_copy_t2r.get_slice(tidx)
+        # (T2R, T2R_M, T2R_N, EPI_M, EPI_N)
+        tTR_tAcc = thr_copy_t2r.partition_S(tAcc_epi)
+        # (EPI_TILE_M, EPI_TILE_N, EPI_M, EPI_N)
+        gC_epi = cute.flat_divide(gC, self.epi_tile_mn)
+        # (T2R, T2R_M, T2R_N, EPI_M, EPI_N)
+        tTR_gC = thr_copy_t2r.partition_D(gC_epi)
+        # (T2R, T2R_M, T2R_N): fp32 slice in registers, then its bf16 copy
+        tTR_rAcc = cute.make_rmem_tensor(tTR_gC[(None, None, None, 0, 0)].shape, self.acc_dtype)
+        tTR_rC = cute.make_rmem_tensor(tTR_rAcc.shape, self.c_dtype)
+
+        copy_atom_r2s = sm100_utils.get_smem_store_op(
+            self.c_layout, self.c_dtype, self.acc_dtype, tiled_copy_t2r
+        )
+        tiled_copy_r2s = cute.make_tiled_copy_D(copy_atom_r2s, tiled_copy_t2r)
+        thr_copy_r2s = tiled_copy_r2s.get_slice(tidx)
+        # (R2S, R2S_M, R2S_N, EPI_STAGE)
+        tRS_sC = thr_copy_r2s.partition_D(sC)
+        # (R2S, R2S_M, R2S_N)
+        tRS_rC = tiled_copy_r2s.retile(tTR_rC)
+
+        # ((ATOM_V, REST_V), EPI_STAGE) and ((ATOM_V, REST_V), EPI_M, EPI_N)
+        bSG_sC, bSG_gC = cpasync.tma_partition(
+            tma_atom_c,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sC, 0, 2),
+            cute.group_modes(gC_epi, 0, 2),
+        )
+        # (T2R, T2R_M, T2R_N, EPI_SUBTILES) and ((ATOM_V, REST_V), EPI_SUBTILES)
+        tTR_tAcc = cute.group_modes(tTR_tAcc, 3, cute.rank(tTR_tAcc))
+        bSG_gC = cute.group_modes(bSG_gC, 1, cute.rank(bSG_gC))
+
+        epi_sync = pipeline.NamedBarrier(
+            barrier_id=EPILOGUE_SYNC_BARRIER, num_threads=32 * len(self.epilogue_warps)
+        )
+        subtile_cnt = cute.size(tTR_tAcc.shape, mode=[3])
+        for subtile in cutlass.range(subtile_cnt):
+            cute.copy(tiled_copy_t2r, tTR_tAcc[(None, None, None, subtile)], tTR_rAcc)
+            tRS_rC.store(tiled_copy_r2s.retile(tTR_rAcc).load().to(self.c_dtype))
+            buf = (subtile_base + subtile) % self.num_epi_stages
+            cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
+            # make the generic-proxy SMEM writes visible to the TMA (async proxy), then sync
+            cute.arch.fence_proxy("async.shared", space="cta")
+            epi_sync.arrive_and_wait()
+            if warp_idx == self.epilogue_warps[0]:
+                if cutlass.const_expr(tma_desc_ptr is None):
+                    cute.copy(tma_atom_c, bSG_sC[(None, buf)], bSG_gC[(None, subtile)])
+                else:
+                    cute.copy(
+                        tma_atom_c,
+                        bSG_sC[(None, buf)],
+                        bSG_gC[(None, subtile)],
+                        tma_desc_ptr=tma_desc_ptr,
+                    )
+                c_pipeline.producer_commit()
+                c_pipeline.producer_acquire()  # the next buffer's old store has drained
+            epi_sync.arrive_and_wait()
+
+    # ------------------------------------------------------------------ checks
+    @staticmethod
+    def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:
+        """True when this stage can run ``(m, k) @ (n, k)^T`` with ``config``."""
+        if check_config(config if config.acc_stages else config.with_(acc_stages=1), 1):
+            return False
+        # TMA: 16-byte aligned row strides (8 bf16 elements) and 32-bit extents.
+        return m > 0 and n % 8 == 0 and k % 8 == 0 and k > 0 and n > 0
+
+
+# ---------------------------------------------------------------------- module interface
+def build(config: GemmConfig) -> GemmKernel:
+    """The stage-1 kernel object for ``config`` (validated; ``stages`` resolved)."""
+    return GemmKernel(config)
+
+
+def fake_arguments(kernel: GemmKernel, m: int, n: int, k: int, experts: int = 1):
+    """Fake tensors (no GPU, no memory) with which ``cute.compile`` traces ``kernel``."""
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+    bf16 = cutlass.BFloat16
+    a = make_fake_compact_tensor(bf16, (m, k), stride_order=(1, 0), assumed_align=16)
+    b = make_fake_compact_tensor(bf16, (n, k), stride_order=(1, 0), assumed_align=16)
+    c = make_fake_compact_tensor(bf16, (m, n), stride_order=(1, 0), assumed_align=16)
+    return a, b, c, make_fake_stream()
+
+
+def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int = 1):
+    """Compile stage 1 for the current ``CUTE_DSL_ARCH`` with fake tensors; no GPU needed."""
+    kernel = build(config)
+    return cute.compile(kernel, *fake_arguments(kernel, m, n, k, experts))
