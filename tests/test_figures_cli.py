@@ -1,0 +1,87 @@
+"""``python -m pearl_moe figures`` writes every registered figure, small, into the chosen folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pearl_moe import figures
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MAX_BYTES = 150 * 1024
+
+
+def test_main_writes_every_figure(tmp_path, capsys):
+    assert figures.main(["--out", str(tmp_path)]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    expected = sorted(f"{name}.png" for name in figures.registry() if name in figures.FIGURES)
+    assert set(expected) <= set(written)
+    for path in tmp_path.iterdir():
+        data = path.read_bytes()
+        assert data[:8] == PNG_MAGIC
+        assert len(data) < MAX_BYTES, f"{path.name} is {len(data)} bytes"
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) < 1024 * 1024
+    assert "occupancy_glm_decode.png" in capsys.readouterr().out
+
+
+def test_only_selects_figures(tmp_path):
+    assert figures.main(["--out", str(tmp_path), "--only", "tmem_maps"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["tmem_maps.png"]
+
+
+def test_unknown_figure_is_an_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        figures.main(["--out", str(tmp_path), "--only", "no_such_figure"])
+    assert exit_info.value.code == 2
+    assert "no_such_figure" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_list_names_the_registry(capsys):
+    assert figures.main(["--list"]) == 0
+    assert capsys.readouterr().out.split() == list(figures.registry())
+
+
+def test_registry_merges_bench_figures(monkeypatch):
+    import types
+
+    fake = types.ModuleType("pearl_moe.bench.figures")
+    fake.BENCH_FIGURES = {"bench_latency": lambda out: []}
+    monkeypatch.setattr(figures, "_bench_figures", lambda: dict(fake.BENCH_FIGURES))
+    merged = figures.registry()
+    assert "bench_latency" in merged and set(figures.FIGURES) < set(merged)
+    fake.BENCH_FIGURES = {"tmem_maps": lambda out: []}
+    with pytest.raises(ValueError, match="registered twice"):
+        figures.registry()
+
+
+def test_committed_figures_exist_and_are_small():
+    """Every figure of this module has a committed PNG in figures/ under the size limit."""
+    repo_figures = Path(figures.__file__).resolve().parent.parent / "figures"
+    for name in figures.FIGURES:
+        path = repo_figures / f"{name}.png"
+        assert path.exists(), f"run `python -m pearl_moe figures` to create {path.name}"
+        assert path.stat().st_size < MAX_BYTES
+
+
+def test_module_cli_entry_point(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pearl_moe",
+            "figures",
+            "--out",
+            str(tmp_path),
+            "--only",
+            "smem_budget_blog_configs",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "smem_budget_blog_configs.png").exists()
