@@ -1,0 +1,433 @@
+"""Check, then time, one grouped-GEMM implementation on one problem.
+
+An implementation computes, for every expert ``e``, ``out[rows_e] = A[rows_e] @ W[e].T`` with
+
+* ``A``: ``(rows, k)`` bf16, rows sorted by expert;
+* ``W``: ``(E, n, k)`` bf16, each expert's weight in ``nn.Linear`` layout;
+* ``offsets``: ``(E,)`` int32 cumulative *end* offsets on the GPU (torch ``grouped_mm`` convention);
+* ``out``: ``(rows, n)`` bf16.
+
+It is registered under a name as an :class:`Implementation`. Its ``prepare`` step does everything
+that is not part of one forward call (building ``cu_seqlens``, transposed views, autotuning, picking a
+tile configuration) and returns a :class:`Prepared` whose ``run(out)`` is the work that is timed.
+
+The order is always: correctness first (fresh random inputs, output poisoned with NaN, compared with
+a float32 reference at a tolerance set by PyTorch's own bf16 error), then timing (warm-up, a CUDA
+graph of several launches over rotating input sets, replays, median/min/max).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..workloads import GroupedProblem
+
+__all__ = [
+    "Implementation",
+    "ImplementationUnavailable",
+    "Prepared",
+    "CheckResult",
+    "Timing",
+    "REGISTRY",
+    "register",
+    "get_impl",
+    "impl_names",
+    "make_inputs",
+    "reference_fp32",
+    "torch_bf16_per_expert",
+    "check",
+    "input_sets_for",
+    "time_impl",
+    "measure_ceilings",
+    "floor_seconds",
+    "metrics",
+]
+
+#: Largest error of a result against the float32 reference, relative to PyTorch's own bf16 error on
+#: the same inputs (quack's tests use the same factor), plus an absolute floor.
+ERR_FACTOR = 2.0
+ERR_FLOOR = 1e-3
+
+
+class ImplementationUnavailable(RuntimeError):
+    """The implementation's package is missing here (quack, triton, our kernels) or cannot run."""
+
+
+@dataclass
+class Prepared:
+    """An implementation bound to one set of inputs: ``run(out)`` does one forward call.
+
+    ``writes_out`` is False for implementations that cannot write into a given buffer and return a
+    fresh tensor instead (torch ``grouped_mm``); ``config`` is what was actually chosen (autotuners
+    fill it in during ``prepare``).
+    """
+
+    run: Callable[[Any], Any]
+    config: dict
+    writes_out: bool = True
+
+
+@dataclass
+class Implementation:
+    """A named grouped GEMM: ``prepare(A, W, offsets, counts) -> Prepared``.
+
+    ``counts`` is the list of per-expert row counts on the host. Only the per-expert loop uses it: a
+    loop of launches needs the sizes on the host, which in a real MoE layer costs a device-to-host
+    copy; here it is given, so the timed region holds no synchronization.
+    """
+
+    name: str
+    prepare: Callable[..., Prepared]
+    config: dict = field(default_factory=dict)
+    description: str = ""
+
+    def __call__(self, A, W, offsets, out=None, counts=None):
+        """One checked-free call: prepare, run, return the output."""
+        if counts is None:
+            from ..workloads import offsets_to_counts
+
+            counts = offsets_to_counts(offsets)
+        prepared = self.prepare(A, W, offsets, counts)
+        if out is None and prepared.writes_out:
+            import torch
+
+            out = torch.empty((A.shape[0], W.shape[1]), dtype=A.dtype, device=A.device)
+        result = prepared.run(out)
+        return result if result is not None else out
+
+
+#: name -> factory returning an Implementation. Factories run when a name is asked for, so optional
+#: packages (quack, triton, pearl_moe.kernels) are imported only then.
+REGISTRY: dict[str, Callable[[], Implementation]] = {}
+
+
+def register(name: str, factory: Callable[[], Implementation]) -> None:
+    REGISTRY[name] = factory
+
+
+def _load_builtin() -> None:
+    from . import baselines  # noqa: F401  (registers the baselines and the pearl-* entries)
+
+
+def impl_names() -> list[str]:
+    _load_builtin()
+    return list(REGISTRY)
+
+
+def get_impl(name: str) -> Implementation:
+    """The implementation registered as ``name``; ImplementationUnavailable if it cannot load."""
+    _load_builtin()
+    if name not in REGISTRY:
+        raise KeyError(f"unknown implementation {name!r}; known: {', '.join(REGISTRY)}")
+    return REGISTRY[name]()
+
+
+# ----------------------------------------------------------------------------------- inputs
+def make_inputs(problem: GroupedProblem, device="cuda", seed: int = 0, dtype=None):
+    """Random A (rows, k), W (E, n, k) and int32 end offsets for ``problem``.
+
+    A ~ N(0, 1) and W ~ N(0, 1/k), so outputs are of order 1. Never zeros: zeros hide unwritten
+    outputs and wrong indexing, and run faster than real data.
+    """
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    gen = torch.Generator(device=device).manual_seed(seed)
+    A = torch.randn((problem.rows, problem.k), generator=gen, device=device, dtype=torch.float32)
+    W = torch.randn(
+        (problem.experts, problem.n, problem.k), generator=gen, device=device, dtype=torch.float32
+    )
+    W.mul_(problem.k**-0.5)
+    offsets = torch.tensor(problem.offsets, dtype=torch.int32, device=device)
+    return A.to(dtype), W.to(dtype), offsets
+
+
+def _expert_slices(counts):
+    start = 0
+    for e, c in enumerate(counts):
+        yield e, start, start + c
+        start += c
+
+
+def reference_fp32(A, W, counts):
+    """out = A @ W[e].T per expert in float32 (TF32 off): the reference every result is held to."""
+    import torch
+
+    out = torch.zeros((A.shape[0], W.shape[1]), dtype=torch.float32, device=A.device)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for e, lo, hi in _expert_slices(counts):
+            if hi > lo:
+                out[lo:hi] = A[lo:hi].float() @ W[e].float().t()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    return out
+
+
+def torch_bf16_per_expert(A, W, counts):
+    """PyTorch's own bf16 answer (one torch.mm per expert): sets the error we tolerate."""
+    import torch
+
+    out = torch.zeros((A.shape[0], W.shape[1]), dtype=A.dtype, device=A.device)
+    for e, lo, hi in _expert_slices(counts):
+        if hi > lo:
+            torch.mm(A[lo:hi], W[e].t(), out=out[lo:hi])
+    return out
+
+
+# ------------------------------------------------------------------------------ correctness
+@dataclass
+class CheckResult:
+    ok: bool
+    max_abs_err: float
+    torch_bf16_err: float
+    tolerance: float
+    rel_fro_err: float
+    unwritten_rows: int
+    message: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "max_abs_err": self.max_abs_err,
+            "torch_bf16_max_abs_err": self.torch_bf16_err,
+            "tolerance": self.tolerance,
+            "rel_fro_err": self.rel_fro_err,
+            "unwritten_rows": self.unwritten_rows,
+            "message": self.message,
+        }
+
+
+def tolerance_for(torch_err: float) -> float:
+    """Tolerated max-abs error: ERR_FACTOR x PyTorch's bf16 error + ERR_FLOOR."""
+    return ERR_FACTOR * torch_err + ERR_FLOOR
+
+
+def compare(out, ref, torch_out) -> CheckResult:
+    """Compare a result with the fp32 reference; NaN anywhere (an unwritten row) fails."""
+    import torch
+
+    outf = out.float()
+    nan_rows = int(torch.isnan(outf).any(dim=1).sum().item()) if out.numel() else 0
+    finite = torch.nan_to_num(outf, nan=0.0)
+    err = float((finite - ref).abs().max().item()) if out.numel() else 0.0
+    terr = float((torch_out.float() - ref).abs().max().item()) if out.numel() else 0.0
+    ref_norm = float(ref.norm().item()) if out.numel() else 0.0
+    rel = float((finite - ref).norm().item() / ref_norm) if ref_norm > 0 else 0.0
+    tol = tolerance_for(terr)
+    problems = []
+    if nan_rows:
+        problems.append(f"{nan_rows} rows not written (NaN left from the poison)")
+    if not err <= tol:
+        problems.append(f"max abs error {err:.3g} > tolerance {tol:.3g} (torch bf16: {terr:.3g})")
+    ok = not problems
+    return CheckResult(ok, err, terr, tol, rel, nan_rows, "; ".join(problems) or "ok")
+
+
+def _poisoned_output(rows: int, n: int, device):
+    import torch
+
+    return torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device=device)
+
+
+def run_poisoned(prepared: Prepared, rows: int, n: int, device):
+    """Run once into a NaN-filled output and return what the implementation produced.
+
+    For an implementation that returns a fresh tensor, a NaN block of the same size is allocated
+    and freed first, so the caching allocator hands that poisoned memory to the implementation.
+    """
+    import torch
+
+    if prepared.writes_out:
+        out = _poisoned_output(rows, n, device)
+        result = prepared.run(out)
+        if result is not None and result.data_ptr() != out.data_ptr():
+            raise RuntimeError("implementation says it writes `out` but returned another tensor")
+    else:
+        poison = _poisoned_output(rows, n, device)
+        del poison
+        result = prepared.run(None)
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return out if prepared.writes_out else result
+
+
+def check(impl: Implementation, problem: GroupedProblem, device="cuda", seed: int = 1):
+    """Correctness of ``impl`` on fresh random inputs of ``problem``; returns (CheckResult, config)."""
+    A, W, offsets = make_inputs(problem, device, seed)
+    counts = list(problem.counts)
+    ref = reference_fp32(A, W, counts)
+    torch_out = torch_bf16_per_expert(A, W, counts)
+    prepared = impl.prepare(A, W, offsets, counts)
+    out = run_poisoned(prepared, problem.rows, problem.n, device)
+    return compare(out, ref, torch_out), prepared.config
+
+
+# ----------------------------------------------------------------------------------- timing
+@dataclass
+class Timing:
+    median_s: float
+    min_s: float
+    max_s: float
+    reps: int
+    launches_per_graph: int
+    input_sets: int
+    samples_s: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "median_us": self.median_s * 1e6,
+            "min_us": self.min_s * 1e6,
+            "max_us": self.max_s * 1e6,
+            "reps": self.reps,
+            "launches_per_graph": self.launches_per_graph,
+            "input_sets": self.input_sets,
+            "method": "CUDA graph of launches_per_graph calls over rotating input sets; "
+            "time per call = replay time / launches_per_graph",
+        }
+
+
+def input_sets_for(
+    bytes_per_call: int, l2_bytes: int, factor: float = 4.0, max_sets: int = 32
+) -> int:
+    """How many input sets to rotate so that the data touched between two uses of the same set is
+    at least ``factor`` times the L2 size: a problem that fits in L2 is then not timed from cache."""
+    if bytes_per_call <= 0:
+        raise ValueError("bytes_per_call must be positive")
+    return max(1, min(max_sets, math.ceil(factor * l2_bytes / bytes_per_call)))
+
+
+def time_impl(
+    impl: Implementation,
+    problem: GroupedProblem,
+    reps: int = 20,
+    launches: int = 10,
+    device="cuda",
+    seed: int = 100,
+    memory_cap_bytes: int = 40 << 30,
+) -> tuple[Timing, dict]:
+    """Median/min/max time of one call of ``impl`` on ``problem`` (CUDA-graph replays)."""
+    import torch
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    sets = input_sets_for(problem.bytes_moved(), l2)
+    per_set_bytes = 2 * (problem.rows * problem.k + problem.experts * problem.n * problem.k)
+    per_set_bytes += 2 * problem.rows * problem.n
+    sets = max(1, min(sets, memory_cap_bytes // max(per_set_bytes, 1)))
+    launches = max(launches, sets)
+    counts = list(problem.counts)
+    runs = []
+    config = {}
+    for s in range(sets):
+        A, W, offsets = make_inputs(problem, device, seed + s)
+        prepared = impl.prepare(A, W, offsets, counts)
+        config = prepared.config
+        out = torch.empty((problem.rows, problem.n), dtype=torch.bfloat16, device=device)
+        runs.append((prepared, out, (A, W, offsets)))
+
+    def call(i):
+        prepared, out, _ = runs[i % sets]
+        return prepared.run(out if prepared.writes_out else None)
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm-up (compiles, cuBLAS handles) outside the graph
+        for i in range(max(3, sets)):
+            call(i)
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(launches):
+            call(i)
+    for _ in range(2):
+        graph.replay()
+    torch.cuda.synchronize(device)
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    stop = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for r in range(reps):
+        start[r].record()
+        graph.replay()
+        stop[r].record()
+    torch.cuda.synchronize(device)
+    samples = [start[r].elapsed_time(stop[r]) * 1e-3 / launches for r in range(reps)]
+    del graph
+    return (
+        Timing(
+            statistics.median(samples), min(samples), max(samples), reps, launches, sets, samples
+        ),
+        config,
+    )
+
+
+# -------------------------------------------------------------------------- ceilings, metrics
+def _median_event_time(fn, reps: int, warmup: int = 3) -> list[float]:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    stop = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for r in range(reps):
+        start[r].record()
+        fn()
+        stop[r].record()
+    torch.cuda.synchronize()
+    return [start[r].elapsed_time(stop[r]) * 1e-3 for r in range(reps)]
+
+
+def measure_ceilings(device="cuda", stream_bytes: int = 4 << 30, matmul_n: int = 8192) -> dict:
+    """Measure the two ceilings on this GPU, now: read bandwidth and dense bf16 rate.
+
+    * read: ``x.sum()`` over ``stream_bytes`` of random bf16 (reads everything once, writes a
+      scalar);
+    * compute: ``torch.mm`` of two random ``matmul_n``-square bf16 matrices.
+
+    The best repetition of each is the ceiling (it is what the GPU showed it can do); the median
+    is recorded too.
+    """
+    import torch
+
+    x = torch.randn(stream_bytes // 2, device=device, dtype=torch.bfloat16)
+    t_read = _median_event_time(lambda: x.sum(), reps=15)
+    nbytes = x.numel() * x.element_size()
+    a = torch.randn((matmul_n, matmul_n), device=device, dtype=torch.bfloat16)
+    b = torch.randn((matmul_n, matmul_n), device=device, dtype=torch.bfloat16)
+    t_mm = _median_event_time(lambda: torch.mm(a, b), reps=20)
+    flops = 2 * matmul_n**3
+    torch.cuda.empty_cache()
+    return {
+        "read_bytes_per_s": nbytes / min(t_read),
+        "read_bytes_per_s_median": nbytes / statistics.median(t_read),
+        "read_method": f"torch.sum over {nbytes / 1e9:.2f} GB of random bf16, best of 15",
+        "bf16_flops_per_s": flops / min(t_mm),
+        "bf16_flops_per_s_median": flops / statistics.median(t_mm),
+        "bf16_method": f"torch.mm {matmul_n}^3 bf16 on random data, best of 20",
+    }
+
+
+def floor_seconds(problem: GroupedProblem, ceilings: dict) -> float:
+    """max(bytes that must move / read bandwidth, FLOPs / bf16 rate)."""
+    return problem.floor_seconds(ceilings["read_bytes_per_s"], ceilings["bf16_flops_per_s"])
+
+
+def metrics(problem: GroupedProblem, seconds: float, ceilings: dict) -> dict:
+    """Achieved TB/s over the bytes that must move, TFLOP/s, and % of the floor (floor / time)."""
+    floor = floor_seconds(problem, ceilings)
+    return {
+        "tb_per_s": problem.bytes_moved() / seconds / 1e12,
+        "tflop_per_s": problem.flops / seconds / 1e12,
+        "floor_us": floor * 1e6,
+        "pct_of_floor": 100.0 * floor / seconds,
+        "bound": "memory"
+        if problem.bytes_moved() / ceilings["read_bytes_per_s"]
+        >= problem.flops / ceilings["bf16_flops_per_s"]
+        else "compute",
+    }

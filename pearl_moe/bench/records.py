@@ -1,0 +1,260 @@
+"""JSON result files: what was measured, on what, and how.
+
+One file per run kind (``results/<gpu>/baselines.json``, ``results/<gpu>/quack_tuned.json`` ...)::
+
+    {
+      "schema": "pearl-moe-bench/1",
+      "kind": "baselines",
+      "env": {gpu, sm_count, l2_bytes, clocks, driver, cuda, torch, cutlass_dsl, quack, triton,
+              date, host_python, command},
+      "ceilings": {read_bytes_per_s, bf16_flops_per_s, ... how they were measured},
+      "problems": [{id, model, tokens_per_gpu, ep, routing, projection, k, n, experts, counts,
+                    rows, active_experts, bytes_moved, flops, floor_us}],
+      "records": [{problem, impl, status, config, time{median_us, min_us, max_us, ...},
+                   metrics{tb_per_s, tflop_per_s, floor_us, pct_of_floor, bound},
+                   correctness{ok, max_abs_err, torch_bf16_max_abs_err, tolerance, ...}, error}]
+    }
+
+Problems are stored once and referenced by id, which keeps the files small. Nothing here needs a GPU
+except :func:`environment`, which falls back to what it can read.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from ..workloads import GroupedProblem
+
+__all__ = [
+    "SCHEMA",
+    "STATUSES",
+    "problem_id",
+    "problem_entry",
+    "problem_from_entry",
+    "environment",
+    "new_run",
+    "validate_run",
+    "write_run",
+    "read_run",
+]
+
+SCHEMA = "pearl-moe-bench/1"
+#: ok: checked and timed; incorrect: failed the check (not timed); unavailable: could not load here;
+#: error: raised while checking or timing.
+STATUSES = ("ok", "incorrect", "unavailable", "error")
+
+_PROBLEM_KEYS = (
+    "id",
+    "model",
+    "tokens_per_gpu",
+    "ep",
+    "routing",
+    "projection",
+    "k",
+    "n",
+    "experts",
+    "counts",
+    "rows",
+    "active_experts",
+    "bytes_moved",
+    "flops",
+)
+_RECORD_KEYS = ("problem", "impl", "status", "config")
+_OK_KEYS = ("time", "metrics", "correctness")
+
+
+def problem_id(problem: GroupedProblem) -> str:
+    m = problem.meta
+    if m:
+        return f"{m['model']}|{m['projection']}|{m['tokens_per_gpu']}|EP{m['ep']}|{m['routing']}"
+    return problem.label()
+
+
+def problem_entry(problem: GroupedProblem, ceilings: dict | None = None) -> dict:
+    m = problem.meta
+    entry = {
+        "id": problem_id(problem),
+        "model": m.get("model"),
+        "tokens_per_gpu": m.get("tokens_per_gpu"),
+        "ep": m.get("ep"),
+        "routing": m.get("routing"),
+        "projection": m.get("projection"),
+        "seed": m.get("seed"),
+        "k": problem.k,
+        "n": problem.n,
+        "experts": problem.experts,
+        "counts": list(problem.counts),
+        "rows": problem.rows,
+        "active_experts": problem.active_experts,
+        "bytes_moved": problem.bytes_moved(),
+        "flops": problem.flops,
+    }
+    if ceilings:
+        entry["floor_us"] = 1e6 * problem.floor_seconds(
+            ceilings["read_bytes_per_s"], ceilings["bf16_flops_per_s"]
+        )
+    return entry
+
+
+def problem_from_entry(entry: dict) -> GroupedProblem:
+    meta = {
+        key: entry.get(key)
+        for key in ("model", "tokens_per_gpu", "ep", "routing", "projection", "seed")
+    }
+    return GroupedProblem(
+        k=entry["k"], n=entry["n"], counts=tuple(entry["counts"]), name=entry["id"], meta=meta
+    )
+
+
+def _version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:
+        return None
+
+
+def _nvidia_smi() -> dict:
+    fields = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit"
+    try:
+        res = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if res.returncode != 0 or not res.stdout.strip():
+        return {}
+    values = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
+    keys = ["name", "driver", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz"]
+    keys += ["mem_clock_max_mhz", "power_limit_w"]
+    return dict(zip(keys, values, strict=False))
+
+
+def environment(command: str | None = None) -> dict:
+    """GPU, clocks, driver and library versions, the date and the host Python."""
+    env: dict = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host_python": platform.python_version(),
+        "platform": platform.platform(),
+        "command": command or " ".join(sys.argv),
+        "torch": _version("torch"),
+        "cutlass_dsl": _version("nvidia-cutlass-dsl"),
+        "quack": _version("quack-kernels"),
+        "triton": _version("triton"),
+    }
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            env["gpu"] = props.name
+            env["sm_count"] = props.multi_processor_count
+            env["l2_bytes"] = props.L2_cache_size
+            env["memory_bytes"] = props.total_memory
+            env["capability"] = f"{props.major}.{props.minor}"
+    except Exception as exc:  # pragma: no cover - torch is a dependency
+        env["torch_error"] = repr(exc)
+    smi = _nvidia_smi()
+    if smi:
+        env["driver"] = smi.pop("driver")
+        env["clocks"] = {k: v for k, v in smi.items() if k != "name"}
+        env["clocks"]["source"] = "nvidia-smi at the start of the run"
+    else:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                env["clocks"] = {
+                    "sm_clock_mhz": torch.cuda.clock_rate(),
+                    "source": "torch.cuda.clock_rate",
+                }
+        except Exception:
+            env["clocks"] = {"source": "unavailable"}
+    return env
+
+
+def new_run(kind: str, env: dict, ceilings: dict) -> dict:
+    return {
+        "schema": SCHEMA,
+        "kind": kind,
+        "env": env,
+        "ceilings": ceilings,
+        "problems": [],
+        "records": [],
+    }
+
+
+def validate_run(run: dict) -> dict:
+    """Raise ValueError if ``run`` does not follow the schema; return it."""
+    if run.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} file (schema={run.get('schema')!r})")
+    for key in ("kind", "env", "ceilings", "problems", "records"):
+        if key not in run:
+            raise ValueError(f"missing top-level key {key!r}")
+    for key in ("gpu", "date"):
+        if key not in run["env"]:
+            raise ValueError(f"env lacks {key!r}")
+    for key in ("read_bytes_per_s", "bf16_flops_per_s"):
+        if not run["ceilings"].get(key, 0) > 0:
+            raise ValueError(f"ceiling {key!r} missing or not positive")
+    ids = set()
+    for p in run["problems"]:
+        missing = [k for k in _PROBLEM_KEYS if k not in p]
+        if missing:
+            raise ValueError(f"problem {p.get('id')!r} lacks {missing}")
+        if sum(p["counts"]) != p["rows"] or len(p["counts"]) != p["experts"]:
+            raise ValueError(f"problem {p['id']!r}: counts do not match rows/experts")
+        ids.add(p["id"])
+    for r in run["records"]:
+        missing = [k for k in _RECORD_KEYS if k not in r]
+        if missing:
+            raise ValueError(f"record {r.get('impl')!r} lacks {missing}")
+        if r["problem"] not in ids:
+            raise ValueError(f"record refers to unknown problem {r['problem']!r}")
+        if r["status"] not in STATUSES:
+            raise ValueError(f"unknown status {r['status']!r}")
+        if r["status"] == "ok":
+            missing = [k for k in _OK_KEYS if k not in r]
+            if missing:
+                raise ValueError(f"ok record {r['impl']!r} lacks {missing}")
+            if not r["correctness"]["ok"]:
+                raise ValueError(f"record {r['impl']!r} is 'ok' but failed its check")
+            if not r["time"]["median_us"] > 0:
+                raise ValueError(f"record {r['impl']!r} has a non-positive time")
+    return run
+
+
+def _round_floats(obj, digits: int = 5):
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: _round_floats(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_round_floats(v, digits) for v in obj]
+    return obj
+
+
+def write_run(run: dict, path: str | Path) -> Path:
+    """Validate and write ``run`` (floats to 5 significant digits, to keep files small)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    validate_run(run)
+    tmp = path.with_suffix(path.suffix + ".part")
+    tmp.write_text(json.dumps(_round_floats(run), indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_run(path: str | Path) -> dict:
+    return validate_run(json.loads(Path(path).read_text()))
