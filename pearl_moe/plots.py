@@ -198,10 +198,9 @@ def plot_utilization_vs_tokens(
                 occs = [
                     occupancy(make_problem(name, t, ep, routing), tile, gpu=gpu) for t in tokens
                 ]
-                label_tile = (
-                    f"{tile.tile_m}x{tile.tile_n}"
-                    if isinstance(tile, GemmConfig)
-                    else "x".join(str(v) for v in tile)
+                first = occs[0]
+                label_tile = f"{first.tile_m}x{first.tile_n}" + (
+                    " 2-CTA" if first.cta_group == 2 else ""
                 )
                 c = OKABE_ITO[color % len(OKABE_ITO)]
                 color += 1
