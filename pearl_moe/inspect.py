@@ -319,7 +319,7 @@ def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> l
             {**reqs[i], "out": str(cache_dir() / _request_key(reqs[i], fingerprint))}
             for i in indices
         ]
-        for i, data in zip(indices, _run_worker(arch, jobs, timeout)):
+        for i, data in zip(indices, _run_worker(arch, jobs, timeout), strict=True):
             results[i] = KernelReport(**data)
     return results  # type: ignore[return-value]
 
@@ -327,7 +327,7 @@ def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> l
 def _run_worker(arch: str, jobs: list[dict], timeout: float) -> list[dict]:
     env = dict(os.environ)
     env["CUTE_DSL_ARCH"] = arch
-    env["CUTE_DSL_KEEP"] = "ptx,cubin,sass,ir"
+    env["CUTE_DSL_KEEP"] = "ptx,cubin,sass"
     env.pop("CUTE_DSL_DUMP_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-c", "from pearl_moe.inspect import _worker; _worker()"],

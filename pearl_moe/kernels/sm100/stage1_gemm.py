@@ -351,7 +351,7 @@ class GemmKernel:
                 pipeline.PipelineUserType.Producer, self.num_acc_stages
             )
             acc_pipeline.producer_acquire(acc_state)
-            self.mma_k_loop(
+            tiled_mma = self.mma_k_loop(
                 tiled_mma,
                 tCtAcc[(None, None, None, acc_state.index)],
                 tCrA,
@@ -443,6 +443,9 @@ class GemmKernel:
                 cute.gemm(tiled_mma, tCtAcc, tCrA[coord], tCrB[coord], tCtAcc)
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
             slot.release()  # tcgen05.commit: the stage is free once these UMMAs have read it
+        # The ACCUMULATE flag lives in the TiledMma value: hand the updated one back so the
+        # caller's control flow carries it (a helper cannot rebind the caller's variable).
+        return tiled_mma
 
     @cute.jit
     def epilogue_tile(

@@ -1,0 +1,381 @@
+"""Stage 2 (sm_100a): every expert in one launch; CTA ``(x, y, z)`` computes tile ``(x, y)`` of expert ``z``.
+
+What changes from stage 1 (same roles, same SMEM, same epilogue method):
+
+1. **The grid gains a z axis, one slice per expert.** ``x`` runs over the m tiles of the *largest*
+   possible expert (``ceil(total_rows / tile_m)``, known on the host without reading the offsets),
+   so a CTA first reads its expert's ``[start, end)`` from the offsets on the device and leaves at
+   once if ``x * tile_m >= end - start``. No device-to-host copy: the launch can be graph-captured.
+2. **A is read through a per-expert window.** The A coordinates start at the expert's first row
+   (``domain_offset``); rows past the expert's end are loaded (they belong to the next expert) but
+   only feed accumulator rows that are never stored.
+3. **B is the expert's slice** of the ``(E, n, k)`` weights: a third TMA coordinate.
+4. **The store must not spill into the next expert.** A TMA store clips a box only at the bounds of
+   its descriptor, and the descriptor built on the host spans all rows. So a small kernel launched
+   just before the GEMM (one warp per expert) writes one C descriptor per expert into a global
+   workspace (``E x 128 B``), each with the expert's own base row and row count; the epilogue
+   stores through ``tma_desc_ptr`` = that expert's descriptor. Stream order makes the descriptors
+   visible to the GEMM. Rows past an expert's end are clipped by the TMA unit, never written.
+
+Budget: identical to stage 1 (the workspace lives in global memory)::
+
+    tile 128 x 128 x 64, 6 stages: 96 KB A + 96 KB B + 24 KB epilogue + 176 B barriers
+"""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+from cutlass.cute.nvgpu import cpasync
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
+
+from ...config import GemmConfig
+from .stage1_gemm import GemmKernel
+
+__all__ = [
+    "GroupedGemmKernel",
+    "TMA_DESCRIPTOR_BYTES",
+    "build",
+    "expert_descriptor_ptr",
+    "write_expert_descriptor",
+    "compile_fake",
+    "fake_arguments",
+    "workspace_bytes",
+]
+
+#: A CUtensorMap is 128 bytes and must be 64-byte aligned (we keep 128).
+TMA_DESCRIPTOR_BYTES = 128
+
+
+def workspace_bytes(experts: int) -> int:
+    """Global workspace the grouped kernels need: one C TMA descriptor per expert."""
+    return experts * TMA_DESCRIPTOR_BYTES
+
+
+@cute.jit
+def expert_descriptor_ptr(mWorkspace: cute.Tensor, expert, space=cute.AddressSpace.generic):
+    """Pointer to ``expert``'s 128-byte C descriptor in the workspace.
+
+    Generic address for ``tma_desc_ptr`` of a TMA copy; global address for writing it.
+    """
+    # workspace: (E * 16,) Int64 words, 128 B per expert
+    slot = mWorkspace.iterator + expert * (TMA_DESCRIPTOR_BYTES // 8)
+    manager = TensorMapManager(TensorMapUpdateMode.GMEM, TMA_DESCRIPTOR_BYTES)
+    return manager.get_tensormap_ptr(slot, space)
+
+
+@cute.jit
+def write_expert_descriptor(
+    mWorkspace: cute.Tensor, expert, start, rows, mC: cute.Tensor, epi_smem_layout, epi_tile
+):
+    """Encode the C descriptor of rows ``[start, start + rows)`` into ``expert``'s slot.
+
+    Shared by stages 2 and 3: the TMA unit clips a store box at the descriptor's bounds, so a
+    descriptor that ends at the expert's last row keeps every store inside the expert.
+    """
+    # (rows_e, n): the expert's rows only
+    c_expert = cute.make_tensor(
+        mC.iterator + start * mC.stride[0],
+        cute.make_layout((rows, mC.shape[1]), stride=mC.stride),
+    )
+    atom, _ = cpasync.make_tiled_tma_atom(
+        cpasync.CopyBulkTensorTileS2GOp(), c_expert, epi_smem_layout, epi_tile
+    )
+    cpasync.copy_tensormap(atom, expert_descriptor_ptr(mWorkspace, expert, cute.AddressSpace.gmem))
+
+
+@cute.jit
+def expert_rows(mOffs: cute.Tensor, expert):
+    """``(start, rows)`` of ``expert`` from ``E`` cumulative end offsets (torch grouped_mm)."""
+    end = mOffs[expert]
+    start = cutlass.Int32(0)
+    if expert > 0:
+        start = mOffs[expert - 1]
+    return start, end - start
+
+
+class GroupedGemmKernel(GemmKernel):
+    """Stage 2: ``C[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``, one launch.
+
+    Arguments: ``A (M, k)``, ``W (E, n, k)``, ``C (M, n)``, ``offs (E,)`` int32 end offsets,
+    ``workspace`` (``E * 16`` int64 words, see :func:`workspace_bytes`). Grid
+    ``(ceil(M / tile_m), ceil(n / tile_n), E)``, 192 threads per CTA.
+    """
+
+    stage = 2
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mW: cute.Tensor,
+        mC: cute.Tensor,
+        mOffs: cute.Tensor,
+        mWorkspace: cute.Tensor,
+        stream,
+    ):
+        tiled_mma = self._setup(mA.element_type, mC.element_type, utils.LayoutEnum.from_tensor(mC))
+        # (n, k, E): the weights with the expert as the TMA's third coordinate
+        mB_nkl = cute.make_tensor(mW.iterator, cute.select(mW.layout, mode=[1, 2, 0]))
+        tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
+        tma_atom_c, tma_c = self._make_tma_store_atom(mC)
+        experts = cute.size(mW, mode=[0])
+
+        # 1) one warp per expert writes that expert's C descriptor
+        self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
+            grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
+        )
+        # 2) the grouped GEMM
+        m_tiles = cute.ceil_div(cute.size(mA, mode=[0]), self.mma_tiler_mnk[0])
+        n_tiles = cute.ceil_div(cute.size(mC, mode=[1]), self.mma_tiler_mnk[1])
+        self.grouped_kernel(
+            tiled_mma,
+            tma_atom_a,
+            tma_a,
+            tma_atom_b,
+            tma_b,
+            tma_atom_c,
+            tma_c,
+            mOffs,
+            mWorkspace,
+            self.a_smem_layout,
+            self.b_smem_layout,
+            self.c_smem_layout,
+        ).launch(
+            grid=(m_tiles, n_tiles, experts),
+            block=[self.threads_per_cta, 1, 1],
+            stream=stream,
+        )
+
+    @cute.kernel
+    def write_descriptors(
+        self,
+        mC: cute.Tensor,
+        mOffs: cute.Tensor,
+        mWorkspace: cute.Tensor,
+        c_smem_layout: cute.ComposedLayout,
+    ):
+        expert, _, _ = cute.arch.block_idx()
+        start, rows = expert_rows(mOffs, expert)
+        # copy_tensormap is a warp-wide store of the 128-byte descriptor
+        write_expert_descriptor(
+            mWorkspace,
+            expert,
+            start,
+            rows,
+            mC,
+            cute.select(c_smem_layout, mode=[0, 1]),
+            self.epi_tile_mn,
+        )
+
+    @cute.kernel
+    def grouped_kernel(
+        self,
+        tiled_mma: cute.TiledMma,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        mOffs: cute.Tensor,
+        mWorkspace: cute.Tensor,
+        a_smem_layout: cute.ComposedLayout,
+        b_smem_layout: cute.ComposedLayout,
+        c_smem_layout: cute.ComposedLayout,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        tidx, _, _ = cute.arch.thread_idx()
+        m_tile, n_tile, expert = cute.arch.block_idx()
+
+        # Shared memory and barriers are set up by every CTA (the allocator is kernel-wide);
+        # only CTAs whose tile holds rows of their expert do any work.
+        if warp_idx == self.tma_warp:
+            cpasync.prefetch_descriptor(tma_atom_a)
+            cpasync.prefetch_descriptor(tma_atom_b)
+
+        smem = SmemAllocator()
+        # (MMA, MMA_M, MMA_K, STAGE)
+        sA = smem.allocate_tensor(
+            self.ab_dtype,
+            a_smem_layout.outer,
+            byte_alignment=1024,
+            swizzle=a_smem_layout.inner,
+        )
+        # (MMA, MMA_N, MMA_K, STAGE)
+        sB = smem.allocate_tensor(
+            self.ab_dtype,
+            b_smem_layout.outer,
+            byte_alignment=1024,
+            swizzle=b_smem_layout.inner,
+        )
+        # (EPI_M, EPI_N, EPI_STAGE)
+        sC = smem.allocate_tensor(
+            self.c_dtype,
+            c_smem_layout.outer,
+            byte_alignment=1024,
+            swizzle=c_smem_layout.inner,
+        )
+        storage = smem.allocate(self._shared_storage())
+        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
+
+        # The expert's rows come from the offsets, on the device.
+        start, rows = expert_rows(mOffs, expert)
+        if m_tile * self.mma_tiler_mnk[0] < rows:
+            # (M_e, k): A's coordinates shifted to the expert's first row
+            mA_e = cute.domain_offset((start, 0), mA_mk)
+            # (n, k): this expert's weights
+            mB_e = mB_nkl[(None, None, expert)]
+            tile = (m_tile, n_tile, None)
+            # (bM, bK, RestK)
+            gA = cute.local_tile(mA_e, self.mma_tiler_mnk, tile, proj=(1, None, 1))
+            # (bN, bK, RestK)
+            gB = cute.local_tile(mB_e, self.mma_tiler_mnk, tile, proj=(None, 1, 1))
+            # (bM, bN): coordinates relative to the expert's own C descriptor
+            gC = cute.local_tile(mC_mn, self.mma_tiler_mnk, tile, proj=(1, 1, None))
+            k_tile_cnt = cute.size(gA, mode=[2])
+
+            thr_mma = tiled_mma.get_slice(0)
+            # (MMA, MMA_M, MMA_K, RestK)
+            tCgA = thr_mma.partition_A(gA)
+            # (MMA, MMA_N, MMA_K, RestK)
+            tCgB = thr_mma.partition_B(gB)
+            # (MMA, MMA_M, MMA_N)
+            tCgC = thr_mma.partition_C(gC)
+            # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+            tAsA, tAgA = cpasync.tma_partition(
+                tma_atom_a,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sA, 0, 3),
+                cute.group_modes(tCgA, 0, 3),
+            )
+            # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+            tBsB, tBgB = cpasync.tma_partition(
+                tma_atom_b,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sB, 0, 3),
+                cute.group_modes(tCgB, 0, 3),
+            )
+            # (MMA, MMA_M, MMA_K, STAGE)
+            tCrA = tiled_mma.make_fragment_A(sA)
+            # (MMA, MMA_N, MMA_K, STAGE)
+            tCrB = tiled_mma.make_fragment_B(sB)
+            # (MMA, MMA_M, MMA_N, ACC_STAGE)
+            tCtAcc_fake = tiled_mma.make_fragment_C(
+                cute.append(
+                    tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages
+                )
+            )
+
+            # ------------------------------------------------------------ TMA producer warp
+            if warp_idx == self.tma_warp:
+                for k_tile in cutlass.range(k_tile_cnt, unroll=1):
+                    slot = ab_producer.acquire_and_advance()
+                    cute.copy(
+                        tma_atom_a,
+                        tAgA[(None, k_tile)],
+                        tAsA[(None, slot.index)],
+                        tma_bar_ptr=slot.barrier,
+                    )
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB[(None, k_tile)],
+                        tBsB[(None, slot.index)],
+                        tma_bar_ptr=slot.barrier,
+                    )
+                ab_producer.tail()
+
+            # ------------------------------------------------------------ MMA warp
+            if warp_idx == self.mma_warp:
+                tmem.wait_for_alloc()
+                # (MMA, MMA_M, MMA_N, ACC_STAGE)
+                tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
+                acc_state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, self.num_acc_stages
+                )
+                acc_pipeline.producer_acquire(acc_state)
+                tiled_mma = self.mma_k_loop(
+                    tiled_mma,
+                    tCtAcc[(None, None, None, acc_state.index)],
+                    tCrA,
+                    tCrB,
+                    ab_consumer,
+                    k_tile_cnt,
+                )
+                acc_pipeline.producer_commit(acc_state)
+
+            # ------------------------------------------------------------ epilogue warps
+            if warp_idx < self.mma_warp:
+                tmem.allocate(self.num_tmem_cols)
+                tmem.wait_for_alloc()
+                tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
+                # (MMA, MMA_M, MMA_N, ACC_STAGE)
+                tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
+                c_pipeline = pipeline.PipelineTmaStore.create(
+                    num_stages=self.num_epi_stages,
+                    producer_group=pipeline.CooperativeGroup(
+                        pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
+                    ),
+                )
+                desc_ptr = expert_descriptor_ptr(mWorkspace, expert)
+                if warp_idx == self.epilogue_warps[0]:
+                    # the descriptor was written by the generic proxy (previous kernel)
+                    cpasync.fence_tma_desc_acquire(desc_ptr)
+                acc_state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Consumer, self.num_acc_stages
+                )
+                acc_pipeline.consumer_wait(acc_state)
+                self.epilogue_tile(
+                    tidx,
+                    warp_idx,
+                    tma_atom_c,
+                    tCtAcc[(None, None, None, acc_state.index)],
+                    sC,
+                    tCgC,
+                    c_pipeline,
+                    cutlass.Int32(0),
+                    desc_ptr,
+                )
+                with cute.arch.elect_one():
+                    acc_pipeline.consumer_release(acc_state)
+                c_pipeline.producer_tail()
+                tmem.relinquish_alloc_permit()
+                tmem.free(tmem_ptr)
+
+    @staticmethod
+    def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:
+        return GemmKernel.can_implement(config, m, n, k)
+
+
+# ---------------------------------------------------------------------- module interface
+def build(config: GemmConfig) -> GroupedGemmKernel:
+    """The stage-2 kernel object for ``config`` (validated; ``stages`` resolved)."""
+    return GroupedGemmKernel(config)
+
+
+def fake_arguments(kernel, m: int, n: int, k: int, experts: int):
+    """Fake ``A (m, k)``, ``W (E, n, k)``, ``C (m, n)``, offsets, workspace and stream.
+
+    The total row count is symbolic, so one compiled kernel serves every batch size.
+    """
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+    bf16 = cutlass.BFloat16
+    rows = cute.sym_int(divisibility=1)
+    a = make_fake_compact_tensor(bf16, (rows, k), stride_order=(1, 0), assumed_align=16)
+    w = make_fake_compact_tensor(bf16, (experts, n, k), stride_order=(2, 1, 0), assumed_align=16)
+    c = make_fake_compact_tensor(bf16, (rows, n), stride_order=(1, 0), assumed_align=16)
+    offs = make_fake_compact_tensor(cutlass.Int32, (experts,), assumed_align=4)
+    workspace = make_fake_compact_tensor(
+        cutlass.Int64, (experts * TMA_DESCRIPTOR_BYTES // 8,), assumed_align=TMA_DESCRIPTOR_BYTES
+    )
+    return a, w, c, offs, workspace, make_fake_stream()
+
+
+def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
+    """Compile stage 2 for the current ``CUTE_DSL_ARCH`` with fake tensors; no GPU needed."""
+    kernel = build(config)
+    return cute.compile(kernel, *fake_arguments(kernel, m, n, k, experts))
