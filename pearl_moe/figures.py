@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,13 +60,13 @@ def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
 
 
 def occupancy_glm_decode(out_dir: Path) -> list[Path]:
-    """GLM 5.3 decode (64 tokens/GPU, EP=8) with 64x64 tiles: 32 launches versus one."""
+    """GLM 5.3 at decode (the blog's setting): a per-expert loop of launches versus one launch."""
     occ = occupancy(make_problem("GLM 5.3", 64, ep=8), (64, 64))
     return _save(plot_occupancy_maps(occ), out_dir, "occupancy_glm_decode")
 
 
 def sm_utilization_vs_tokens(out_dir: Path) -> list[Path]:
-    """Wave-model utilization of the three models for a small and a large tile."""
+    """Wave-model SM utilization of the three models for a small and a large tile."""
     fig = plot_utilization_vs_tokens(
         ["GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"],
         tiles=[(64, 64), GemmConfig(tile_m=256, tile_n=256, cta_group=2)],
@@ -74,7 +75,7 @@ def sm_utilization_vs_tokens(out_dir: Path) -> list[Path]:
 
 
 def smem_budget_blog_configs(out_dir: Path) -> list[Path]:
-    """The blog's path from 6 to more pipeline stages, as stacked shared-memory bars."""
+    """The blog's steps to deeper pipelines, as stacked shared-memory bars per CTA."""
     fig = plot_smem_budget(list(BLOG_SMEM_CONFIGS.values()), labels=list(BLOG_SMEM_CONFIGS))
     return _save(fig, out_dir, "smem_budget_blog_configs")
 
@@ -118,6 +119,33 @@ def registry() -> dict[str, FigureFn]:
     return merged
 
 
+_FIGURES_BLOCK = re.compile(r"(<!-- figures:begin -->\n)(.*?)(<!-- figures:end -->)", re.S)
+
+
+def render_figures_block(figures: dict[str, FigureFn], fig_dir: Path, base: Path) -> str:
+    """Markdown for the README: each existing figure with its function's one-line docstring."""
+    lines = []
+    for name, fn in figures.items():
+        path = fig_dir / f"{name}.png"
+        if not path.exists():
+            continue
+        caption = (fn.__doc__ or name).strip().splitlines()[0]
+        lines.append(f"**{name}**: {caption}\n\n![{name}]({path.relative_to(base).as_posix()})\n")
+    return "\n".join(lines)
+
+
+def update_readme_figures(readme: Path, figures: dict[str, FigureFn], fig_dir: Path) -> bool:
+    """Rewrite the README's ``figures:begin`` / ``figures:end`` block; True when it changed."""
+    text = readme.read_text()
+    if not _FIGURES_BLOCK.search(text):
+        return False
+    body = render_figures_block(figures, fig_dir, readme.parent)
+    new = _FIGURES_BLOCK.sub(lambda m: m.group(1) + body + m.group(3), text)
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
 def _default_out() -> Path:
     """The repository's ``figures/`` when run from a checkout, else ``./figures``."""
     repo = Path(__file__).resolve().parent.parent
@@ -137,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output directory")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these figures")
     parser.add_argument("--list", action="store_true", help="list figure names and exit")
+    parser.add_argument(
+        "--no-readme",
+        action="store_true",
+        help="do not refresh README.md's stage table and figure list (they are refreshed only "
+        "when writing to the repository's own figures/)",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name in figures:
@@ -150,4 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for path in figures[name](out_dir):
             print(f"{path}  ({path.stat().st_size / 1024:.0f} KB)")
+    readme = _default_out().parent / "README.md"
+    if not args.no_readme and out_dir.resolve() == _default_out().resolve() and readme.exists():
+        from .stages import update_readme
+
+        changed = update_readme(readme)
+        changed = update_readme_figures(readme, figures, out_dir) or changed
+        print(f"{readme}: {'refreshed' if changed else 'up to date'}")
     return 0

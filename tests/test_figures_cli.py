@@ -85,3 +85,20 @@ def test_module_cli_entry_point(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "smem_budget_blog_configs.png").exists()
+
+
+def test_readme_figure_block_lists_existing_figures(tmp_path):
+    fig_dir = tmp_path / "figures"
+    assert figures.main(["--out", str(fig_dir), "--only", "tmem_maps"]) == 0
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- figures:begin -->\nstale\n<!-- figures:end -->\noutro\n")
+    assert figures.update_readme_figures(readme, figures.FIGURES, fig_dir) is True
+    text = readme.read_text()
+    assert "stale" not in text and "![tmem_maps](figures/tmem_maps.png)" in text
+    assert "occupancy_glm_decode" not in text  # not drawn, so not listed
+    assert figures.update_readme_figures(readme, figures.FIGURES, fig_dir) is False
+
+
+def test_writing_elsewhere_leaves_the_readme_alone(tmp_path, capsys):
+    assert figures.main(["--out", str(tmp_path), "--only", "tmem_maps"]) == 0
+    assert "README" not in capsys.readouterr().out
