@@ -1,0 +1,36 @@
+"""Grouped-GEMM kernels: the public call, shared host setup, the tile scheduler, per-arch stages.
+
+``grouped_gemm(A, W, offsets, config=None, out=None, stage=3, check=True)`` validates its inputs,
+picks the architecture of A's GPU (sm_90 -> ``pearl_moe.kernels.sm90``, sm_100 ->
+``pearl_moe.kernels.sm100``) and launches the requested stage, compiling once per
+(arch, stage, config, n, k, experts, SM count).
+
+Stage-module interface (both architectures)
+-------------------------------------------
+Stage ``N`` lives in ``pearl_moe.kernels.<sm90|sm100>.stage{N}_<name>`` with the names
+``stage1_gemm``, ``stage2_grouped``, ``stage3_persistent`` (see ``api.STAGE_NAMES``). It is imported
+lazily and must expose:
+
+``build(config) -> kernel``
+    The kernel object (pure-Python config in ``__init__``, host ``@cute.jit __call__``, device
+    ``@cute.kernel``). Nothing is compiled.
+``compile_kernel(config, n, k, experts, sms) -> compiled``
+    ``cute.compile`` with placeholder pointers (``cute.runtime.make_ptr(..., 0, gmem,
+    assumed_align=16)``), so it runs with or without a GPU. Run-time arguments of the compiled
+    function: ``(a_ptr, w_ptr, offsets_ptr, out_ptr, rows: Int32, stream)`` for grouped stages;
+    stage 1 (one dense GEMM) takes ``(a_ptr, w_ptr, out_ptr, rows, stream)``. ``n``, ``k``,
+    ``experts`` are compile-time constants; ``sms`` sizes a persistent grid (H200 132, B200 148).
+``compile_fake(config, m, n, k, experts) -> compiled``
+    The same for CPU inspection (``compiled.artifacts.PTX / CUBIN / SASS``; set ``CUTE_DSL_ARCH``
+    and ``CUTE_DSL_KEEP=ptx,cubin,sass`` before importing cutlass).
+``launch(compiled, A, W, end_offsets, out, host_offsets, stream) -> None``
+    Launch on ``stream`` (a ``CUstream``). ``end_offsets``: E int32 end offsets on the device;
+    ``host_offsets``: the same as a Python list when the caller checked them, else None (only
+    stage 1's per-expert loop needs them; the API always provides them for stage 1).
+
+Pointers come from :func:`pearl_moe.kernels.host.bf16_ptr` / ``i32_ptr``.
+"""
+
+from .api import grouped_gemm, validate
+
+__all__ = ["grouped_gemm", "validate"]

@@ -1,0 +1,100 @@
+"""Host-side setup shared by the sm_90a and sm_100a kernels.
+
+* turning torch tensors into CuTe DSL pointers (all kernels take raw pointers plus the run-time row
+  count; ``n``, ``k`` and the expert count are compile-time constants);
+* the offsets tensor on the device, in torch ``grouped_mm`` convention (E end offsets), viewed
+  without a copy when the caller passed ``cu_seqlens`` (E + 1 entries, leading 0);
+* grid shapes: one CTA per (m tile, n tile, expert) for stage 2, one per SM for the persistent
+  stages;
+* a plain-Python model of the tile scheduler (:func:`schedule_tiles`) that the device scheduler
+  in :mod:`pearl_moe.kernels.scheduler` must agree with, used by tests and notebooks.
+"""
+
+from __future__ import annotations
+
+from ..config import GemmConfig
+
+__all__ = [
+    "bf16_ptr",
+    "i32_ptr",
+    "device_end_offsets",
+    "cdiv",
+    "grouped_grid",
+    "persistent_grid",
+    "schedule_tiles",
+    "cuda_stream",
+]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def bf16_ptr(t, offset_elems: int = 0):
+    """A 16-byte-aligned global bf16 pointer to ``t``'s storage plus ``offset_elems`` elements."""
+    import cutlass
+    import cutlass.cute as cute
+
+    addr = t.data_ptr() + 2 * offset_elems
+    return cute.runtime.make_ptr(cutlass.BFloat16, addr, cute.AddressSpace.gmem, assumed_align=16)
+
+
+def i32_ptr(t):
+    import cutlass
+    import cutlass.cute as cute
+
+    return cute.runtime.make_ptr(
+        cutlass.Int32, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=4
+    )
+
+
+def cuda_stream(device=None):
+    """The torch current stream as a ``CUstream`` (so kernels are captured by CUDA graphs)."""
+    import cuda.bindings.driver as cuda
+    import torch
+
+    return cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+
+
+def device_end_offsets(offsets, experts: int):
+    """``offsets`` as E int32 end offsets on its device, a view (no copy, no sync) when possible."""
+    import torch
+
+    if offsets.dtype != torch.int32:
+        offsets = offsets.to(torch.int32)
+    if offsets.numel() == experts + 1:
+        offsets = offsets[1:]  # cu_seqlens: drop the leading 0
+    return offsets.contiguous()
+
+
+def grouped_grid(rows: int, n: int, experts: int, config: GemmConfig) -> tuple[int, int, int]:
+    """Stage 2: CTA (x, y, z) = (m tile, n tile, expert). No expert has more than ``rows`` rows,
+    so ``cdiv(rows, tile_m)`` m tiles always suffice; CTAs past their expert's rows exit at once."""
+    return (max(1, cdiv(rows, config.tile_m)), cdiv(n, config.tile_n), experts)
+
+
+def persistent_grid(sms: int) -> tuple[int, int, int]:
+    """Persistent stages: one CTA per SM (1x1 clusters), each loops over tiles."""
+    return (sms, 1, 1)
+
+
+def schedule_tiles(counts, n: int, tile_m: int, tile_n: int, ctas: int | None = None):
+    """The (expert, m tile, n tile, first row, valid rows) work list in scheduler order.
+
+    Tiles are numbered expert by expert; inside an expert the m tile varies fastest, so CTAs that
+    run at the same time share one n tile of the expert's weights (one HBM read, several L2 hits).
+    With ``ctas`` given, returns one list per CTA (CTA ``c`` takes tiles ``c, c + ctas, ...``).
+    """
+    n_tiles = cdiv(n, tile_n)
+    work = []
+    start = 0
+    for e, rows in enumerate(counts):
+        m_tiles = cdiv(rows, tile_m)
+        for t in range(m_tiles * n_tiles):
+            m_tile, n_tile = t % m_tiles, t // m_tiles
+            first = start + m_tile * tile_m
+            work.append((e, m_tile, n_tile, first, min(tile_m, start + rows - first)))
+        start += rows
+    if ctas is None:
+        return work
+    return [work[c::ctas] for c in range(ctas)]

@@ -1,0 +1,256 @@
+"""Pieces every sm_90a stage shares: tile shapes, shared-memory layout, TMA atoms, the epilogue.
+
+Each stage kernel subclasses :class:`Sm90KernelBase`. The base class turns a
+:class:`~pearl_moe.config.GemmConfig` into the objects a Hopper GEMM needs:
+
+* a tiled wgmma (one 64-row warpgroup MMA per 64 rows of the tile, bf16 x bf16 -> fp32);
+* swizzled shared-memory layouts of the A ring, the B ring and the epilogue buffer;
+* TMA atoms for A (rows, k), W viewed as (n, k, experts) and the output.
+
+Shared memory is carved in a fixed order so that it equals :func:`pearl_moe.budget.smem_budget`::
+
+    offset 0            A ring     stages x tile_m x tile_k x 2 B      (1024-byte aligned)
+    + A                 B ring     stages x tile_n x tile_k x 2 B      (1024-byte aligned)
+    + A + B             epilogue   epi_stages x tile_m x epi_tile_n x 2 B
+    + A + B + C         barriers   2 x stages x 8 B (full + empty mbarrier per ring entry)
+    + ... + 16 x stages bookkeeping 64 B
+                                   -----------------------------------------------
+                                   total = smem_budget(config).total
+
+Every ring entry is a multiple of 1024 bytes (tile_k = 64 bf16 is one 128-byte swizzle row; tile_m
+and tile_n are multiples of 8), so no alignment padding appears between the buffers.
+
+The output view that keeps a TMA store inside its expert
+--------------------------------------------------------
+A grouped GEMM writes expert ``e``'s rows ``[start_e, end_e)`` of ``out``. A TMA store of a full
+``tile_m``-row box starting at ``tile_start`` would spill into the next expert whenever fewer than
+``tile_m`` rows remain. The TMA unit clips boxes against the *extents* of its descriptor, so we give
+the store a three-dimensional view of ``out`` in which the clipping happens at the expert's end::
+
+    out3[i, j, e] = out[e - tile_m + i, j]      i in [0, tile_m), j in [0, n), e in [0, rows]
+
+``out3[:, :, e]`` is the block of ``tile_m`` rows that *ends* just before row ``e``. A tile with
+``valid = min(tile_m, end_e - tile_start)`` rows is stored with box origin
+``(i, j, e) = (tile_m - valid, n0, tile_start + valid)``: box row ``r`` lands on
+``out[tile_start + r]`` and rows ``r >= valid`` have ``i >= tile_m``, outside the descriptor, so
+the TMA unit drops them. The view's base address is ``tile_m`` rows before ``out``; the TMA unit
+only ever touches in-bounds elements, all of which lie inside ``out``. No per-expert descriptor,
+no predication, no extra instructions.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+
+from ...budget import smem_budget
+from ...config import GemmConfig
+
+__all__ = ["Sm90KernelBase", "can_implement", "WARPGROUP_THREADS"]
+
+WARPGROUP_THREADS = 128
+#: Bytes of bookkeeping after the barriers; the budget model's BOOKKEEPING_BYTES.
+_BOOKKEEPING_WORDS = 16
+
+
+def can_implement(config: GemmConfig, n: int, k: int) -> list[str]:
+    """Reasons ``config`` cannot run on these sm_90a kernels (empty list: it can)."""
+    problems = []
+    if config.arch != "sm_90a":
+        problems.append(f"sm90 kernels need arch='sm_90a', got {config.arch!r}")
+    if config.tile_m not in (64, 128):
+        problems.append(
+            f"sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64 or 128, got {config.tile_m}"
+        )
+    if config.tile_k % 64:
+        problems.append(
+            f"tile_k must be a multiple of 64 (one 128-byte swizzle row), got {config.tile_k}"
+        )
+    if config.tile_n % 16 or config.tile_n > 256:
+        problems.append(f"tile_n must be a multiple of 16 up to 256, got {config.tile_n}")
+    if config.epilogue != "tma_store":
+        problems.append("the sm90 stages implement the TMA-store epilogue only")
+    if config.b_stage_k_tiles != 1:
+        problems.append("wide B stages (b_stage_k_tiles > 1) are not implemented on sm90")
+    if config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
+        problems.append(f"epi_tile_n={config.epi_tile_n} must be a multiple of 8 dividing tile_n")
+    if n % 8 or k % 8:
+        problems.append("n and k must be multiples of 8 (16-byte TMA strides)")
+    try:
+        smem_budget(config.resolved())
+    except ValueError as err:
+        problems.append(str(err))
+    return problems
+
+
+class Sm90KernelBase:
+    """Configuration shared by the sm_90a stages (pure Python; no device code here)."""
+
+    def __init__(self, config: GemmConfig):
+        config = config.resolved()
+        problems = can_implement(config, 8, 8)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.config = config
+        self.ab_dtype = cutlass.BFloat16
+        self.c_dtype = cutlass.BFloat16
+        self.acc_dtype = cutlass.Float32
+        self.tile_m, self.tile_n, self.tile_k = config.tile_m, config.tile_n, config.tile_k
+        self.tile_shape_mnk = (self.tile_m, self.tile_n, self.tile_k)
+        self.stages = config.stages
+        self.epi_stages = config.epi_stages
+        self.epi_tile = (self.tile_m, config.epi_tile_n)
+        # One consumer warpgroup per 64 accumulator rows (wgmma's M is 64).
+        self.num_mma_warpgroups = self.tile_m // 64
+        self.num_mma_threads = self.num_mma_warpgroups * WARPGROUP_THREADS
+        self.smem_bytes = smem_budget(config).total
+
+    # ------------------------------------------------------------------ host-side setup
+    def _setup(self):
+        """Tiled MMA and shared-memory layouts (called inside the host @cute.jit)."""
+        row = utils.LayoutEnum.ROW_MAJOR  # A (m, k), W (n, k) and out (m, n) are all K/N-major
+        self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            row.sm90_mma_major_mode(),
+            row.sm90_mma_major_mode(),
+            self.acc_dtype,
+            (self.num_mma_warpgroups, 1, 1),
+            tiler_mn=(64, self.tile_n),
+        )
+        # (tile_m, tile_k, stages), (tile_n, tile_k, stages), (tile_m, epi_n, epi_stages)
+        self.a_smem_layout = sm90_utils.make_smem_layout_a(
+            row, self.tile_shape_mnk, self.ab_dtype, self.stages
+        )
+        self.b_smem_layout = sm90_utils.make_smem_layout_b(
+            row, self.tile_shape_mnk, self.ab_dtype, self.stages
+        )
+        self.epi_smem_layout = sm90_utils.make_smem_layout_epi(
+            self.c_dtype, row, self.epi_tile, self.epi_stages
+        )
+
+    def _tma_load_atom(self, tensor, smem_layout_staged, tile):
+        one = cute.slice_(smem_layout_staged, (None, None, 0))
+        return cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), tensor, one, tile
+        )
+
+    def _tma_store_atom(self, tensor):
+        one = cute.slice_(self.epi_smem_layout, (None, None, 0))
+        return cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), tensor, one, self.epi_tile
+        )
+
+    # ------------------------------------------------------------------ device-side helpers
+    def _allocate_smem(self, a_layout, b_layout, epi_layout):
+        """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers)."""
+        smem = cutlass.utils.SmemAllocator()
+        # (tile_m, tile_k, stages)
+        sA = smem.allocate_tensor(self.ab_dtype, a_layout.outer, 1024, a_layout.inner)
+        # (tile_n, tile_k, stages)
+        sB = smem.allocate_tensor(self.ab_dtype, b_layout.outer, 1024, b_layout.inner)
+        # (tile_m, epi_n, epi_stages)
+        sC = smem.allocate_tensor(self.c_dtype, epi_layout.outer, 1024, epi_layout.inner)
+        barriers = smem.allocate_array(cutlass.Int64, 2 * self.stages, byte_alignment=8)
+        smem.allocate_array(cutlass.Int32, _BOOKKEEPING_WORDS, byte_alignment=4)
+        return sA, sB, sC, barriers
+
+    def _make_ab_pipeline(self, barriers, consumer_warps: int, a_layout, b_layout):
+        """Full/empty mbarrier ring: TMA arrives with a byte count, consumer warps release."""
+        a_one = cute.slice_(a_layout, (None, None, 0))
+        b_one = cute.slice_(b_layout, (None, None, 0))
+        tma_bytes = cute.size_in_bytes(self.ab_dtype, a_one) + cute.size_in_bytes(
+            self.ab_dtype, b_one
+        )
+        return pipeline.PipelineTmaAsync.create(
+            barrier_storage=barriers,
+            num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
+            tx_count=tma_bytes,
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+        )
+
+    @cute.jit
+    def _issue_loads(self, ab_pipeline, state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB):
+        """One ring entry: wait until it is empty, then TMA A and B k tile ``state.count`` into it."""
+        ab_pipeline.producer_acquire(state)
+        bar = ab_pipeline.producer_get_barrier(state)
+        cute.copy(tma_atom_a, tAgA[(None, state.count)], tAsA[(None, state.index)], tma_bar_ptr=bar)
+        cute.copy(tma_atom_b, tBgB[(None, state.count)], tBsB[(None, state.index)], tma_bar_ptr=bar)
+        ab_pipeline.producer_commit(state)
+
+    @cute.jit
+    def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, stage_index):
+        """All wgmma instructions of one k tile (tile_k / 16 of them), committed as one group."""
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            cute.gemm(
+                tiled_mma,
+                acc,
+                tCrA[(None, None, kb, stage_index)],
+                tCrB[(None, None, kb, stage_index)],
+                acc,
+            )
+        cute.nvgpu.warpgroup.commit_group()
+
+    @cute.jit
+    def _epilogue(
+        self,
+        tiled_mma,
+        acc,
+        sC,
+        tma_atom_c,
+        gC,
+        mma_tidx,
+        store_pipeline,
+        epi_barrier,
+        is_store_warp,
+        buffer_base,
+    ):
+        """Registers -> swizzled SMEM (stmatrix) -> TMA store, one (tile_m x epi_n) slice at a time.
+
+        ``gC`` is the (tile_m, tile_n) coordinate tile of the store's TMA tensor; whatever part of
+        it lies outside the descriptor (past the expert's rows, past n) is dropped by the TMA unit.
+        ``buffer_base`` counts slices stored earlier, so a persistent CTA keeps cycling its buffers.
+        """
+        row = utils.LayoutEnum.ROW_MAJOR
+        copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(row, self.c_dtype, self.acc_dtype)
+        stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype)
+        tiled_copy_r2s = cute.make_tiled_copy_S(
+            copy_atom_r2s, cute.make_tiled_copy_C_atom(stmatrix, tiled_mma)
+        )
+        thr_copy_r2s = tiled_copy_r2s.get_slice(mma_tidx)
+        # (R2S, R2S_M, R2S_N, epi_stages)
+        tRS_sC = thr_copy_r2s.partition_D(sC)
+        # (R2S, R2S_M, R2S_N * epi tiles): the accumulator seen through the stmatrix copy
+        tRS_rAcc = tiled_copy_r2s.retile(acc)
+        rC_shape = cute.shape(thr_copy_r2s.partition_S(sC))
+        # (R2S, R2S_M, R2S_N): one epilogue slice in fp32, then bf16
+        tRS_rC = cute.make_rmem_tensor(rC_shape[:3], self.acc_dtype)
+        tRS_rC_out = cute.make_rmem_tensor(rC_shape[:3], self.c_dtype)
+        # ((tile_m, epi_n), (1, tile_n / epi_n)): the tile cut into epilogue slices
+        gC_epi = cute.zipped_divide(gC, self.epi_tile)
+        # (TMA, epi_stages), (TMA, (1, slices))
+        bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi
+        )
+        slices = cute.size(gC_epi, mode=[1])
+        slice_size = cute.size(tRS_rC)
+        for s in cutlass.range_constexpr(slices):
+            for v in cutlass.range_constexpr(slice_size):
+                tRS_rC[v] = tRS_rAcc[s * slice_size + v]
+            tRS_rC_out.store(tRS_rC.load().to(self.c_dtype))
+            buf = (buffer_base + s) % self.epi_stages
+            cute.copy(tiled_copy_r2s, tRS_rC_out, tRS_sC[(None, None, None, buf)])
+            # stmatrix writes are generic-proxy; the TMA unit reads through the async proxy.
+            cute.arch.fence_proxy("async.shared", space="cta")
+            epi_barrier.arrive_and_wait()
+            if is_store_warp:
+                cute.copy(tma_atom_c, bSG_sC[(None, buf)], bSG_gC[(None, (0, s))])
+                store_pipeline.producer_commit()
+                store_pipeline.producer_acquire()
+            epi_barrier.arrive_and_wait()
