@@ -398,12 +398,13 @@ class GemmKernel:
     # ------------------------------------------------------------------ device pieces
     def _make_pipelines(self, storage, cluster_layout_vmnk=None, defer_sync=False):
         """A/B ring (TMA -> UMMA), accumulator hand-off (UMMA -> epilogue) and the TMEM allocator."""
-        num_mcast = self.config.cta_group  # in 2-CTA mode both CTAs' TMA loads signal the leader
+        # One TMA thread arrives on each "full" barrier: no multicast in our (cta_group, 1) clusters;
+        # in 2-CTA mode the pair's loads land on the leader's barrier, counted in tx bytes.
         ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.num_ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, num_mcast),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
             tx_count=self.num_tma_load_bytes,
             cta_layout_vmnk=cluster_layout_vmnk,
             defer_sync=defer_sync,

@@ -1,0 +1,352 @@
+"""Stage 3 (sm_100a): persistent, warp-specialized grouped GEMM; 1-CTA or 2-CTA (``cta_group::2``).
+
+What changes from stage 2:
+
+1. **Persistent CTAs.** The grid is one CTA (or one CTA pair) per SM; each walks the ragged list
+   of output tiles over (expert, m tile, n tile) with the shared
+   :mod:`pearl_moe.kernels.scheduler` (offsets read on the device). Empty
+   experts and the unused m tiles of stage 2's grid cost nothing any more.
+2. **The roles run ahead of each other across tiles.** The TMA warp starts the next tile's loads
+   while the MMA warp still works on this one (the A/B ring never drains between tiles), and the
+   accumulator gets ``acc_stages`` TMEM buffers, so the MMA warp fills one while the epilogue
+   warps drain the other::
+
+       TMA warp  --A/B ring (stages)-->  MMA warp  --TMEM acc (acc_stages)-->  epilogue warps
+            ^---------- empty ----------'      ^----------- empty -------------'
+
+3. **2-CTA mode** (``cta_group=2``, a cluster of 2): one ``tcgen05.mma.cta_group::2`` issued by
+   the even CTA computes a ``tile_m x tile_n`` tile; each CTA holds ``tile_m / 2`` rows of A and of
+   the accumulator and loads half of B, so per-CTA SMEM for B halves.
+
+Budget, tile 128 x 256 x 64, 1-CTA, acc_stages 2 (two 128 x 256 fp32 accumulators)::
+
+    A ring    s x 128 x 64 x 2 B = 16 KB / stage      TMEM  2 x 256 = 512 columns (all of it)
+    B ring    s x 256 x 64 x 2 B = 32 KB / stage      4 stages: 192 KB + 24 KB epilogue + 192 B
+Tile 256 x 256 x 64, 2-CTA: each CTA holds A 128 x 64 (16 KB) and half of B (128 x 64, 16 KB) per
+stage, exactly the 1-CTA 128 x 128 ring, while one MMA covers four times the output.
+"""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+from cutlass.cute.nvgpu import cpasync
+from cutlass.memory import SmemAllocator
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+
+from ...config import GemmConfig
+from ...hardware import B200
+from .. import scheduler
+from .stage2_grouped import (
+    GroupedGemmKernel,
+    expert_descriptor_ptr,
+    fake_arguments,
+)
+
+__all__ = ["PersistentGroupedGemmKernel", "build", "compile_fake", "fake_arguments"]
+
+
+class PersistentGroupedGemmKernel(GroupedGemmKernel):
+    """Stage 3: the persistent grouped GEMM. Same arguments as stage 2.
+
+    Grid: ``sms`` CTAs (``sms / 2`` clusters of 2 in 2-CTA mode), 192 threads each.
+    """
+
+    stage = 3
+
+    def __init__(self, config: GemmConfig, sms: int = B200.sms):
+        super().__init__(config)
+        self.sms = sms
+        self.num_clusters = sms // self.config.cta_group
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mW: cute.Tensor,
+        mC: cute.Tensor,
+        mOffs: cute.Tensor,
+        mWorkspace: cute.Tensor,
+        stream,
+    ):
+        tiled_mma = self._setup(mA.element_type, mC.element_type, utils.LayoutEnum.from_tensor(mC))
+        # (n, k, E)
+        mB_nkl = cute.make_tensor(mW.iterator, cute.select(mW.layout, mode=[1, 2, 0]))
+        tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
+        tma_atom_c, tma_c = self._make_tma_store_atom(mC)
+        experts = cute.size(mW, mode=[0])
+
+        self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
+            grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
+        )
+        self.persistent_kernel(
+            tiled_mma,
+            tma_atom_a,
+            tma_a,
+            tma_atom_b,
+            tma_b,
+            tma_atom_c,
+            tma_c,
+            mOffs,
+            mWorkspace,
+            self.cluster_layout_vmnk,
+            self.a_smem_layout,
+            self.b_smem_layout,
+            self.c_smem_layout,
+        ).launch(
+            grid=(self.num_clusters * self.config.cta_group, 1, 1),
+            block=[self.threads_per_cta, 1, 1],
+            cluster=(self.config.cta_group, 1, 1),
+            stream=stream,
+        )
+
+    @cute.kernel
+    def persistent_kernel(
+        self,
+        tiled_mma: cute.TiledMma,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        mOffs: cute.Tensor,
+        mWorkspace: cute.Tensor,
+        cluster_layout_vmnk: cute.Layout,
+        a_smem_layout: cute.ComposedLayout,
+        b_smem_layout: cute.ComposedLayout,
+        c_smem_layout: cute.ComposedLayout,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        # Position in the CTA pair (always 0 in 1-CTA mode); the even CTA issues the MMAs.
+        pair_rank = bidx % self.config.cta_group
+        is_leader = pair_rank == 0
+        cluster_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord_vmnk = cluster_layout_vmnk.get_flat_coord(cluster_rank)
+        cluster_idx = bidx // self.config.cta_group
+
+        if warp_idx == self.tma_warp:
+            cpasync.prefetch_descriptor(tma_atom_a)
+            cpasync.prefetch_descriptor(tma_atom_b)
+
+        smem = SmemAllocator()
+        # (MMA, MMA_M, MMA_K, STAGE)
+        sA = smem.allocate_tensor(
+            self.ab_dtype, a_smem_layout.outer, byte_alignment=1024, swizzle=a_smem_layout.inner
+        )
+        # (MMA, MMA_N, MMA_K, STAGE)
+        sB = smem.allocate_tensor(
+            self.ab_dtype, b_smem_layout.outer, byte_alignment=1024, swizzle=b_smem_layout.inner
+        )
+        # (EPI_M, EPI_N, EPI_STAGE)
+        sC = smem.allocate_tensor(
+            self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
+        )
+        storage = smem.allocate(self._shared_storage())
+        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(
+            storage, cluster_layout_vmnk, defer_sync=True
+        )
+        # every CTA of the cluster has initialized its barriers before anyone signals them
+        pipeline_init_arrive(cluster_shape_mn=cluster_layout_vmnk, is_relaxed=True)
+
+        # TMA multicast masks: in 2-CTA mode the loads signal the leader CTA's barriers
+        a_mcast_mask = None
+        b_mcast_mask = None
+        if cutlass.const_expr(self.use_2cta):
+            a_mcast_mask = cpasync.create_tma_multicast_mask(
+                cluster_layout_vmnk, cluster_coord_vmnk, mcast_mode=2
+            )
+            b_mcast_mask = cpasync.create_tma_multicast_mask(
+                cluster_layout_vmnk, cluster_coord_vmnk, mcast_mode=1
+            )
+        a_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, 0, None, 0)).shape)
+        b_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, None, 0, 0)).shape)
+
+        thr_mma = tiled_mma.get_slice(pair_rank)
+        # (MMA, MMA_M, MMA_K, STAGE)
+        tCrA = tiled_mma.make_fragment_A(sA)
+        # (MMA, MMA_N, MMA_K, STAGE)
+        tCrB = tiled_mma.make_fragment_B(sB)
+        # (MMA, MMA_M, MMA_N, ACC_STAGE)
+        tCtAcc_fake = tiled_mma.make_fragment_C(
+            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages)
+        )
+        k_tile_cnt = cute.ceil_div(cute.size(mA_mk, mode=[1]), self.mma_tiler_mnk[2])
+        experts = cute.size(mB_nkl, mode=[2])
+        n_tiles = cute.ceil_div(cute.size(mC_mn, mode=[1]), self.mma_tiler_mnk[1])
+        tile_m = self.mma_tiler_mnk[0]
+
+        pipeline_init_wait(cluster_shape_mn=cluster_layout_vmnk)
+
+        # ---------------------------------------------------------------- TMA producer warp
+        if warp_idx == self.tma_warp:
+            tile = cutlass.Int32(cluster_idx)
+            expert, first = scheduler.seek(
+                mOffs, experts, tile_m, n_tiles, tile, cutlass.Int32(0), cutlass.Int32(0)
+            )
+            while expert < experts:
+                m_tile, n_tile, row0, _valid = scheduler.decode(mOffs, tile_m, tile, expert, first)
+                # (bM, bK, RestK): A rows from the tile's first row of this expert
+                gA = cute.local_tile(
+                    cute.domain_offset((row0, 0), mA_mk),
+                    self.mma_tiler_mnk,
+                    (0, n_tile, None),
+                    proj=(1, None, 1),
+                )
+                # (bN, bK, RestK): this expert's weights
+                gB = cute.local_tile(
+                    mB_nkl[(None, None, expert)],
+                    self.mma_tiler_mnk,
+                    (0, n_tile, None),
+                    proj=(None, 1, 1),
+                )
+                # (MMA, MMA_M, MMA_K, RestK): this CTA's half in 2-CTA mode
+                tCgA = thr_mma.partition_A(gA)
+                # (MMA, MMA_N, MMA_K, RestK)
+                tCgB = thr_mma.partition_B(gB)
+                # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+                tAsA, tAgA = cpasync.tma_partition(
+                    tma_atom_a,
+                    cluster_coord_vmnk[2],
+                    a_cta_layout,
+                    cute.group_modes(sA, 0, 3),
+                    cute.group_modes(tCgA, 0, 3),
+                )
+                # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+                tBsB, tBgB = cpasync.tma_partition(
+                    tma_atom_b,
+                    cluster_coord_vmnk[1],
+                    b_cta_layout,
+                    cute.group_modes(sB, 0, 3),
+                    cute.group_modes(tCgB, 0, 3),
+                )
+                for k_tile in cutlass.range(k_tile_cnt, unroll=1):
+                    slot = ab_producer.acquire_and_advance()
+                    cute.copy(
+                        tma_atom_a,
+                        tAgA[(None, k_tile)],
+                        tAsA[(None, slot.index)],
+                        tma_bar_ptr=slot.barrier,
+                        mcast_mask=a_mcast_mask,
+                    )
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB[(None, k_tile)],
+                        tBsB[(None, slot.index)],
+                        tma_bar_ptr=slot.barrier,
+                        mcast_mask=b_mcast_mask,
+                    )
+                tile = tile + self.num_clusters
+                expert, first = scheduler.seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
+            ab_producer.tail()
+
+        # ---------------------------------------------------------------- MMA warp
+        if warp_idx == self.mma_warp:
+            tmem.wait_for_alloc()
+            # (MMA, MMA_M, MMA_N, ACC_STAGE)
+            tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
+            acc_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Producer, self.num_acc_stages
+            )
+            if is_leader:
+                tile = cutlass.Int32(cluster_idx)
+                expert, first = scheduler.seek(
+                    mOffs, experts, tile_m, n_tiles, tile, cutlass.Int32(0), cutlass.Int32(0)
+                )
+                while expert < experts:
+                    # wait until the epilogue has drained this accumulator buffer
+                    acc_pipeline.producer_acquire(acc_state)
+                    tiled_mma = self.mma_k_loop(
+                        tiled_mma,
+                        tCtAcc[(None, None, None, acc_state.index)],
+                        tCrA,
+                        tCrB,
+                        ab_consumer,
+                        k_tile_cnt,
+                    )
+                    acc_pipeline.producer_commit(acc_state)
+                    acc_state.advance()
+                    tile = tile + self.num_clusters
+                    expert, first = scheduler.seek(
+                        mOffs, experts, tile_m, n_tiles, tile, expert, first
+                    )
+                acc_pipeline.producer_tail(acc_state)
+
+        # ---------------------------------------------------------------- epilogue warps
+        if warp_idx < self.mma_warp:
+            tmem.allocate(self.num_tmem_cols)
+            tmem.wait_for_alloc()
+            tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
+            # (MMA, MMA_M, MMA_N, ACC_STAGE)
+            tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
+            c_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.num_epi_stages,
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
+                ),
+            )
+            acc_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, self.num_acc_stages
+            )
+            subtiles = cute.size(self.mma_tiler_mnk[1]) // self.epi_tile_mn[1]
+            stored = cutlass.Int32(0)
+            tile = cutlass.Int32(cluster_idx)
+            expert, first = scheduler.seek(
+                mOffs, experts, tile_m, n_tiles, tile, cutlass.Int32(0), cutlass.Int32(0)
+            )
+            while expert < experts:
+                m_tile, n_tile, _row0, _valid = scheduler.decode(mOffs, tile_m, tile, expert, first)
+                # (bM, bN): coordinates relative to the expert's own C descriptor
+                gC = cute.local_tile(
+                    mC_mn, self.mma_tiler_mnk, (m_tile, n_tile, None), proj=(1, 1, None)
+                )
+                # (MMA, MMA_M, MMA_N): this CTA's rows of the tile
+                tCgC = thr_mma.partition_C(gC)
+                desc_ptr = expert_descriptor_ptr(mWorkspace, expert)
+                if warp_idx == self.epilogue_warps[0]:
+                    cpasync.fence_tma_desc_acquire(desc_ptr)
+                acc_pipeline.consumer_wait(acc_state)
+                self.epilogue_tile(
+                    tidx,
+                    warp_idx,
+                    tma_atom_c,
+                    tCtAcc[(None, None, None, acc_state.index)],
+                    sC,
+                    tCgC,
+                    c_pipeline,
+                    stored,
+                    desc_ptr,
+                )
+                # the accumulator is in registers/SMEM now: hand the buffer back to the MMA warp
+                cute.arch.fence_view_async_tmem_load()
+                with cute.arch.elect_one():
+                    acc_pipeline.consumer_release(acc_state)
+                acc_state.advance()
+                stored = stored + subtiles
+                tile = tile + self.num_clusters
+                expert, first = scheduler.seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
+            c_pipeline.producer_tail()
+            tmem.relinquish_alloc_permit()
+            tmem.free(tmem_ptr)
+
+    @staticmethod
+    def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:
+        from .stage1_gemm import check_config
+
+        if check_config(config, 3):
+            return False
+        return m >= 0 and n % 8 == 0 and k % 8 == 0 and n > 0 and k > 0
+
+
+# ---------------------------------------------------------------------- module interface
+def build(config: GemmConfig, sms: int = B200.sms) -> PersistentGroupedGemmKernel:
+    """The stage-3 kernel object (``sms`` persistent CTAs; B200 has 148)."""
+    return PersistentGroupedGemmKernel(config, sms)
+
+
+def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
+    """Compile stage 3 for the current ``CUTE_DSL_ARCH`` with fake tensors; no GPU needed."""
+    kernel = build(config)
+    return cute.compile(kernel, *fake_arguments(kernel, m, n, k, experts))
