@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ..config import GemmConfig
-from ..workloads import TMA_ALIGN_ELEMS, check_dims, check_offsets
+from ..workloads import check_dims, check_offsets
 
 __all__ = ["grouped_gemm", "validate", "default_config", "stage_module", "STAGE_NAMES"]
 
@@ -44,7 +44,7 @@ def _arch_of(device) -> str:
     )
 
 
-def validate(A, W, offsets, out=None, check: bool = True):
+def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cuda"):
     """Raise ``ValueError`` for anything the kernels cannot run; returns (rows, n, k, experts).
 
     With ``check=False`` the offsets' *values* are not inspected (that needs a device-to-host
@@ -57,7 +57,7 @@ def validate(A, W, offsets, out=None, check: bool = True):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype != torch.bfloat16:
             raise ValueError(f"{name} must be bfloat16, got {t.dtype}")
-        if t.device.type != "cuda":
+        if t.device.type != device_type:
             raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
     if A.dim() != 2:
         raise ValueError(f"A must be 2-D (rows, k), got shape {tuple(A.shape)}")
@@ -88,8 +88,6 @@ def validate(A, W, offsets, out=None, check: bool = True):
             f"expected {experts} end offsets or {experts + 1} cu_seqlens for W's {experts} "
             f"experts, got shape {tuple(offsets.shape)}"
         )
-    if offsets.numel() and offsets.dtype == torch.int64 and not check:
-        pass  # converted on the device; values unchecked
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16:
             raise ValueError("out must be a bfloat16 torch.Tensor")
@@ -155,6 +153,3 @@ def grouped_gemm(A, W, offsets, config=None, out=None, stage: int = 3, check: bo
         fn, A, W, end_offsets, out, host_offsets, cuda_stream(A.device)
     )
     return out
-
-
-assert TMA_ALIGN_ELEMS == 8
