@@ -135,7 +135,7 @@ def parse_launches(host_ir: str) -> list[dict[str, int]]:
 
     def stored_constant(index: int, gep_field: str) -> int | None:
         gep = re.compile(rf"^\s*(%\d+) = llvm\.getelementptr (%\d+)\[{re.escape(gep_field)}\]")
-        for j in range(index, max(index - 60, -1), -1):
+        for j in range(min(index, len(lines) - 1), max(index - 60, -1), -1):
             found = gep.match(lines[j])
             if found and _LAUNCH_STRUCT in lines[j]:
                 ptr = found.group(1)
