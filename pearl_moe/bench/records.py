@@ -245,13 +245,23 @@ def _round_floats(obj, digits: int = 5):
     return obj
 
 
+def _dumps(run: dict) -> str:
+    """Compact JSON with one problem or record per line: small, and diffs stay readable."""
+    head = {k: v for k, v in run.items() if k not in ("problems", "records")}
+    text = json.dumps(head, indent=1)[:-2]  # reopen the object
+    for key in ("problems", "records"):
+        items = ",\n  ".join(json.dumps(x, separators=(",", ":")) for x in run[key])
+        text += f',\n "{key}": [\n  {items}\n ]'
+    return text + "\n}\n"
+
+
 def write_run(run: dict, path: str | Path) -> Path:
     """Validate and write ``run`` (floats to 5 significant digits, to keep files small)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     validate_run(run)
     tmp = path.with_suffix(path.suffix + ".part")
-    tmp.write_text(json.dumps(_round_floats(run), indent=1) + "\n")
+    tmp.write_text(_dumps(_round_floats(run)))
     tmp.replace(path)
     return path
 

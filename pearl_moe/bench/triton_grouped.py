@@ -25,7 +25,14 @@ from dataclasses import asdict, dataclass
 import triton
 import triton.language as tl
 
-__all__ = ["TritonConfig", "CONFIGS", "grouped_gemm", "launch_grid", "candidate_configs"]
+__all__ = [
+    "TritonConfig",
+    "CONFIGS",
+    "grouped_gemm",
+    "launch_grid",
+    "candidate_configs",
+    "read_stream",
+]
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,8 @@ CONFIGS = (
     TritonConfig(16, 128, 128, 4, 4),
     TritonConfig(32, 128, 64, 4, 5),
     TritonConfig(64, 128, 64, 4, 4),
+    TritonConfig(64, 256, 64, 8, 4),
+    TritonConfig(128, 256, 64, 8, 3),
     TritonConfig(128, 128, 64, 8, 3, persistent=True),
     TritonConfig(128, 256, 64, 8, 3, persistent=True),
 )
@@ -204,3 +213,31 @@ def grouped_gemm(A, W, offsets, out, cfg: TritonConfig, sms: int | None = None):
         num_stages=cfg.num_stages,
     )
     return out
+
+
+# ------------------------------------------------------------------ a read-bandwidth probe
+@triton.jit(do_not_specialize=["numel", "iters"])
+def _read_stream_kernel(x_ptr, partial_ptr, numel, iters, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for it in range(0, iters):
+        idx = (it * nprog + pid).to(tl.int64) * BLOCK + offs  # neighbours read neighbouring blocks
+        acc += tl.load(x_ptr + idx, mask=idx < numel, other=0.0).to(tl.float32)
+    tl.store(partial_ptr + pid, tl.sum(acc, 0))
+
+
+def read_stream(x, partial=None, programs: int | None = None, block: int = 8192):
+    """Sum ``x`` (flattened) into one partial per program: reads every byte once, writes almost
+    nothing. Used as a second read-bandwidth probe next to ``torch.sum``."""
+    import torch
+
+    if programs is None:
+        programs = 8 * torch.cuda.get_device_properties(x.device).multi_processor_count
+    if partial is None:
+        partial = torch.empty(programs, dtype=torch.float32, device=x.device)
+    numel = x.numel()
+    iters = triton.cdiv(triton.cdiv(numel, block), programs)
+    _read_stream_kernel[(programs,)](x, partial, numel, iters, BLOCK=block, num_warps=8)
+    return partial
