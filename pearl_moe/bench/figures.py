@@ -1,0 +1,112 @@
+"""Benchmark figures, drawn from the committed results (no GPU needed).
+
+``BENCH_FIGURES`` maps a figure name to ``fn(out_dir) -> [paths]``; ``python -m pearl_moe figures``
+merges it with the course's other figures. Every curve is labeled "measured on <GPU> (<date>)"; the
+floor is a model built on the ceilings measured in the same run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import replay
+from ..workloads import MODELS
+
+__all__ = ["BENCH_FIGURES", "latency_vs_tokens", "pct_of_floor"]
+
+GPU = "H200"
+
+
+def _slug(model: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in model.lower()).strip("_")
+
+
+def _measured_on(rs: list[dict]) -> str:
+    gpu = (rs[0]["gpu"] or GPU).replace("NVIDIA ", "")
+    dates = sorted({(r["date"] or "")[:10] for r in rs})
+    return f"{gpu} ({', '.join(dates)})"
+
+
+def _series(rs: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in rs:
+        series[r["impl"]].append((r["tokens_per_gpu"], r["median_us"] * 1e-6))
+    return dict(series)
+
+
+def _save(fig, out_dir: Path, name: str) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.png"
+    fig.savefig(path, dpi=90)
+    return [path]
+
+
+def latency_vs_tokens(model: str, out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Latency against tokens per GPU for every implementation measured on ``model``, with the
+    floor (balanced routing; quack-tuned from its own run)."""
+    from ..plots import plot_latency_vs_tokens
+
+    base = replay.rows(GPU, kind="baselines", model=model, routing="balanced", root=root)
+    tuned = replay.rows(
+        GPU, kind="quack_tuned", model=model, routing="balanced", impl="quack-tuned", root=root
+    )
+    if not base:
+        raise FileNotFoundError(f"no baselines for {model} under results/{GPU}")
+    rs = base + tuned
+    floor = sorted({(r["tokens_per_gpu"], r["floor_us"] * 1e-6) for r in base})
+    fig = plot_latency_vs_tokens(
+        _series(rs),
+        floor=floor,
+        measured_on=_measured_on(rs),
+        title=f"{model} gate+up, EP=8: measured on {_measured_on(rs)}",
+    )
+    return _save(fig, out_dir, f"bench_latency_{_slug(model)}")
+
+
+def pct_of_floor(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Percent of the floor (floor / time) per implementation and model, balanced routing."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    rs = replay.rows(GPU, kind="baselines", routing="balanced", root=root)
+    rs += replay.rows(GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root)
+    if not rs:
+        raise FileNotFoundError(f"no results under results/{GPU}")
+    models = [m for m in MODELS if any(r["model"] == m for r in rs)]
+    fig = Figure(figsize=(10, 3.4), layout="constrained")
+    axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+    for ax, model in zip(axes, models, strict=True):
+        series = defaultdict(list)
+        for r in rs:
+            if r["model"] == model:
+                series[r["impl"]].append((r["tokens_per_gpu"], r["pct_of_floor"]))
+        for impl, pts in series.items():
+            t, p = zip(*sorted(pts), strict=True)
+            ax.plot(t, p, marker="o", ms=3, label=impl)
+        ax.axhline(100, color="#555555", ls="--", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("tokens per GPU")
+    axes[0].set_ylabel("% of floor (floor / time)")
+    axes[-1].legend(fontsize=7)
+    fig.suptitle(f"Baselines, measured on {_measured_on(rs)}; floor modeled from measured ceilings")
+    return _save(fig, out_dir, "bench_pct_of_floor")
+
+
+def _latency_fn(model: str) -> Callable[[Path], list[Path]]:
+    def fn(out_dir: Path) -> list[Path]:
+        return latency_vs_tokens(model, out_dir)
+
+    fn.__doc__ = f"{model}: latency of every baseline against tokens per GPU, with the floor."
+    return fn
+
+
+BENCH_FIGURES: dict[str, Callable[[Path], list[Path]]] = {
+    f"bench_latency_{_slug(m)}": _latency_fn(m) for m in MODELS
+}
+BENCH_FIGURES["bench_pct_of_floor"] = pct_of_floor

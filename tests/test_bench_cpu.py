@@ -1,0 +1,291 @@
+"""CPU tests of the benchmark: floor arithmetic, input rotation, the correctness comparison, the
+result schema, the CLI's refusal without a GPU, the Triton kernel's indexing (interpreter), plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from pearl_moe.bench import harness
+from pearl_moe.bench.cli import build_problems, format_table, main, parse_args
+from pearl_moe.bench.records import (
+    new_run,
+    problem_entry,
+    problem_from_entry,
+    problem_id,
+    read_run,
+    validate_run,
+    write_run,
+)
+from pearl_moe.workloads import GroupedProblem, make_problem
+
+CEIL = {"read_bytes_per_s": 4.0e12, "bf16_flops_per_s": 800e12}
+
+
+def test_floor_is_bytes_over_bandwidth_at_decode_and_flops_over_peak_at_prefill():
+    p = make_problem("GLM 5.3", 64, ep=8)  # 32 experts, 16 rows each, all active
+    weights = 32 * 4096 * 6144 * 2
+    io = 512 * 6144 * 2 + 512 * 4096 * 2
+    assert p.bytes_moved() == weights + io
+    assert harness.floor_seconds(p, CEIL) == pytest.approx((weights + io) / 4.0e12)
+    m = harness.metrics(p, 2 * harness.floor_seconds(p, CEIL), CEIL)
+    assert m["pct_of_floor"] == pytest.approx(50.0)
+    assert m["bound"] == "memory"
+    big = make_problem("GLM 5.3", 4096, ep=8)
+    assert harness.floor_seconds(big, CEIL) == pytest.approx(big.flops / 800e12)
+    assert harness.metrics(big, 1.0, CEIL)["bound"] == "compute"
+
+
+def test_floor_counts_only_experts_with_rows():
+    p = GroupedProblem(k=64, n=128, counts=(3, 0, 0, 5))
+    assert p.bytes_moved() == 2 * (2 * 128 * 64 + 8 * 64 + 8 * 128)
+
+
+def test_input_sets_cover_l2_several_times():
+    l2 = 60 << 20
+    assert harness.input_sets_for(10 << 20, l2) == 24  # 4 x 60 MB / 10 MB
+    assert harness.input_sets_for(400 << 20, l2) == 1  # larger than L2 already
+    assert harness.input_sets_for(1, l2) == 32  # capped
+    with pytest.raises(ValueError):
+        harness.input_sets_for(0, l2)
+
+
+def _ref_and_torch(problem, seed=3):
+    A, W, _ = harness.make_inputs(problem, "cpu", seed)
+    counts = list(problem.counts)
+    return harness.reference_fp32(A, W, counts), harness.torch_bf16_per_expert(A, W, counts)
+
+
+def test_compare_passes_torch_and_fails_nan_rows_and_wrong_values():
+    problem = GroupedProblem(k=128, n=64, counts=(4, 0, 9, 1))
+    ref, tout = _ref_and_torch(problem)
+    ok = harness.compare(tout, ref, tout)
+    assert ok.ok and ok.unwritten_rows == 0
+    holes = tout.clone()
+    holes[4:7] = float("nan")
+    bad = harness.compare(holes, ref, tout)
+    assert not bad.ok and bad.unwritten_rows == 3
+    wrong = (ref * 1.05).bfloat16()
+    res = harness.compare(wrong, ref, tout)
+    assert not res.ok and res.max_abs_err > res.tolerance
+    assert res.tolerance == pytest.approx(2 * res.torch_bf16_err + 1e-3)
+
+
+def test_inputs_are_random_not_zeros():
+    A, W, offsets = harness.make_inputs(GroupedProblem(k=64, n=32, counts=(2, 0, 3)), "cpu", 0)
+    assert A.dtype == torch.bfloat16 and W.shape == (3, 32, 64)
+    assert offsets.tolist() == [2, 2, 5] and offsets.dtype == torch.int32
+    assert A.float().std() > 0.5 and (A != 0).float().mean() > 0.99
+
+
+def test_loop_baseline_checks_on_cpu_and_broken_one_does_not():
+    problem = GroupedProblem(k=64, n=48, counts=(5, 0, 7, 1, 0))
+    result, config = harness.check(harness.get_impl("loop"), problem, device="cpu")
+    assert result.ok, result.message
+    assert config["launches"] == 3  # zero-row experts skipped
+
+    def prepare(A, W, offsets, counts):
+        def run(out):
+            out[: counts[0]] = 0  # writes only the first expert
+            return out
+
+        return harness.Prepared(run, {})
+
+    bad, _ = harness.check(harness.Implementation("bad", prepare), problem, device="cpu")
+    assert not bad.ok and bad.unwritten_rows == 8
+
+
+def test_registry_lists_baselines_and_pearl_stages_lazily():
+    names = harness.impl_names()
+    for name in ("loop", "grouped_mm", "quack", "quack-tuned", "triton", "pearl-s1", "pearl-s3"):
+        assert name in names
+    with pytest.raises(KeyError):
+        harness.get_impl("no-such-impl")
+
+
+def test_quack_reports_unavailable_clearly_without_quack():
+    pytest.importorskip("torch")
+    try:
+        import quack  # noqa: F401
+    except ImportError:
+        with pytest.raises(harness.ImplementationUnavailable, match="quack"):
+            harness.get_impl("quack")
+    else:
+        pytest.skip("quack is installed here")
+
+
+def _fake_run():
+    run = new_run("baselines", {"gpu": "NVIDIA H200", "date": "2026-11-29T00:00:00+00:00"}, CEIL)
+    p = make_problem("Kimi K3", 16, ep=8)
+    run["problems"].append(problem_entry(p, CEIL))
+    floor_us = run["problems"][0]["floor_us"]
+    run["records"].append(
+        {
+            "problem": problem_id(p),
+            "impl": "loop",
+            "status": "ok",
+            "config": {},
+            "time": {"median_us": 2 * floor_us, "min_us": 1.9 * floor_us, "max_us": 2.1 * floor_us},
+            "metrics": harness.metrics(p, 2 * floor_us * 1e-6, CEIL),
+            "correctness": {"ok": True, "max_abs_err": 0.01, "torch_bf16_max_abs_err": 0.01},
+        }
+    )
+    run["records"].append(
+        {"problem": problem_id(p), "impl": "quack", "status": "unavailable", "config": {}}
+    )
+    return run, p
+
+
+def test_records_round_trip_and_reject_bad_files(tmp_path):
+    run, p = _fake_run()
+    path = write_run(run, tmp_path / "H200" / "baselines.json")
+    back = read_run(path)
+    assert back["records"][0]["metrics"]["pct_of_floor"] == pytest.approx(50.0)
+    q = problem_from_entry(back["problems"][0])
+    assert (q.k, q.n, q.counts, q.meta["model"]) == (p.k, p.n, p.counts, p.meta["model"])
+    assert "50%" in format_table(back) and "unavailable" in format_table(back)
+    for breaking in (
+        lambda r: r.update(schema="other"),
+        lambda r: r["ceilings"].update(read_bytes_per_s=0),
+        lambda r: r["records"][0].update(problem="nope"),
+        lambda r: r["records"][0]["correctness"].update(ok=False),
+        lambda r: r["problems"][0].update(rows=1),
+        lambda r: r["records"][0].pop("time"),
+    ):
+        bad = json.loads(json.dumps(run))
+        breaking(bad)
+        with pytest.raises(ValueError):
+            validate_run(bad)
+
+
+def test_committed_results_follow_the_schema():
+    files = sorted(Path(__file__).resolve().parent.parent.glob("results/*/*.json"))
+    if not files:
+        pytest.skip("no committed results")
+    total = 0
+    for f in files:
+        run = read_run(f)
+        total += f.stat().st_size
+        for r in run["records"]:
+            if r["status"] == "ok":
+                assert r["correctness"]["max_abs_err"] <= r["correctness"]["tolerance"]
+    assert total < 200_000
+
+
+def test_cli_refuses_without_a_gpu(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--models", "glm", "--tokens", "64"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_cli_refuses_without_a_gpu_as_a_process():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    res = subprocess.run(
+        [sys.executable, "-m", "pearl_moe", "bench", "--tokens", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert res.returncode != 0
+    assert "no CUDA GPU" in res.stderr
+
+
+def test_cli_builds_the_sweep():
+    args = parse_args(["--skewed-tokens", "64"])
+    problems = build_problems(args)
+    assert len(problems) == 3 * 7 + 3
+    assert {p.meta["routing"] for p in problems} == {"balanced", "skewed"}
+    ordered = build_problems(parse_args(["--tokens", "64,1", "--order", "tokens"]))
+    assert [p.meta["tokens_per_gpu"] for p in ordered] == [64, 64, 64, 1, 1, 1]
+
+
+_INTERP = textwrap.dedent(
+    """
+    import os, itertools
+    os.environ["TRITON_INTERPRET"] = "1"
+    import numpy as np
+    import torch
+    import triton.runtime.interpreter as interp
+    # triton 3.6's interpreter calls int() on 1-element arrays, which numpy >= 2.3 refuses.
+    _orig = interp._patch_lang_tensor
+    def _patched(tensor, scope):
+        _orig(tensor, scope)
+        scope.set_attr(
+            tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0])
+        )
+    interp._patch_lang_tensor = _patched
+    from pearl_moe.bench.triton_grouped import TritonConfig, grouped_gemm, read_stream
+    torch.manual_seed(0)
+    counts = [3, 0, 17, 1, 0, 40]
+    k, n = 136, 200  # neither a multiple of the tile
+    rows = sum(counts)
+    A = torch.randn(rows, k)
+    W = torch.randn(len(counts), n, k) / k**0.5
+    offs = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32)
+    ref = torch.zeros(rows, n)
+    s = 0
+    for e, c in enumerate(counts):
+        ref[s : s + c] = A[s : s + c] @ W[e].T
+        s += c
+    for cfg in (TritonConfig(16, 64, 64, 4, 2),
+                TritonConfig(32, 128, 32, 4, 2, persistent=True, programs_per_sm=1)):
+        out = torch.full((rows, n), float("nan"))
+        grouped_gemm(A, W, offs, out, cfg, sms=3)
+        assert not torch.isnan(out).any(), cfg.name
+        err = (out - ref).abs().max().item()
+        assert err < 1e-4, (cfg.name, err)
+    x = torch.randn(50_001)
+    assert abs(read_stream(x, programs=5, block=1024).sum().item() - x.sum().item()) < 1e-2
+    print("ok")
+    """
+)
+
+
+def test_triton_kernel_indexing_in_the_interpreter(tmp_path):
+    """Zero-row experts, ragged rows, k and n off the tile, persistent and not: float32 through
+    Triton's CPU interpreter (it does not emulate bf16; the GPU tests cover bf16)."""
+    pytest.importorskip("triton")
+    script = tmp_path / "interp.py"
+    script.write_text(_INTERP)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().endswith("ok")
+
+
+def test_bench_figures_draw_from_a_recorded_json(tmp_path, monkeypatch):
+    from pearl_moe import replay
+    from pearl_moe.bench import figures
+
+    root = tmp_path / "results"
+    run, _ = _fake_run()
+    for tokens in (1, 64):
+        p = make_problem("Kimi K3", tokens, ep=8)
+        run["problems"].append(problem_entry(p, CEIL))
+        run["records"].append(
+            {
+                "problem": problem_id(p),
+                "impl": "loop",
+                "status": "ok",
+                "config": {},
+                "time": {"median_us": 900.0, "min_us": 890.0, "max_us": 950.0},
+                "metrics": harness.metrics(p, 900e-6, CEIL),
+                "correctness": {"ok": True, "max_abs_err": 0.01, "torch_bf16_max_abs_err": 0.01},
+            }
+        )
+    write_run(run, root / "H200" / "baselines.json")
+    monkeypatch.setattr(replay, "RESULTS_DIR", root)
+    paths = figures.latency_vs_tokens("Kimi K3", tmp_path / "figs")
+    paths += figures.pct_of_floor(tmp_path / "figs")
+    for path in paths:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert 5_000 < path.stat().st_size < 150_000
+    with pytest.raises(FileNotFoundError):
+        figures.latency_vs_tokens("GLM 5.3", tmp_path / "figs")
+    assert set(figures.BENCH_FIGURES) >= {"bench_pct_of_floor", "bench_latency_kimi_k3"}

@@ -1,0 +1,77 @@
+"""Replay: reading results/ without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from pearl_moe import replay
+from pearl_moe.bench import harness
+from pearl_moe.bench.records import new_run, problem_entry, problem_id, write_run
+from pearl_moe.workloads import make_problem
+
+CEIL = {"read_bytes_per_s": 4.0e12, "bf16_flops_per_s": 800e12}
+
+
+@pytest.fixture
+def root(tmp_path):
+    run = new_run("baselines", {"gpu": "NVIDIA H200", "date": "2026-11-29T10:00:00+00:00"}, CEIL)
+    for model in ("GLM 5.3", "Kimi K3"):
+        for tokens in (4, 64):
+            p = make_problem(model, tokens, ep=8)
+            run["problems"].append(problem_entry(p, CEIL))
+            for impl, factor in (("loop", 1.5), ("triton", 1.25)):
+                t = factor * p.floor_seconds(**{"read_bytes_per_s": 4e12, "flops_per_s": 800e12})
+                run["records"].append(
+                    {
+                        "problem": problem_id(p),
+                        "impl": impl,
+                        "status": "ok",
+                        "config": {"x": 1},
+                        "time": {"median_us": t * 1e6, "min_us": t * 1e6, "max_us": t * 1e6},
+                        "metrics": harness.metrics(p, t, CEIL),
+                        "correctness": {
+                            "ok": True,
+                            "max_abs_err": 0.01,
+                            "torch_bf16_max_abs_err": 0.01,
+                        },
+                    }
+                )
+            run["records"].append(
+                {"problem": problem_id(p), "impl": "quack", "status": "error", "config": {}}
+            )
+    write_run(run, tmp_path / "H200" / "baselines.json")
+    return tmp_path
+
+
+def test_list_runs(root):
+    runs = replay.list_runs(root)
+    assert len(runs) == 1
+    assert runs[0]["kind"] == "baselines" and runs[0]["records"] == 12
+
+
+def test_rows_filter_and_flatten(root):
+    rs = replay.rows(root=root, model="GLM 5.3", impl="triton")
+    assert len(rs) == 2
+    assert all(r["pct_of_floor"] == pytest.approx(80.0) for r in rs)
+    assert {r["tokens_per_gpu"] for r in rs} == {4, 64}
+    assert rs[0]["gpu"] == "NVIDIA H200" and rs[0]["read_ceiling_tb_s"] == pytest.approx(4.0)
+    assert len(replay.rows(root=root, impl=["loop", "triton"], tokens=64)) == 4
+    everything = replay.rows(root=root, ok_only=False)
+    assert sum(r["status"] == "error" for r in everything) == 4
+    assert replay.rows(root=root, gpu="B200") == []
+
+
+def test_best_and_table(root):
+    best = replay.best_by_problem(replay.rows(root=root))
+    assert {r["impl"] for r in best.values()} == {"triton"}
+    text = replay.table(root=root)
+    assert "measured on NVIDIA H200 (2026-11-29)" in text
+    assert "(80%)" in text and "(67%)" in text and "error" in text
+
+
+def test_committed_results_replay():
+    runs = replay.list_runs()
+    if not runs:
+        pytest.skip("no committed results")
+    rs = replay.rows(gpu=runs[0]["gpu_dir"], kind=runs[0]["kind"])
+    assert rs and all(r["median_us"] > 0 for r in rs)
