@@ -29,7 +29,7 @@ READ_BW = 4.25e12  # measured read-only HBM bandwidth of this H200 (facts.md)
 PEAK = 790e12  # measured dense bf16 matmul rate
 
 
-def time_graph(fn, reps=30):
+def time_graph(fn, reps=20):
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -83,7 +83,7 @@ def env():
 
 def main(outdir):
     os.makedirs(outdir, exist_ok=True)
-    record = dict(env=env(), method="CUDA graph replay of one call, median of 30, us", rows=[])
+    record = dict(env=env(), method="CUDA graph replay of one call, median of 20, us", rows=[])
     print(record["env"], flush=True)
     cases = [(m, t) for m in ("GLM 5.3", "DeepSeek V4 Pro", "Kimi K3") for t in (16, 64, 256)]
     cases.append(("GLM 5.3", 4096))

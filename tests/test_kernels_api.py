@@ -94,7 +94,7 @@ def test_schedule_covers_every_row_once():
     n, tile_m, tile_n = 2816, 128, 128
     work = schedule_tiles(counts, n, tile_m, tile_n)
     covered = {}
-    for e, m_tile, n_tile, first, valid in work:
+    for _e, _m_tile, n_tile, first, valid in work:
         assert 1 <= valid <= tile_m
         for r in range(first, first + valid):
             covered[(r, n_tile)] = covered.get((r, n_tile), 0) + 1

@@ -181,11 +181,13 @@ class Sm90DenseGemm(Sm90KernelBase):
             if kt > 0:
                 ab_pipeline.consumer_release(release_state)
                 release_state.advance()
-            if warp_idx == self.load_warp and load_state.count < k_tiles:
-                self._issue_loads(
-                    ab_pipeline, load_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
-                )
-                load_state.advance()
+                # Refill the entry k tile kt-1 just freed. (Refilling before this release would
+                # deadlock: warp 0 would wait for an entry it only frees one iteration later.)
+                if warp_idx == self.load_warp and load_state.count < k_tiles:
+                    self._issue_loads(
+                        ab_pipeline, load_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
+                    )
+                    load_state.advance()
         cute.nvgpu.warpgroup.wait_group(0)
         ab_pipeline.consumer_release(release_state)
 
