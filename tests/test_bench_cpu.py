@@ -289,3 +289,15 @@ def test_bench_figures_draw_from_a_recorded_json(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError):
         figures.latency_vs_tokens("GLM 5.3", tmp_path / "figs")
     assert set(figures.BENCH_FIGURES) >= {"bench_pct_of_floor", "bench_latency_kimi_k3"}
+
+
+def test_pearl_entries_are_lazy_and_say_which_stages_exist():
+    try:
+        from pearl_moe.kernels.api import STAGE_NAMES
+    except Exception:
+        pytest.skip("pearl_moe.kernels.api is not importable here")
+    missing = max(STAGE_NAMES) + 1
+    with pytest.raises(harness.ImplementationUnavailable, match=f"no stage {missing}"):
+        harness.get_impl(f"pearl-s{missing}")
+    impl = harness.get_impl(f"pearl-s{min(STAGE_NAMES)}")
+    assert impl.config["stage"] == min(STAGE_NAMES)
