@@ -328,15 +328,21 @@ def _run_worker(arch: str, jobs: list[dict], timeout: float) -> list[dict]:
     env = dict(os.environ)
     env["CUTE_DSL_ARCH"] = arch
     env["CUTE_DSL_KEEP"] = "ptx,cubin,sass"
-    env.pop("CUTE_DSL_DUMP_DIR", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", "from pearl_moe.inspect import _worker; _worker()"],
-        input=json.dumps(jobs),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+    # The DSL writes its kept files into the working directory: give the worker a scratch one, and
+    # make sure it still imports this very package (also when it is not installed).
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix="pearl-moe-compile-") as scratch:
+        env["CUTE_DSL_DUMP_DIR"] = scratch
+        proc = subprocess.run(
+            [sys.executable, "-c", "from pearl_moe.inspect import _worker; _worker()"],
+            input=json.dumps(jobs),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=scratch,
+        )
     marker = "PEARL_MOE_REPORTS="
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(marker):
