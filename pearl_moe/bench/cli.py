@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         tqdm = _PlainProgress
 
     from . import harness
-    from .records import environment, new_run, problem_entry, write_run
+    from .records import environment, new_run, problem_entry, raise_read_ceiling, write_run
 
     problems = build_problems(args)
     device_name = torch.cuda.get_device_name()
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
         run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
         run["env"]["skipped_problems"] = skipped
-        write_run(run, out)
+        write_run(raise_read_ceiling(run), out)
     bar.close()
     run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
     run["env"]["skipped_problems"] = skipped
