@@ -43,8 +43,9 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import LayoutEnum
 
 from ...budget import smem_budget
 from ...config import GemmConfig
@@ -111,7 +112,7 @@ class Sm90KernelBase:
     # ------------------------------------------------------------------ host-side setup
     def _setup(self):
         """Tiled MMA and shared-memory layouts (called inside the host @cute.jit)."""
-        row = utils.LayoutEnum.ROW_MAJOR  # A (m, k), W (n, k) and out (m, n) are all K/N-major
+        row = LayoutEnum.ROW_MAJOR  # A (m, k), W (n, k) and out (m, n) are all K/N-major
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype,
             self.ab_dtype,
@@ -147,7 +148,7 @@ class Sm90KernelBase:
     # ------------------------------------------------------------------ device-side helpers
     def _allocate_smem(self, a_layout, b_layout, epi_layout):
         """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers)."""
-        smem = cutlass.utils.SmemAllocator()
+        smem = SmemAllocator()
         # (tile_m, tile_k, stages)
         sA = smem.allocate_tensor(self.ab_dtype, a_layout.outer, 1024, a_layout.inner)
         # (tile_n, tile_k, stages)
@@ -217,7 +218,7 @@ class Sm90KernelBase:
         it lies outside the descriptor (past the expert's rows, past n) is dropped by the TMA unit.
         ``buffer_base`` counts slices stored earlier, so a persistent CTA keeps cycling its buffers.
         """
-        row = utils.LayoutEnum.ROW_MAJOR
+        row = LayoutEnum.ROW_MAJOR
         copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(row, self.c_dtype, self.acc_dtype)
         stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype)
         tiled_copy_r2s = cute.make_tiled_copy_S(
