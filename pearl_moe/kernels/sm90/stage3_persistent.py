@@ -3,7 +3,7 @@
 What changed since stage 2
 --------------------------
 * **Persistent CTAs.** The grid is one CTA per SM (132 on an H200). Each CTA walks the ragged
-  tile list with :class:`~pearl_moe.kernels.scheduler.GroupedTileScheduler` (tile ``c``,
+  tile list with :func:`pearl_moe.kernels.scheduler.seek` / ``decode`` (tile ``c``,
   ``c + 132``, ...), reading the offsets on the device. No empty CTAs, one prologue per SM, and the
   ring stays full across tile boundaries: the producer starts loading tile i+1 while the consumers
   still multiply (and store) tile i.
