@@ -19,6 +19,7 @@ quack, triton and our kernels are imported inside the factories; a missing packa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -238,10 +239,31 @@ def _pearl_kernels():
     return kernels
 
 
-def _pearl(stage: int | None) -> Implementation:
+def _parse_overrides(spec: str) -> dict:
+    """``"tile_m=64+stages=5"`` -> ``{"tile_m": 64, "stages": 5}`` (GemmConfig fields)."""
+    out = {}
+    for item in filter(None, spec.split("+")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"config override {item!r} is not key=value")
+        out[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return out
+
+
+def pearl_variant(name: str) -> Implementation:
+    """A pearl kernel with config overrides, named ``pearl-s3:tile_m=64+stages=5``: the stage's
+    default configuration on this GPU with those fields changed (validated by GemmConfig)."""
+    base, _, spec = name.partition(":")
+    if not base.startswith("pearl-s") or not base[len("pearl-s") :].isdigit():
+        raise KeyError(f"unknown implementation {name!r}")
+    return _pearl(int(base[len("pearl-s") :]), _parse_overrides(spec), name)
+
+
+def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = None):
     """``pearl_moe.kernels.grouped_gemm`` at a kernel stage (its ``stage`` argument; None: its
     default), called with ``check=False`` so the call can be captured in a CUDA graph (the
-    harness's own correctness check runs first)."""
+    harness's own correctness check runs first). The per-expert loop (stage 1) gets the offsets
+    on the host from the routing, as a serving system would have them."""
     kernels = _pearl_kernels()
     names = getattr(kernels, "STAGE_NAMES", None) or getattr(
         getattr(kernels, "api", None), "STAGE_NAMES", None
@@ -250,15 +272,27 @@ def _pearl(stage: int | None) -> Implementation:
         raise ImplementationUnavailable(
             f"pearl_moe.kernels has no stage {stage} (stages: {sorted(names)})"
         )
-    name = "pearl" if stage is None else f"pearl-s{stage}"
+    name = name or ("pearl" if stage is None else f"pearl-s{stage}")
     kwargs = {"check": False} if stage is None else {"check": False, "stage": stage}
-    config = {"stage": stage if stage is not None else "default", "config": "kernel default"}
 
     def prepare(A, W, offsets, counts):
-        def run(out):
-            return kernels.grouped_gemm(A, W, offsets, config=None, out=out, **kwargs)
+        from ..kernels.api import _arch_of, default_config
+        from ..workloads import counts_to_offsets
 
-        return Prepared(run, dict(config))
+        config = default_config(_arch_of(A.device))
+        if overrides:
+            config = config.with_(**overrides).resolved()
+        host = counts_to_offsets(counts) if stage == 1 else None
+
+        def run(out):
+            return kernels.grouped_gemm(
+                A, W, offsets, config=config, out=out, host_offsets=host, **kwargs
+            )
+
+        described = {"stage": stage or "default", "config": config.describe()}
+        return Prepared(run, {**described, "gemm_config": dataclasses.asdict(config)})
+
+    config = {"stage": stage if stage is not None else "default", "overrides": overrides or {}}
 
     return Implementation(name, prepare, dict(config), "pearl-moe CuTe DSL kernel")
 

@@ -121,6 +121,10 @@ def impl_names() -> list[str]:
 def get_impl(name: str) -> Implementation:
     """The implementation registered as ``name``; ImplementationUnavailable if it cannot load."""
     _load_builtin()
+    if name not in REGISTRY and ":" in name:  # a pearl kernel with config overrides
+        from .baselines import pearl_variant
+
+        return pearl_variant(name)
     if name not in REGISTRY:
         raise KeyError(f"unknown implementation {name!r}; known: {', '.join(REGISTRY)}")
     return REGISTRY[name]()

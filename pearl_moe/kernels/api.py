@@ -112,14 +112,24 @@ def _compiled(arch: str, stage: int, config: GemmConfig, n: int, k: int, experts
     return fn
 
 
-def grouped_gemm(A, W, offsets, config=None, out=None, stage: int = 3, check: bool = True):
+def grouped_gemm(
+    A,
+    W,
+    offsets,
+    config=None,
+    out=None,
+    stage: int = 3,
+    check: bool = True,
+    host_offsets=None,
+):
     """``out[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``.
 
     A (rows, k) bf16, W (E, n, k) bf16, offsets: E int32 end offsets (torch ``grouped_mm``) or
     E + 1 ``cu_seqlens`` with a leading 0. Returns ``out`` (rows, n) bf16. Every problem is a
     ``ValueError`` raised before anything is launched. ``check=False`` skips the offsets' value
-    check (no device-to-host copy: the call can be captured in a CUDA graph; stage 1, the
-    per-expert loop, always needs the offsets on the host).
+    check (no device-to-host copy: the call can be captured in a CUDA graph). Stage 1, the
+    per-expert loop, needs the offsets on the host: pass them as ``host_offsets`` (a list, e.g.
+    from the router; validated on the host, no device copy) or let the call copy them.
     """
     import torch
 
@@ -127,7 +137,11 @@ def grouped_gemm(A, W, offsets, config=None, out=None, stage: int = 3, check: bo
         raise ValueError(f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}")
     if config is not None and not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    rows, n, k, experts, host_offsets = validate(A, W, offsets, out, check)
+    rows, n, k, experts, checked_host = validate(A, W, offsets, out, check)
+    if host_offsets is not None:
+        host_offsets = check_offsets(host_offsets, rows, experts)
+        if checked_host is not None and checked_host != host_offsets:
+            raise ValueError("host_offsets differ from the offsets tensor")
     arch = _arch_of(A.device)
     config = (config or default_config(arch)).resolved()
     if config.arch != arch:
@@ -139,7 +153,7 @@ def grouped_gemm(A, W, offsets, config=None, out=None, stage: int = 3, check: bo
         if problems:
             raise ValueError("; ".join(problems))
     if stage == 1 and host_offsets is None:
-        host_offsets = check_offsets(offsets.detach().cpu(), rows, experts)
+        host_offsets = checked_host or check_offsets(offsets.detach().cpu(), rows, experts)
     from .host import cuda_stream, device_end_offsets
 
     if out is None:
