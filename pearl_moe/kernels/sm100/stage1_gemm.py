@@ -28,19 +28,31 @@ Stage 2 reuses this class and changes only where a CTA's tile comes from; stage 
 epilogue method inside a persistent loop.
 """
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.memory import SmemAllocator, TmemAllocator
+from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ...budget import tmem_columns
 from ...config import GemmConfig
 
-__all__ = ["GemmKernel", "stage_config", "check_config"]
+__all__ = [
+    "GemmKernel",
+    "build",
+    "check_config",
+    "compile_fake",
+    "compile_kernel",
+    "fake_arguments",
+    "launch",
+    "one_accumulator",
+    "placeholder_ptr",
+    "stage_config",
+]
 
 #: Every warp role of the sm_100a kernels, in warp-index order.
 EPILOGUE_WARPS = (0, 1, 2, 3)
@@ -130,9 +142,10 @@ class GemmKernel:
     # ------------------------------------------------------------------ setup (host, traced)
     def _make_tiled_mma(self):
         return sm100_utils.make_trivial_tiled_mma(
-            self.ab_dtype,
-            tcgen05.OperandMajorMode.K,
-            tcgen05.OperandMajorMode.K,
+            self.ab_dtype,  # A
+            self.ab_dtype,  # B
+            cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.K,
             self.acc_dtype,
             self.cta_group,
             self.mma_tiler_mnk[:2],
@@ -220,9 +233,22 @@ class GemmKernel:
 
     # ------------------------------------------------------------------ host entry point
     @cute.jit
-    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
-        """Launch on ``A (m, k)``, ``B (n, k)``, ``C (m, n)``."""
-        tiled_mma = self._setup(mA.element_type, mC.element_type, utils.LayoutEnum.from_tensor(mC))
+    def __call__(
+        self,
+        a_ptr: cute.Pointer,
+        b_ptr: cute.Pointer,
+        c_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        n: cutlass.Constexpr,
+        k: cutlass.Constexpr,
+        stream: cuda.CUstream,
+    ):
+        """Launch on ``A (m, k)``, ``B (n, k)``, ``C (m, n)``; ``m`` is a run-time value."""
+        # (m, k), (n, k), (m, n): K-major operands, row-major output
+        mA = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
+        mB = cute.make_tensor(b_ptr, cute.make_layout((n, k), stride=(k, 1)))
+        mC = cute.make_tensor(c_ptr, cute.make_layout((m, n), stride=(n, 1)))
+        tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
         tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB)
         tma_atom_c, tma_c = self._make_tma_store_atom(mC)
         grid = cute.ceil_div(mC.shape, self.mma_tiler_mnk[:2])
@@ -555,18 +581,69 @@ def build(config: GemmConfig) -> GemmKernel:
     return GemmKernel(config)
 
 
-def fake_arguments(kernel: GemmKernel, m: int, n: int, k: int, experts: int = 1):
-    """Fake tensors (no GPU, no memory) with which ``cute.compile`` traces ``kernel``."""
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+def placeholder_ptr(dtype=cutlass.BFloat16, align: int = 16):
+    """A null global pointer to trace with: ``cute.compile`` needs types and alignment, no memory."""
+    return cute.runtime.make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
 
-    bf16 = cutlass.BFloat16
-    a = make_fake_compact_tensor(bf16, (m, k), stride_order=(1, 0), assumed_align=16)
-    b = make_fake_compact_tensor(bf16, (n, k), stride_order=(1, 0), assumed_align=16)
-    c = make_fake_compact_tensor(bf16, (m, n), stride_order=(1, 0), assumed_align=16)
-    return a, b, c, make_fake_stream()
+
+def fake_arguments(kernel: GemmKernel, n: int, k: int):
+    """``cute.compile`` arguments after the kernel: placeholder pointers, ``m``, ``n``, ``k``, stream.
+
+    ``m`` (here 1) stays a run-time ``Int32``; ``n`` and ``k`` are compile-time constants.
+    """
+    del kernel
+    return placeholder_ptr(), placeholder_ptr(), placeholder_ptr(), 1, n, k, cuda.CUstream(0)
+
+
+def one_accumulator(config: GemmConfig) -> GemmConfig:
+    """``config`` with ``acc_stages=1``, the only value stages 1 and 2 take.
+
+    :func:`pearl_moe.kernels.grouped_gemm` resolves every config first, and resolving turns
+    ``acc_stages=None`` into "as many as fit" (2 at 128 x 128), a stage-3 knob. ``build`` rejects
+    that (a teaching error for ``inspect``); the API path pins it back to the one accumulator.
+    """
+    return config if config.acc_stages in (None, 1) else config.with_(acc_stages=1)
+
+
+def compile_kernel(config: GemmConfig, n: int, k: int, experts: int = 1, sms: int | None = None):
+    """Compile for fixed ``(n, k)``; rows stay a run-time argument. Works without a GPU.
+
+    The compiled function takes ``(a_ptr, w_ptr, out_ptr, rows, stream)``: one expert's GEMM.
+    """
+    del experts, sms  # one expert per launch; one tile per CTA, not persistent
+    kernel = build(one_accumulator(config))
+    return cute.compile(kernel, *fake_arguments(kernel, n, k))
 
 
 def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int = 1):
-    """Compile stage 1 for the current ``CUTE_DSL_ARCH`` with fake tensors; no GPU needed."""
-    kernel = build(config)
-    return cute.compile(kernel, *fake_arguments(kernel, m, n, k, experts))
+    """Compile stage 1 for the current ``CUTE_DSL_ARCH``, no GPU needed (CPU inspection).
+
+    The same compile as :func:`compile_kernel`: ``m`` is a run-time value, so it is not used.
+    """
+    del m
+    return compile_kernel(config, n, k, experts)
+
+
+def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
+    """The naive MoE loop: one launch per non-empty expert, rows sliced on the host.
+
+    Mirrors :func:`pearl_moe.kernels.sm90.stage1_gemm.launch`. Not run yet: no B200 here (the
+    compile is verified on a CPU, ``tests/test_sm100_interface.py``).
+    """
+    from ..host import bf16_ptr
+
+    del end_offsets  # the loop needs the offsets on the host
+    k = A.shape[1]
+    n = W.shape[1]
+    start = 0
+    for e, end in enumerate(host_offsets):
+        rows = end - start
+        if rows > 0:
+            compiled(
+                bf16_ptr(A, start * k),
+                bf16_ptr(W, e * n * k),
+                bf16_ptr(out, start * n),
+                rows,
+                stream,
+            )
+        start = end

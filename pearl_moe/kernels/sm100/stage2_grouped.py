@@ -16,22 +16,24 @@ What changes from stage 1 (same roles, same SMEM, same epilogue method):
    workspace (``E x 128 B``), each with the expert's own base row and row count; the epilogue
    stores through ``tma_desc_ptr`` = that expert's descriptor. Stream order makes the descriptors
    visible to the GEMM. Rows past an expert's end are clipped by the TMA unit, never written.
+   The workspace is allocated by :func:`launch` (:func:`workspace_for`, once per device, stream
+   and expert count) and passed as one more pointer after ``out``.
 
 Budget: identical to stage 1 (the workspace lives in global memory)::
 
     tile 128 x 128 x 64, 6 stages: 96 KB A + 96 KB B + 24 KB epilogue + 176 B barriers
 """
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 from cutlass.cute.nvgpu import cpasync
 from cutlass.memory import SmemAllocator
-from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
+from cutlass.tensor_utils import LayoutEnum, TensorMapManager, TensorMapUpdateMode
 
 from ...config import GemmConfig
-from .stage1_gemm import GemmKernel
+from .stage1_gemm import GemmKernel, one_accumulator, placeholder_ptr
 
 __all__ = [
     "GroupedGemmKernel",
@@ -40,8 +42,12 @@ __all__ = [
     "expert_descriptor_ptr",
     "write_expert_descriptor",
     "compile_fake",
+    "compile_kernel",
     "fake_arguments",
+    "launch",
     "workspace_bytes",
+    "workspace_for",
+    "workspace_gmem_ptr",
 ]
 
 #: A CUtensorMap is 128 bytes and must be 64-byte aligned (we keep 128).
@@ -98,29 +104,35 @@ def expert_rows(mOffs: cute.Tensor, expert):
 class GroupedGemmKernel(GemmKernel):
     """Stage 2: ``C[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``, one launch.
 
-    Arguments: ``A (M, k)``, ``W (E, n, k)``, ``C (M, n)``, ``offs (E,)`` int32 end offsets,
-    ``workspace`` (``E * 16`` int64 words, see :func:`workspace_bytes`). Grid
+    Arguments: pointers to ``A (M, k)``, ``W (E, n, k)``, ``offs (E,)`` int32 end offsets,
+    ``C (M, n)`` and the ``workspace`` (``E * 16`` int64 words, see :func:`workspace_bytes`), the
+    run-time row count ``M``, the compile-time ``n``, ``k``, ``E`` and the stream. Grid
     ``(ceil(M / tile_m), ceil(n / tile_n), E)``, 192 threads per CTA.
     """
 
     stage = 2
 
+    # ------------------------------------------------------------------ host entry point
     @cute.jit
     def __call__(
         self,
-        mA: cute.Tensor,
-        mW: cute.Tensor,
-        mC: cute.Tensor,
-        mOffs: cute.Tensor,
-        mWorkspace: cute.Tensor,
-        stream,
+        a_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        offs_ptr: cute.Pointer,
+        c_ptr: cute.Pointer,
+        workspace_ptr: cute.Pointer,
+        rows: cutlass.Int32,
+        n: cutlass.Constexpr,
+        k: cutlass.Constexpr,
+        experts: cutlass.Constexpr,
+        stream: cuda.CUstream,
     ):
-        tiled_mma = self._setup(mA.element_type, mC.element_type, utils.LayoutEnum.from_tensor(mC))
-        # (n, k, E): the weights with the expert as the TMA's third coordinate
-        mB_nkl = cute.make_tensor(mW.iterator, cute.select(mW.layout, mode=[1, 2, 0]))
+        mA, mB_nkl, mC, mOffs, mWorkspace = self._grouped_tensors(
+            a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts
+        )
+        tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
         tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
         tma_atom_c, tma_c = self._make_tma_store_atom(mC)
-        experts = cute.size(mW, mode=[0])
 
         # 1) one warp per expert writes that expert's C descriptor
         self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
@@ -147,6 +159,22 @@ class GroupedGemmKernel(GemmKernel):
             block=[self.threads_per_cta, 1, 1],
             stream=stream,
         )
+
+    def _grouped_tensors(self, a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts):
+        """Global views of the pointers; ``rows`` is run-time, ``n``, ``k``, ``experts`` static."""
+        # (rows, k): all experts' rows, K-major
+        mA = cute.make_tensor(a_ptr, cute.make_layout((rows, k), stride=(k, 1)))
+        # (n, k, E): the (E, n, k) weights with the expert as the TMA's third coordinate
+        mB_nkl = cute.make_tensor(w_ptr, cute.make_layout((n, k, experts), stride=(k, 1, n * k)))
+        # (rows, n): row-major output
+        mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
+        # (E,): int32 end offsets
+        mOffs = cute.make_tensor(offs_ptr, cute.make_layout(experts))
+        # (E * 16,): int64 words, one 128-byte C descriptor per expert
+        mWorkspace = cute.make_tensor(
+            workspace_ptr, cute.make_layout(experts * (TMA_DESCRIPTOR_BYTES // 8))
+        )
+        return mA, mB_nkl, mC, mOffs, mWorkspace
 
     @cute.kernel
     def write_descriptors(
@@ -356,26 +384,96 @@ def build(config: GemmConfig) -> GroupedGemmKernel:
     return GroupedGemmKernel(config)
 
 
-def fake_arguments(kernel, m: int, n: int, k: int, experts: int):
-    """Fake ``A (m, k)``, ``W (E, n, k)``, ``C (m, n)``, offsets, workspace and stream.
-
-    The total row count is symbolic, so one compiled kernel serves every batch size.
-    """
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
-
-    bf16 = cutlass.BFloat16
-    rows = cute.sym_int(divisibility=1)
-    a = make_fake_compact_tensor(bf16, (rows, k), stride_order=(1, 0), assumed_align=16)
-    w = make_fake_compact_tensor(bf16, (experts, n, k), stride_order=(2, 1, 0), assumed_align=16)
-    c = make_fake_compact_tensor(bf16, (rows, n), stride_order=(1, 0), assumed_align=16)
-    offs = make_fake_compact_tensor(cutlass.Int32, (experts,), assumed_align=4)
-    workspace = make_fake_compact_tensor(
-        cutlass.Int64, (experts * TMA_DESCRIPTOR_BYTES // 8,), assumed_align=TMA_DESCRIPTOR_BYTES
+def fake_arguments(kernel, n: int, k: int, experts: int):
+    """``cute.compile`` arguments after the kernel: placeholder pointers for A, W, offsets, C and
+    the workspace, then ``rows`` (run-time ``Int32``, traced as 1), ``n``, ``k``, ``experts``
+    (compile-time constants) and the stream. One compiled kernel serves every batch size."""
+    del kernel
+    return (
+        placeholder_ptr(),
+        placeholder_ptr(),
+        placeholder_ptr(cutlass.Int32, 4),
+        placeholder_ptr(),
+        placeholder_ptr(cutlass.Int64, TMA_DESCRIPTOR_BYTES),
+        1,
+        n,
+        k,
+        experts,
+        cuda.CUstream(0),
     )
-    return a, w, c, offs, workspace, make_fake_stream()
+
+
+def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
+    """Compile for fixed ``(n, k, experts)``; rows stay a run-time argument. Works without a GPU.
+
+    The compiled function takes ``(a_ptr, w_ptr, offsets_ptr, out_ptr, workspace_ptr, rows,
+    stream)``: the grouped interface of :mod:`pearl_moe.kernels` plus the descriptor workspace
+    (:func:`workspace_for`), which :func:`launch` supplies.
+    """
+    del sms  # one CTA per (m tile, n tile, expert), not persistent
+    kernel = build(one_accumulator(config))
+    return cute.compile(kernel, *fake_arguments(kernel, n, k, experts))
 
 
 def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
-    """Compile stage 2 for the current ``CUTE_DSL_ARCH`` with fake tensors; no GPU needed."""
-    kernel = build(config)
-    return cute.compile(kernel, *fake_arguments(kernel, m, n, k, experts))
+    """Compile stage 2 for the current ``CUTE_DSL_ARCH``, no GPU needed (CPU inspection).
+
+    The same compile as :func:`compile_kernel`: ``m`` is a run-time value, so it is not used.
+    """
+    del m
+    return compile_kernel(config, n, k, experts)
+
+
+#: (device index, stream handle, experts) -> int64 tensor of ``experts * 16`` words.
+_WORKSPACES: dict = {}
+
+
+def workspace_for(device, stream, experts: int):
+    """The C-descriptor workspace (``experts x 128 B``) for launches on ``stream`` of ``device``.
+
+    Allocated on first use and kept: the descriptor kernel rewrites it at every launch, before the
+    GEMM of the same launch reads it, so launches in one stream may share it (stream order). It is
+    one per stream because launches on two streams at once would overwrite each other's
+    descriptors. (A CUDA graph keeps the workspace of the stream it was captured on: do not replay
+    it on another stream while a launch with the same expert count runs on the capture stream.)
+    """
+    import torch
+
+    device = torch.device(device)
+    key = (device.index, int(stream), experts)
+    ws = _WORKSPACES.get(key)
+    if ws is None:
+        ws = torch.empty(experts * TMA_DESCRIPTOR_BYTES // 8, dtype=torch.int64, device=device)
+        if ws.data_ptr() % TMA_DESCRIPTOR_BYTES:
+            raise RuntimeError("the TMA descriptor workspace is not 128-byte aligned")
+        _WORKSPACES[key] = ws
+    return ws
+
+
+def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
+    """One stream-ordered pair of launches (descriptor kernel, grouped GEMM); the offsets are read
+    on the device, ``host_offsets`` is not needed.
+
+    Mirrors :func:`pearl_moe.kernels.sm90.stage2_grouped.launch`, plus the workspace pointer. Not
+    run yet: no B200 here (the compile is verified on a CPU, ``tests/test_sm100_interface.py``).
+    """
+    from ..host import bf16_ptr, i32_ptr
+
+    del host_offsets
+    ws = workspace_for(A.device, stream, W.shape[0])
+    compiled(
+        bf16_ptr(A),
+        bf16_ptr(W),
+        i32_ptr(end_offsets),
+        bf16_ptr(out),
+        workspace_gmem_ptr(ws),
+        A.shape[0],
+        stream,
+    )
+
+
+def workspace_gmem_ptr(ws):
+    """A 128-byte-aligned global int64 pointer to a workspace from :func:`workspace_for`."""
+    return cute.runtime.make_ptr(
+        cutlass.Int64, ws.data_ptr(), cute.AddressSpace.gmem, assumed_align=TMA_DESCRIPTOR_BYTES
+    )

@@ -26,13 +26,14 @@ Tile 256 x 256 x 64, 2-CTA: each CTA holds A 128 x 64 (16 KB) and half of B (128
 stage, exactly the 1-CTA 128 x 128 ring, while one MMA covers four times the output.
 """
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 from cutlass.cute.nvgpu import cpasync
 from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+from cutlass.tensor_utils import LayoutEnum
 
 from ...config import GemmConfig
 from ...hardware import B200
@@ -41,13 +42,23 @@ from .stage2_grouped import (
     GroupedGemmKernel,
     expert_descriptor_ptr,
     fake_arguments,
+    workspace_for,
+    workspace_gmem_ptr,
 )
 
-__all__ = ["PersistentGroupedGemmKernel", "build", "compile_fake", "fake_arguments"]
+__all__ = [
+    "PersistentGroupedGemmKernel",
+    "build",
+    "compile_fake",
+    "compile_kernel",
+    "fake_arguments",
+    "launch",
+]
 
 
 class PersistentGroupedGemmKernel(GroupedGemmKernel):
-    """Stage 3: the persistent grouped GEMM. Same arguments as stage 2.
+    """Stage 3: the persistent grouped GEMM. Same arguments as stage 2 (pointers, run-time rows,
+    compile-time ``n``, ``k``, ``experts``).
 
     Grid: ``sms`` CTAs (``sms / 2`` clusters of 2 in 2-CTA mode), 192 threads each.
     """
@@ -59,22 +70,28 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
         self.sms = sms
         self.num_clusters = sms // self.config.cta_group
 
+    # ------------------------------------------------------------------ host entry point
     @cute.jit
     def __call__(
         self,
-        mA: cute.Tensor,
-        mW: cute.Tensor,
-        mC: cute.Tensor,
-        mOffs: cute.Tensor,
-        mWorkspace: cute.Tensor,
-        stream,
+        a_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        offs_ptr: cute.Pointer,
+        c_ptr: cute.Pointer,
+        workspace_ptr: cute.Pointer,
+        rows: cutlass.Int32,
+        n: cutlass.Constexpr,
+        k: cutlass.Constexpr,
+        experts: cutlass.Constexpr,
+        stream: cuda.CUstream,
     ):
-        tiled_mma = self._setup(mA.element_type, mC.element_type, utils.LayoutEnum.from_tensor(mC))
-        # (n, k, E)
-        mB_nkl = cute.make_tensor(mW.iterator, cute.select(mW.layout, mode=[1, 2, 0]))
+        # (rows, k), (n, k, E), (rows, n), (E,), (E * 16,): as in stage 2
+        mA, mB_nkl, mC, mOffs, mWorkspace = self._grouped_tensors(
+            a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts
+        )
+        tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
         tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
         tma_atom_c, tma_c = self._make_tma_store_atom(mC)
-        experts = cute.size(mW, mode=[0])
 
         self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
             grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
@@ -346,7 +363,42 @@ def build(config: GemmConfig, sms: int = B200.sms) -> PersistentGroupedGemmKerne
     return PersistentGroupedGemmKernel(config, sms)
 
 
+def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
+    """Compile for fixed ``(n, k, experts)`` and grid size ``sms`` (B200: 148). No GPU needed.
+
+    The compiled function takes ``(a_ptr, w_ptr, offsets_ptr, out_ptr, workspace_ptr, rows,
+    stream)``, as stage 2's (:func:`~.stage2_grouped.compile_kernel`).
+    """
+    kernel = build(config, sms or B200.sms)
+    return cute.compile(kernel, *fake_arguments(kernel, n, k, experts))
+
+
 def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
-    """Compile stage 3 for the current ``CUTE_DSL_ARCH`` with fake tensors; no GPU needed."""
-    kernel = build(config)
-    return cute.compile(kernel, *fake_arguments(kernel, m, n, k, experts))
+    """Compile stage 3 for the current ``CUTE_DSL_ARCH``, no GPU needed (CPU inspection).
+
+    The same compile as :func:`compile_kernel` for a B200's 148 SMs; ``m`` is a run-time value.
+    """
+    del m
+    return compile_kernel(config, n, k, experts)
+
+
+def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
+    """Descriptor kernel + one persistent launch; the scheduler reads the offsets on the device.
+
+    Mirrors :func:`pearl_moe.kernels.sm90.stage3_persistent.launch`, plus the workspace pointer
+    (shared with stage 2, :func:`~.stage2_grouped.workspace_for`). Not run yet: no B200 here (the
+    compile is verified on a CPU, ``tests/test_sm100_interface.py``).
+    """
+    from ..host import bf16_ptr, i32_ptr
+
+    del host_offsets
+    ws = workspace_for(A.device, stream, W.shape[0])
+    compiled(
+        bf16_ptr(A),
+        bf16_ptr(W),
+        i32_ptr(end_offsets),
+        bf16_ptr(out),
+        workspace_gmem_ptr(ws),
+        A.shape[0],
+        stream,
+    )
