@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Stage", "STAGES", "render_stage_table", "update_readme"]
+__all__ = ["Stage", "STAGES", "render_stage_table", "render_speed_table", "update_readme"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,16 +83,106 @@ def render_stage_table() -> str:
     return "\n".join(rows)
 
 
-_BLOCK = re.compile(r"(<!-- stages:begin -->\n)(.*?)(<!-- stages:end -->)", re.S)
+#: Implementations of the speed table, in course order, with the label a reader sees.
+SPEED_IMPLS = (
+    ("pearl-s1", "stage 1: per-expert loop of our GEMM"),
+    ("pearl-s2", "stage 2: grouped GEMM"),
+    ("pearl-s3", "stage 3: persistent, warp-specialized"),
+    ("loop", "baseline: cuBLAS per-expert loop"),
+    ("grouped_mm", "baseline: torch grouped_mm"),
+)
+#: Problems of the speed table: (model, tokens per GPU), decode first.
+SPEED_PROBLEMS = (("GLM 5.3", 64), ("DeepSeek V4 Pro", 64), ("Kimi K3", 64), ("GLM 5.3", 4096))
+
+
+def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> str:
+    """Markdown table of each stage's measured latency (and % of floor) from ``results/``.
+
+    Reads the harness run of kind ``stages`` (``python -m pearl_moe bench --kind stages``); says so
+    plainly when there is none. Nothing in it is typed by hand.
+    """
+    from .replay import rows as replay_rows
+
+    root = results_root or ROOT / "results"
+    found = replay_rows(gpu=gpu, kind="stages", routing="balanced", root=root)
+    if not found:
+        return (
+            f"_No `stages` run recorded for {gpu} yet (`python -m pearl_moe bench --kind stages`)._"
+        )
+    cell = {(r["impl"], r["model"], r["tokens_per_gpu"]): r for r in found}
+    first = found[0]
+    head = "| implementation | " + " | ".join(f"{m} {t} tok" for m, t in SPEED_PROBLEMS) + " |"
+    lines = [
+        f"Measured on {first['gpu']} ({str(first['date'])[:10]}), balanced routing, EP=8, "
+        "median of CUDA-graph replays in µs (% of floor; floor = max(bytes that must move / read "
+        "ceiling, FLOPs / bf16 ceiling), ceilings measured in the same run). Source: "
+        f"`results/{gpu}/stages.json`.",
+        "",
+        head,
+        "|---" * (len(SPEED_PROBLEMS) + 1) + "|",
+    ]
+    for impl, label in SPEED_IMPLS:
+        cells = []
+        for model, tokens in SPEED_PROBLEMS:
+            r = cell.get((impl, model, tokens))
+            cells.append(f"{r['median_us']:.0f} ({r['pct_of_floor']:.0f}%)" if r else "-")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    extra = []
+    sweep = replay_rows(gpu=gpu, kind="stage_sweep", root=root)
+    if sweep:
+        from .replay import load_run
+
+        best = min(sweep, key=lambda r: r["median_us"])
+        ceilings = load_run(gpu, "stage_sweep", root)["ceilings"]
+        probe = ceilings.get("read_probe_bytes_per_s", ceilings["read_bytes_per_s"])
+        text = (
+            f"Fastest stage-3 configuration of the pipeline-depth sweep (`stage_sweep.json`, "
+            f"{best['model']} {best['tokens_per_gpu']} tok): `{best['impl']}`, "
+            f"{best['median_us']:.0f} µs ({best['pct_of_floor']:.0f}% of that run's floor)."
+        )
+        if ceilings["read_bytes_per_s"] > probe:
+            text += (
+                f" That run's read ceiling is the fastest rate a kernel in it demonstrated "
+                f"({ceilings['read_bytes_per_s'] / 1e12:.2f} TB/s, above the read probe's "
+                f"{probe / 1e12:.2f} TB/s), so the fastest kernel sits at 100% by construction."
+            )
+        extra.append(text)
+    tuned = replay_rows(
+        gpu=gpu, kind="quack_tuned", impl="quack-tuned", routing="balanced", root=root
+    )
+    if tuned:
+        by = {(r["model"], r["tokens_per_gpu"]): r for r in tuned}
+        cells = [
+            f"{m} {t} tok {by[(m, t)]['median_us']:.0f} µs"
+            for m, t in SPEED_PROBLEMS
+            if (m, t) in by
+        ]
+        extra.append(
+            "Strongest decode baseline, quack autotuned (separate run, `quack_tuned.json`): "
+            + ", ".join(cells)
+            + "."
+        )
+    if extra:
+        lines += [""] + extra
+    return "\n".join(lines)
+
+
+_BLOCKS = {
+    "stages": render_stage_table,
+    "speed": render_speed_table,
+}
 
 
 def update_readme(path: Path | None = None) -> bool:
-    """Rewrite the README's stage table in place; return True when it changed."""
+    """Rewrite the README's generated blocks (stage table, speed table); True when it changed."""
     path = path or ROOT / "README.md"
-    text = path.read_text()
-    if not _BLOCK.search(text):
-        raise ValueError(f"{path} has no <!-- stages:begin --> ... <!-- stages:end --> block")
-    new = _BLOCK.sub(lambda m: m.group(1) + render_stage_table() + "\n" + m.group(3), text)
+    text = new = path.read_text()
+    for name, render in _BLOCKS.items():
+        block = re.compile(rf"(<!-- {name}:begin -->\n)(.*?)(<!-- {name}:end -->)", re.S)
+        if not block.search(new):
+            raise ValueError(f"{path} has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
+        body = render()
+        new = block.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(3), new)
     if new != text:
         path.write_text(new)
     return new != text

@@ -18,7 +18,9 @@ lazily and must expose:
     ``cute.compile`` with placeholder pointers (``cute.runtime.make_ptr(..., 0, gmem,
     assumed_align=16)``), so it runs with or without a GPU. Run-time arguments of the compiled
     function: ``(a_ptr, w_ptr, offsets_ptr, out_ptr, rows: Int32, stream)`` for grouped stages;
-    stage 1 (one dense GEMM) takes ``(a_ptr, w_ptr, out_ptr, rows, stream)``. ``n``, ``k``,
+    stage 1 (one dense GEMM) takes ``(a_ptr, w_ptr, out_ptr, rows, stream)``. The sm_100a grouped
+    stages take one more pointer after ``out_ptr``: a workspace of E x 128 B where a pre-kernel
+    writes each expert's clipped C TMA descriptor (``launch`` allocates and keeps it). ``n``, ``k``,
     ``experts`` are compile-time constants; ``sms`` sizes a persistent grid (H200 132, B200 148).
 ``compile_fake(config, m, n, k, experts) -> compiled``
     The same for CPU inspection (``compiled.artifacts.PTX / CUBIN / SASS``; set ``CUTE_DSL_ARCH``
