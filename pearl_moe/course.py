@@ -11,10 +11,13 @@ the chores around it.
   :func:`show_diff` shows what one stage changed in a method of the previous one. Targets are
   ``"module:Qual.name"`` strings, read from the file with :mod:`ast`, so showing code never
   imports CuTe DSL (nor picks its compile target) in the notebook's process.
-* **Say where a number comes from.** :func:`load_kernel_results` reads the H200 measurements of our
-  kernels (``results/H200/kernels_sm90.json``, written by ``scripts/device_kernels.py``) and
-  :func:`measurement_source` turns them into a label: "live on ...", "replayed from ... (measured
-  <date>)" or "no recorded measurement yet".
+* **Say where a number comes from.** :func:`load_kernel_results` reads the H200 runs of our
+  kernels written by the benchmark harness (``results/H200/stages.json`` and
+  ``results/H200/stage_sweep.json``, ``python -m pearl_moe bench``); :func:`kernel_rows`,
+  :func:`stage_series`, :func:`correctness_summary` and :func:`stage_sweep` read their records
+  through :mod:`pearl_moe.replay`; :func:`describe_run` says what the run was measured on and
+  :func:`measurement_source` turns it into a label: "live on ...", "replayed from ... (measured
+  <date> on <GPU>)" or "no recorded measurement yet".
 * **Run live.** :func:`stage_impl` wraps a stage as a :class:`pearl_moe.bench.harness.Implementation`,
   so the notebooks check and time it with the same harness as the baselines.
 * **Emulate the clipped stores.** :func:`simulate_tile_stores` replays, in NumPy, the bounds rule
@@ -29,7 +32,6 @@ import difflib
 import html
 import importlib.util
 import inspect
-import json
 import os
 import textwrap
 from collections import Counter
@@ -54,12 +56,15 @@ __all__ = [
     "show_diff",
     "sass_by_kernel",
     "families_table",
+    "STAGE_IMPLS",
     "results_path",
     "load_kernel_results",
     "measurement_source",
     "measured_date",
+    "describe_run",
     "kernel_rows",
     "stage_series",
+    "floor_series",
     "correctness_summary",
     "stage_sweep",
     "baseline",
@@ -362,38 +367,85 @@ def families_table(
 
 
 # ---------------------------------------------------------------------------- recorded results
-def results_path(name: str = "kernels_sm90.json", gpu: str = "H200", root: Path | None = None):
+#: Stage number -> the bench implementation name of that stage (``python -m pearl_moe bench``).
+STAGE_IMPLS = {1: "pearl-s1", 2: "pearl-s2", 3: "pearl-s3"}
+
+
+def results_path(name: str = "stages.json", gpu: str = "H200", root: Path | None = None):
     """``results/<gpu>/<name>`` in the repository (it may not exist yet)."""
     return (root or ROOT / "results") / gpu / name
 
 
-def load_kernel_results(path: str | Path | None = None, gpu: str = "H200") -> dict | None:
-    """The recorded measurements of our kernels, or None when there are none yet.
+def load_kernel_results(
+    path: str | Path | None = None,
+    gpu: str = "H200",
+    kind: str = "stages",
+    root: Path | None = None,
+) -> dict | None:
+    """The recorded H200 run of our kernels, or None when there is none yet.
 
-    The file is the one ``scripts/device_kernels.py`` writes: ``env`` (gpu, date, versions),
-    ``method``, ``rows`` (one per model and tokens: ``floor_us``, ``stage{1,2,3}_us``,
-    ``stage{1,2,3}_ok``, ``torch_grouped_mm_us``) and ``stage_sweep_glm_64`` (stage 3 at several
-    pipeline depths). The path is added under ``_path`` so labels can name it.
+    The file is a benchmark-harness run (``python -m pearl_moe bench --kind <kind>``, schema in
+    :mod:`pearl_moe.bench.records`): ``results/<gpu>/stages.json`` (stages 1-3 and the torch
+    baselines over the models and batch sizes) or ``results/<gpu>/stage_sweep.json`` (stage 3 at
+    several pipeline depths and tile shapes). It is read with :func:`pearl_moe.bench.records.read_run`,
+    which raises on a file that breaks the schema; only a missing file gives None. The path is added
+    under ``_path`` so labels can name it.
     """
-    path = Path(path) if path is not None else results_path(gpu=gpu)
+    from .bench.records import read_run
+
+    path = Path(path) if path is not None else results_path(f"{kind}.json", gpu, root)
     if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    if not isinstance(data, dict) or "rows" not in data:
-        return None
-    data["_path"] = str(path)
-    return data
+    run = read_run(path)
+    run["_path"] = str(path)
+    return run
 
 
-def measured_date(data: Mapping | None) -> str | None:
+def measured_date(run: Mapping | None) -> str | None:
     """The day a recorded run was measured (``YYYY-MM-DD``), if it says."""
-    if not data:
+    if not run:
         return None
-    date = (data.get("env") or {}).get("date")
+    date = (run.get("env") or {}).get("date")
     return str(date)[:10] if date else None
+
+
+def describe_run(run: Mapping | None) -> str:
+    """What a recorded run was measured on, from its ``env`` and ``ceilings``: GPU, date, clocks
+    (as nvidia-smi read them at the start of the run), driver, CUDA, library versions, ceilings."""
+    if not run:
+        return "no recorded measurement yet"
+    env = run.get("env") or {}
+    parts = [f"{env.get('gpu', 'an unnamed GPU')}, measured {measured_date(run) or '?'}"]
+    clocks = env.get("clocks") or {}
+    if "sm_clock_mhz" in clocks:
+        sm = f"SM {clocks['sm_clock_mhz']} MHz"
+        if clocks.get("sm_clock_max_mhz"):
+            sm += f" (max {clocks['sm_clock_max_mhz']})"
+        mem = ""
+        if clocks.get("mem_clock_mhz"):
+            mem = f", memory {clocks['mem_clock_mhz']} MHz"
+            if clocks.get("mem_clock_max_mhz"):
+                mem += f" (max {clocks['mem_clock_max_mhz']})"
+        parts.append(f"clocks {sm}{mem}, read by {clocks.get('source', 'an unrecorded method')}")
+    versions = [
+        f"{label} {env[key]}"
+        for key, label in (
+            ("driver", "driver"),
+            ("cuda", "CUDA"),
+            ("torch", "torch"),
+            ("cutlass_dsl", "CUTLASS DSL"),
+        )
+        if env.get(key)
+    ]
+    if versions:
+        parts.append(", ".join(versions))
+    ceilings = run.get("ceilings") or {}
+    if ceilings.get("read_bytes_per_s") and ceilings.get("bf16_flops_per_s"):
+        parts.append(
+            f"measured ceilings: read {ceilings['read_bytes_per_s'] / 1e12:.2f} TB/s, "
+            f"bf16 {ceilings['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s"
+        )
+    return "; ".join(parts)
 
 
 def _rel(path) -> str:
@@ -409,8 +461,8 @@ def measurement_source(
     """Where the latencies shown next come from, in words.
 
     ``"live on <GPU>"`` when ``machine`` is live, ``"replayed from <file> (measured <date> on
-    <GPU>)"`` when recorded ``data`` is given, ``"no recorded measurement yet (<file> is missing)"``
-    otherwise.
+    <GPU>)"`` when a recorded run ``data`` is given, ``"no recorded measurement yet (<file> is
+    missing)"`` otherwise.
     """
     if machine is not None and machine.live:
         return f"live on {machine.gpu_name}"
@@ -422,46 +474,114 @@ def measurement_source(
     return f"no recorded measurement yet ({_rel(expected)} is missing)"
 
 
-def kernel_rows(data: Mapping | None, model: str | None = None) -> list[dict]:
-    """The recorded rows (one per model and tokens per GPU), optionally of one model."""
+def _impl_name(stage_or_impl) -> str:
+    return STAGE_IMPLS.get(stage_or_impl, str(stage_or_impl))
+
+
+def kernel_rows(
+    data: Mapping | None, model: str | None = None, impl=None, routing: str | None = None
+) -> list[dict]:
+    """Rows of a recorded run (:func:`pearl_moe.replay.run_rows`, every status), optionally of one
+    model, implementation (a stage number or a bench name) and routing."""
+    from . import replay
+
     if not data:
         return []
-    return [r for r in data.get("rows", []) if model is None or r.get("model") == model]
+    if impl is not None:
+        impl = [_impl_name(i) for i in ([impl] if isinstance(impl, int | str) else impl)]
+    return replay.run_rows(dict(data), model=model, impl=impl, routing=routing, ok_only=False)
 
 
-def stage_series(data: Mapping | None, model: str, key: str) -> list[tuple[int, float]]:
-    """``(tokens, seconds)`` of one column (``"stage1_us"``, ``"torch_grouped_mm_us"``...)."""
-    points = []
-    for r in kernel_rows(data, model):
-        value = r.get(key)
-        if isinstance(value, int | float) and value > 0:
-            points.append((r["tokens"], value * 1e-6))
-    return sorted(points)
+def stage_series(
+    data: Mapping | None, model: str, impl, routing: str = "balanced"
+) -> list[tuple[int, float]]:
+    """``(tokens per GPU, seconds)`` of one implementation (stage number or bench name, e.g. 2 or
+    ``"grouped_mm"``) on ``model``: the median times of the records that passed their check."""
+    return sorted(
+        (r["tokens_per_gpu"], r["median_us"] * 1e-6)
+        for r in kernel_rows(data, model, impl, routing)
+        if r["status"] == "ok"
+    )
 
 
-def correctness_summary(data: Mapping | None, stages: Sequence[int] = (1, 2, 3)) -> list[str]:
-    """One line per recorded problem: which stages passed the poisoned-output check."""
+def floor_series(
+    data: Mapping | None, model: str, routing: str = "balanced"
+) -> list[tuple[int, float]]:
+    """``(tokens per GPU, seconds)`` of the floor of each recorded problem of ``model``."""
+    return sorted(
+        {
+            (r["tokens_per_gpu"], r["floor_us"] * 1e-6)
+            for r in kernel_rows(data, model, routing=routing)
+            if r.get("floor_us")
+        }
+    )
+
+
+def _verdict(row: dict | None) -> str:
+    if row is None:
+        return "not recorded"
+    if row["status"] == "ok":
+        return "pass"
+    if row["status"] == "incorrect":
+        return f"FAIL ({row.get('check_message') or 'wrong values'})"
+    return f"not checked ({row['status']}: {row.get('error') or 'no detail'})"
+
+
+def correctness_summary(
+    data: Mapping | None, stages: Sequence = (1, 2, 3), model: str | None = None
+) -> list[str]:
+    """One line per recorded problem: the outcome of the check run before timing (fresh random
+    inputs, NaN-poisoned output, compared with a float32 reference) for each of ``stages`` (stage
+    numbers or bench implementation names), from the records' ``correctness`` and ``status``."""
+    impls = [_impl_name(s) for s in stages]
+    by_problem: dict[tuple, dict[str, dict]] = {}
+    for r in kernel_rows(data, model, impls):
+        key = (r["model"], r["tokens_per_gpu"], r["routing"], r["rows"])
+        by_problem.setdefault(key, {})[r["impl"]] = r
     lines = []
-    for r in kernel_rows(data):
+    for (mdl, tokens, routing, rows), got in by_problem.items():
         marks = []
-        for s in stages:
-            ok = r.get(f"stage{s}_ok")
-            marks.append(
-                f"stage {s}: " + ("pass" if ok else "not recorded" if ok is None else "FAIL")
-            )
+        for impl in impls:
+            row = got.get(impl)
+            mark = f"{impl}: {_verdict(row)}"
+            if row is not None and row["status"] == "ok":
+                mark += f" (max |err| {row['max_abs_err']:.2g})"
+            marks.append(mark)
         lines.append(
-            f"{r['model']:>16}, {r['tokens']:>4} tokens/GPU ({r.get('rows', '?')} rows): "
-            + ", ".join(marks)
+            f"{mdl:>16}, {tokens:>4} tokens/GPU {routing:<8} ({rows} rows): " + ", ".join(marks)
         )
     return lines
 
 
 def stage_sweep(data: Mapping | None, tile_m: int | None = None) -> list[dict]:
-    """Recorded stage-3 latencies at several pipeline depths (GLM 5.3, 64 tokens per GPU)."""
-    if not data or "stage_sweep_glm_64" not in data:
-        return []
-    rows = data["stage_sweep_glm_64"].get("rows", [])
-    return [r for r in rows if tile_m is None or r.get("tile_m") == tile_m]
+    """Recorded stage-3 latencies at several pipeline depths (``stage_sweep.json``).
+
+    One dict per record that passed its check, largest ``tile_m`` first, then by ``stages``:
+    ``stages``, ``tile_m``, ``tile_n``, ``tile_k`` (from the record's ``config.gemm_config``), ``seconds``,
+    ``floor_seconds``, ``pct_of_floor``, ``impl``, ``model``, ``tokens``.
+    """
+    out = []
+    for r in kernel_rows(data):
+        cfg = (r.get("config") or {}).get("gemm_config")
+        if r["status"] != "ok" or not cfg:
+            continue
+        if tile_m is not None and cfg.get("tile_m") != tile_m:
+            continue
+        out.append(
+            {
+                "stages": cfg["stages"],
+                "tile_m": cfg["tile_m"],
+                "tile_n": cfg["tile_n"],
+                "tile_k": cfg["tile_k"],
+                "seconds": r["median_us"] * 1e-6,
+                "floor_seconds": r["floor_us"] * 1e-6 if r.get("floor_us") else None,
+                "pct_of_floor": r["pct_of_floor"],
+                "impl": r["impl"],
+                "model": r["model"],
+                "tokens": r["tokens_per_gpu"],
+            }
+        )
+    return sorted(out, key=lambda d: (-d["tile_m"], d["stages"]))
 
 
 def baseline(
@@ -478,35 +598,31 @@ def baseline(
     Returns ``{"seconds", "floor_seconds", "pct_of_floor", "source"}``; ``source`` says which file
     and date it was replayed from.
     """
-    from .bench.records import read_run
+    from . import replay
 
     path = results_path(f"{kind}.json", gpu, root)
     if not path.exists():
         return None
-    try:
-        run = read_run(path)
-    except (OSError, ValueError):
-        return None
-    problems = {
-        p["id"]: p
-        for p in run["problems"]
-        if p["model"] == model and p["tokens_per_gpu"] == tokens and p["routing"] == routing
-    }
-    for r in run["records"]:
-        if r["problem"] in problems and r["impl"] == impl and r["status"] == "ok":
-            return {
-                "seconds": r["time"]["median_us"] * 1e-6,
-                "floor_seconds": r["metrics"]["floor_us"] * 1e-6,
-                "pct_of_floor": r["metrics"]["pct_of_floor"],
-                "source": f"replayed from {_rel(path)} (measured {str(run['env']['date'])[:10]} "
-                f"on {run['env']['gpu']})",
-            }
+    for r in replay.run_rows(path, model=model, impl=impl, routing=routing, tokens=tokens):
+        return {
+            "seconds": r["median_us"] * 1e-6,
+            "floor_seconds": r["floor_us"] * 1e-6,
+            "pct_of_floor": r["pct_of_floor"],
+            "source": f"replayed from {_rel(path)} (measured {str(r['date'])[:10]} on {r['gpu']})",
+        }
     return None
 
 
 # ---------------------------------------------------------------------------- live runs
 def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
-    """Whether ``stage`` has a launcher for ``arch`` here (imports the stage module: GPU only)."""
+    """Whether ``stage`` has a launcher for ``arch`` here, and what a live run of it means.
+
+    Imports the stage module (CuTe DSL: call it on a GPU machine only). The sm_90a stages have
+    been run, verified and measured on an H200. The sm_100a stages implement ``compile_kernel``
+    and ``launch`` too, so on a B200 :func:`pearl_moe.kernels.grouped_gemm` launches them, but
+    they have only been compile-verified (on a CPU): they have never run on any GPU, and a live
+    run on a B200 is their first test, checked against the float32 reference.
+    """
     from .kernels.api import stage_module
 
     try:
@@ -516,7 +632,13 @@ def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
     missing = [f for f in ("compile_kernel", "launch") if not hasattr(module, f)]
     if missing:
         return False, f"stage {stage} for {arch} has no {' / '.join(missing)} yet (compile-only)"
-    return True, "ok"
+    if arch == "sm_100a":
+        return True, (
+            f"stage {stage} for sm_100a has compile_kernel + launch but has never run on a GPU "
+            "(compile-verified only): this live run is its first test, checked against the "
+            "float32 reference"
+        )
+    return True, f"stage {stage} for {arch} runs here (run, verified and measured on an H200)"
 
 
 def stage_impl(stage: int, config=None):

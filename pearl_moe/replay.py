@@ -17,7 +17,15 @@ from pathlib import Path
 
 from .bench.records import read_run
 
-__all__ = ["RESULTS_DIR", "list_runs", "load_run", "rows", "table", "best_by_problem"]
+__all__ = [
+    "RESULTS_DIR",
+    "list_runs",
+    "load_run",
+    "rows",
+    "run_rows",
+    "table",
+    "best_by_problem",
+]
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
@@ -75,6 +83,9 @@ def _flatten(run: dict, path: Path | None) -> list[dict]:
             "status": r["status"],
             "config": r.get("config", {}),
             "error": r.get("error"),
+            # the check's verdict, recorded for every record that was checked (None: not checked)
+            "correct": (r.get("correctness") or {}).get("ok"),
+            "check_message": (r.get("correctness") or {}).get("message"),
         }
         if r["status"] == "ok":
             row.update(
@@ -128,6 +139,31 @@ def rows(
             ):
                 out.append(row)
     return out
+
+
+def run_rows(
+    run: dict | str | Path,
+    model=None,
+    impl=None,
+    routing=None,
+    tokens=None,
+    ok_only: bool = True,
+) -> list[dict]:
+    """Flattened records of one run (a dict from :func:`load_run` / ``read_run``, or a file path),
+    filtered as in :func:`rows`. The file is named in each row only when a path is given."""
+    path = None
+    if not isinstance(run, dict):
+        path = Path(run)
+        run = read_run(path)
+    return [
+        row
+        for row in _flatten(run, path)
+        if (not ok_only or row["status"] == "ok")
+        and _match(row["model"], model)
+        and _match(row["impl"], impl)
+        and _match(row["routing"], routing)
+        and _match(row["tokens_per_gpu"], tokens)
+    ]
 
 
 def best_by_problem(rs: list[dict]) -> dict[tuple, dict]:

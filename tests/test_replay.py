@@ -75,3 +75,14 @@ def test_committed_results_replay():
         pytest.skip("no committed results")
     rs = replay.rows(gpu=runs[0]["gpu_dir"], kind=runs[0]["kind"])
     assert rs and all(r["median_us"] > 0 for r in rs)
+
+
+def test_run_rows_of_one_run(root):
+    path = root / "H200" / "baselines.json"
+    rs = replay.run_rows(path, model="GLM 5.3", impl="loop")
+    assert [r["tokens_per_gpu"] for r in rs] == [4, 64] and rs[0]["file"] == str(path)
+    assert all(r["correct"] is True for r in rs)
+    run = replay.load_run(root=root)
+    assert len(replay.run_rows(run, tokens=64)) == 4 and replay.run_rows(run)[0]["file"] is None
+    everything = replay.run_rows(run, impl="quack", ok_only=False)
+    assert len(everything) == 4 and all(r["correct"] is None for r in everything)
