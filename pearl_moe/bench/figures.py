@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import replay
 from ..workloads import MODELS
 
-__all__ = ["BENCH_FIGURES", "latency_vs_tokens", "pct_of_floor"]
+__all__ = ["BENCH_FIGURES", "latency_vs_tokens", "pct_of_floor", "stages_latency"]
 
 GPU = "H200"
 
@@ -98,6 +98,48 @@ def pct_of_floor(out_dir: Path, root: Path | None = None) -> list[Path]:
     return _save(fig, out_dir, "bench_pct_of_floor")
 
 
+#: Labels of our kernel stages in the stages figure.
+STAGE_LABELS = {
+    "pearl-s1": "stage 1 (per-expert loop of our GEMM)",
+    "pearl-s2": "stage 2 (grouped)",
+    "pearl-s3": "stage 3 (persistent, warp-specialized)",
+    "loop": "cuBLAS per-expert loop",
+    "grouped_mm": "torch grouped_mm",
+    "quack-tuned": "quack tuned (separate run)",
+}
+
+
+def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Our sm_90a stages 1-3 against the baselines of the same run (and tuned quack from its own
+    run), per model, balanced routing, with the floor of the stages run."""
+    from matplotlib.figure import Figure
+
+    from ..plots import plot_latency_vs_tokens
+
+    rs = replay.rows(GPU, kind="stages", routing="balanced", root=root)
+    if not rs:
+        raise FileNotFoundError(f"no stages run under results/{GPU}")
+    tuned = replay.rows(GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root)
+    models = [m for m in MODELS if any(r["model"] == m for r in rs)]
+    fig = Figure(figsize=(13, 4.2), layout="constrained")
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    for ax, model in zip(axes, models, strict=True):
+        mine = [r for r in rs + tuned if r["model"] == model]
+        series = {STAGE_LABELS.get(impl, impl): pts for impl, pts in _series(mine).items()}
+        floor = sorted(
+            {(r["tokens_per_gpu"], r["floor_us"] * 1e-6) for r in rs if r["model"] == model}
+        )
+        plot_latency_vs_tokens(
+            series, floor=floor, measured_on=_measured_on(mine).split(" (")[0], title=model, ax=ax
+        )
+        ax.legend(fontsize=6)
+    fig.suptitle(
+        f"Our sm_90a stages against the baselines, measured on {_measured_on(rs)}; "
+        "floor modeled from the run's measured ceilings"
+    )
+    return _save(fig, out_dir, "stages_latency_h200")
+
+
 def _latency_fn(model: str) -> Callable[[Path], list[Path]]:
     def fn(out_dir: Path) -> list[Path]:
         return latency_vs_tokens(model, out_dir)
@@ -110,3 +152,4 @@ BENCH_FIGURES: dict[str, Callable[[Path], list[Path]]] = {
     f"bench_latency_{_slug(m)}": _latency_fn(m) for m in MODELS
 }
 BENCH_FIGURES["bench_pct_of_floor"] = pct_of_floor
+BENCH_FIGURES["stages_latency_h200"] = stages_latency
