@@ -121,7 +121,7 @@ def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
         raise FileNotFoundError(f"no stages run under results/{GPU}")
     tuned = replay.rows(GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root)
     models = [m for m in MODELS if any(r["model"] == m for r in rs)]
-    fig = Figure(figsize=(13, 4.2), layout="constrained")
+    fig = Figure(figsize=(12, 3.9), layout="constrained")
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     for ax, model in zip(axes, models, strict=True):
         mine = [r for r in rs + tuned if r["model"] == model]
