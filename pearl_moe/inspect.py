@@ -75,6 +75,36 @@ _ARCH_DIRS = {"sm_100a": "sm100", "sm_90a": "sm90"}
 
 
 # ---------------------------------------------------------------------- parsing (pure)
+def disassemble(cubin: bytes) -> tuple[str, str]:
+    """SASS of ``cubin`` from the first disassembler on this machine that reads it.
+
+    Used when the DSL will not dump SASS itself (it refuses an nvdisasm older than the toolchain
+    it was built with). Tries ``nvdisasm`` and then ``cuobjdump -sass`` from the CUDA toolkit on
+    PATH or under ``/usr/local/cuda/bin``; returns ``(sass, tool)``. Raises ``RuntimeError`` with
+    what to install when none works.
+    """
+    import shutil
+
+    candidates = []
+    for name, args in (("nvdisasm", []), ("cuobjdump", ["-sass"])):
+        for path in (shutil.which(name), f"/usr/local/cuda/bin/{name}"):
+            if path and os.path.exists(path) and (path, args) not in candidates:
+                candidates.append((path, args))
+    errors = []
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        for path, args in candidates:
+            proc = subprocess.run([path, *args, f.name], capture_output=True, text=True)
+            if proc.returncode == 0 and count_opcodes(proc.stdout):
+                return proc.stdout, f"{os.path.basename(path)} {' '.join(args)}".strip()
+            errors.append(f"{path}: exit {proc.returncode} {proc.stderr.strip()[:200]}")
+    raise RuntimeError(
+        "no disassembler on this machine reads these cubins; install the nvidia-cuda-nvdisasm "
+        "wheel (>= 13.3, as pyproject.toml asks). Tried: " + ("; ".join(errors) or "none found")
+    )
+
+
 def count_opcodes(sass: str) -> Counter:
     """Every SASS instruction's full opcode (``STG.E.ENL2.256``, ``UTCHMMA``...) and its count."""
     counts: Counter = Counter()
@@ -196,6 +226,7 @@ class KernelReport:
     opcodes: dict
     files: dict = field(default_factory=dict)
     cached: bool = False
+    sass_tool: str = "CuTe DSL (nvdisasm)"
 
     @property
     def gemm_config(self) -> GemmConfig:
@@ -325,9 +356,21 @@ def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> l
 
 
 def _run_worker(arch: str, jobs: list[dict], timeout: float) -> list[dict]:
+    """Compile ``jobs`` for ``arch`` in a fresh process; SASS from the DSL's own dump, or, where
+    the DSL refuses this machine's nvdisasm (it wants CUDA >= 13.3, e.g. the pip wheel
+    ``nvidia-cuda-nvdisasm``), from whichever disassembler is on the machine."""
+    try:
+        return _run_worker_once(arch, jobs, timeout, keep="ptx,cubin,sass")
+    except RuntimeError as exc:
+        if "nvdisasm" not in str(exc):
+            raise
+        return _run_worker_once(arch, jobs, timeout, keep="ptx,cubin")
+
+
+def _run_worker_once(arch: str, jobs: list[dict], timeout: float, keep: str) -> list[dict]:
     env = dict(os.environ)
     env["CUTE_DSL_ARCH"] = arch
-    env["CUTE_DSL_KEEP"] = "ptx,cubin,sass"
+    env["CUTE_DSL_KEEP"] = keep
     # The DSL writes its kept files into the working directory: give the worker a scratch one, and
     # make sure it still imports this very package (also when it is not installed).
     package_root = str(Path(__file__).resolve().parent.parent)
@@ -384,6 +427,9 @@ def _compile_job(job: dict) -> dict:
         seconds = time.perf_counter() - start
     art = compiled.artifacts
     ptx, sass = art.PTX or "", art.SASS or ""
+    sass_tool = "CuTe DSL (nvdisasm)"
+    if not sass and art.CUBIN:
+        sass, sass_tool = disassemble(art.CUBIN)
     (out / "kernel.ptx").write_text(ptx)
     (out / "kernel.sass").write_text(sass)
     if art.CUBIN:
@@ -403,6 +449,7 @@ def _compile_job(job: dict) -> dict:
         launches=launches,
         families=count_families(opcodes),
         opcodes=dict(opcodes.most_common()),
+        sass_tool=sass_tool,
         files={
             "ptx": str(out / "kernel.ptx"),
             "sass": str(out / "kernel.sass"),

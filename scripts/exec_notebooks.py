@@ -59,7 +59,9 @@ def _install_stubs() -> None:
     try:
         import IPython.display  # noqa: F401
     except ImportError:
-        _stub_module("IPython", display=types.SimpleNamespace(**display_attrs))
+        # matplotlib asks IPython for its version when a figure is made; claim a recent one.
+        stub = types.SimpleNamespace(**display_attrs)
+        _stub_module("IPython", display=stub, version_info=(9, 0, 0), get_ipython=lambda: None)
         _stub_module("IPython.display", **display_attrs)
 
 
