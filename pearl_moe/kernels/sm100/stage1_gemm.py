@@ -24,8 +24,12 @@ Budget (tile 128 x 128 x 64, bf16, 6 stages), the arithmetic :mod:`pearl_moe.bud
     total                                    ~ 216.2 KB of 227 KB
     TMEM      128 fp32 columns (one 128 x 128 accumulator, allocation rounded to a power of 2)
 
-Stage 2 reuses this class and changes only where a CTA's tile comes from; stage 3 reuses the
-epilogue method inside a persistent loop.
+The device code is written as one method per piece so the later stages reuse it: ``kernel`` picks
+the CTA's tile and hands it to :meth:`GemmKernel.tile_roles` (the three roles for one tile), which
+is built from ``allocate_smem``, ``tma_partition_ab``, ``mma_fragments``, ``load_k_tiles``,
+``mma_k_loop``, ``epilogue_begin``, ``epilogue_tile`` and ``epilogue_end``. Stage 2 only changes
+where the tile comes from (and calls ``tile_roles`` unchanged); stage 3 calls the same pieces from
+its persistent tile loops.
 """
 
 import cuda.bindings.driver as cuda
@@ -293,8 +297,119 @@ class GemmKernel:
             cpasync.prefetch_descriptor(tma_atom_b)
             cpasync.prefetch_descriptor(tma_atom_c)
 
-        # Shared memory: data buffers first (1024-byte aligned for the 128 B swizzle), then the
-        # barrier block, so the total is exactly the sum of the budget items.
+        sA, sB, sC, storage = self.allocate_smem(a_smem_layout, b_smem_layout, c_smem_layout)
+        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
+
+        # (bM, bK, RestK), (bN, bK, RestK), (bM, bN): this CTA's tile, stage 1 takes it from the grid
+        gA = cute.local_tile(mA_mk, self.mma_tiler_mnk, (bidx, bidy, None), proj=(1, None, 1))
+        gB = cute.local_tile(mB_nk, self.mma_tiler_mnk, (bidx, bidy, None), proj=(None, 1, 1))
+        gC = cute.local_tile(mC_mn, self.mma_tiler_mnk, (bidx, bidy, None), proj=(1, 1, None))
+        self.tile_roles(
+            tidx, warp_idx, tiled_mma, tma_atom_a, gA, sA, tma_atom_b, gB, sB, tma_atom_c, gC, sC,
+            ab_producer, ab_consumer, acc_pipeline, tmem, None,
+        )  # fmt: skip
+
+    @cute.jit
+    def tile_roles(
+        self,
+        tidx,
+        warp_idx,
+        tiled_mma: cute.TiledMma,
+        tma_atom_a: cute.CopyAtom,
+        gA: cute.Tensor,
+        sA: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        gB: cute.Tensor,
+        sB: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        gC: cute.Tensor,
+        sC: cute.Tensor,
+        ab_producer,
+        ab_consumer,
+        acc_pipeline,
+        tmem,
+        tma_desc_ptr,
+    ):
+        """One output tile, three roles: load its K tiles, accumulate them, store the accumulator.
+
+        ``gA`` (bM, bK, RestK), ``gB`` (bN, bK, RestK) and ``gC`` (bM, bN) are the tile's global
+        views; where they come from is the caller's business (stage 1: the grid; stage 2: the grid
+        and the expert's offsets). ``tma_desc_ptr`` (or None) points the store at a per-expert C
+        descriptor written by the previous kernel.
+        """
+        k_tile_cnt = cute.size(gA, mode=[2])
+        thr_mma = tiled_mma.get_slice(0)
+        # (MMA, MMA_M, MMA_K, RestK)
+        tCgA = thr_mma.partition_A(gA)
+        # (MMA, MMA_N, MMA_K, RestK)
+        tCgB = thr_mma.partition_B(gB)
+        # (MMA, MMA_M, MMA_N)
+        tCgC = thr_mma.partition_C(gC)
+        # ((ATOM_V, REST_V), STAGE) x 2 and ((ATOM_V, REST_V), RestK) x 2
+        tAsA, tAgA, tBsB, tBgB = self.tma_partition_ab(tma_atom_a, sA, tCgA, tma_atom_b, sB, tCgB)
+        # (MMA, MMA_M, MMA_K, STAGE), (MMA, MMA_N, MMA_K, STAGE), (MMA, MMA_M, MMA_N, ACC_STAGE)
+        tCrA, tCrB, tCtAcc_fake = self.mma_fragments(tiled_mma, sA, sB)
+
+        # ---------------------------------------------------------------- TMA producer warp
+        if warp_idx == self.tma_warp:
+            ab_producer = self.load_k_tiles(
+                tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, ab_producer, k_tile_cnt
+            )
+            ab_producer.tail()
+
+        # ---------------------------------------------------------------- MMA warp
+        if warp_idx == self.mma_warp:
+            tmem.wait_for_alloc()
+            # (MMA, MMA_M, MMA_N, ACC_STAGE)
+            tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
+            acc_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Producer, self.num_acc_stages
+            )
+            acc_pipeline.producer_acquire(acc_state)
+            tiled_mma, ab_consumer = self.mma_k_loop(
+                tiled_mma,
+                tCtAcc[(None, None, None, acc_state.index)],
+                tCrA,
+                tCrB,
+                ab_consumer,
+                k_tile_cnt,
+            )
+            acc_pipeline.producer_commit(acc_state)
+
+        # ---------------------------------------------------------------- epilogue warps
+        if warp_idx < self.mma_warp:
+            # (MMA, MMA_M, MMA_N, ACC_STAGE)
+            tmem_ptr, tCtAcc, c_pipeline = self.epilogue_begin(tmem, tCtAcc_fake)
+            if cutlass.const_expr(tma_desc_ptr is not None):
+                if warp_idx == self.epilogue_warps[0]:
+                    # the descriptor was written by the generic proxy (previous kernel)
+                    cpasync.fence_tma_desc_acquire(tma_desc_ptr)
+            acc_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, self.num_acc_stages
+            )
+            acc_pipeline.consumer_wait(acc_state)
+            self.epilogue_tile(
+                tidx,
+                warp_idx,
+                tma_atom_c,
+                tCtAcc[(None, None, None, acc_state.index)],
+                sC,
+                tCgC,
+                c_pipeline,
+                cutlass.Int32(0),
+                tma_desc_ptr,
+            )
+            with cute.arch.elect_one():
+                acc_pipeline.consumer_release(acc_state)
+            self.epilogue_end(tmem, tmem_ptr, c_pipeline)
+
+    # ------------------------------------------------------------------ device pieces
+    def allocate_smem(self, a_smem_layout, b_smem_layout, c_smem_layout):
+        """The A/B rings, the epilogue buffer and the barrier block, in that order.
+
+        Data buffers first (1024-byte aligned for the 128 B swizzle), then the barrier block, so
+        the total is exactly the sum of the budget items (``A ring + B ring + epilogue + barriers``).
+        """
         smem = SmemAllocator()
         # (MMA, MMA_M, MMA_K, STAGE)
         sA = smem.allocate_tensor(
@@ -309,119 +424,8 @@ class GemmKernel:
             self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
         )
         storage = smem.allocate(self._shared_storage())
+        return sA, sB, sC, storage
 
-        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
-
-        # (bM, bK, RestK), (bN, bK, RestK), (bM, bN): this CTA's tile, stage 1 takes it from the grid
-        gA = cute.local_tile(mA_mk, self.mma_tiler_mnk, (bidx, bidy, None), proj=(1, None, 1))
-        gB = cute.local_tile(mB_nk, self.mma_tiler_mnk, (bidx, bidy, None), proj=(None, 1, 1))
-        gC = cute.local_tile(mC_mn, self.mma_tiler_mnk, (bidx, bidy, None), proj=(1, 1, None))
-        k_tile_cnt = cute.size(gA, mode=[2])
-
-        thr_mma = tiled_mma.get_slice(0)
-        # (MMA, MMA_M, MMA_K, RestK)
-        tCgA = thr_mma.partition_A(gA)
-        # (MMA, MMA_N, MMA_K, RestK)
-        tCgB = thr_mma.partition_B(gB)
-        # (MMA, MMA_M, MMA_N)
-        tCgC = thr_mma.partition_C(gC)
-        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-        tAsA, tAgA = cpasync.tma_partition(
-            tma_atom_a,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sA, 0, 3),
-            cute.group_modes(tCgA, 0, 3),
-        )
-        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-        tBsB, tBgB = cpasync.tma_partition(
-            tma_atom_b,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sB, 0, 3),
-            cute.group_modes(tCgB, 0, 3),
-        )
-        # (MMA, MMA_M, MMA_K, STAGE)
-        tCrA = tiled_mma.make_fragment_A(sA)
-        # (MMA, MMA_N, MMA_K, STAGE)
-        tCrB = tiled_mma.make_fragment_B(sB)
-        # (MMA, MMA_M, MMA_N, ACC_STAGE): layout only until TMEM is allocated
-        tCtAcc_fake = tiled_mma.make_fragment_C(
-            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages)
-        )
-
-        # ---------------------------------------------------------------- TMA producer warp
-        if warp_idx == self.tma_warp:
-            for k_tile in cutlass.range(k_tile_cnt, unroll=1):
-                slot = ab_producer.acquire_and_advance()
-                cute.copy(
-                    tma_atom_a,
-                    tAgA[(None, k_tile)],
-                    tAsA[(None, slot.index)],
-                    tma_bar_ptr=slot.barrier,
-                )
-                cute.copy(
-                    tma_atom_b,
-                    tBgB[(None, k_tile)],
-                    tBsB[(None, slot.index)],
-                    tma_bar_ptr=slot.barrier,
-                )
-            ab_producer.tail()
-
-        # ---------------------------------------------------------------- MMA warp
-        if warp_idx == self.mma_warp:
-            tmem.wait_for_alloc()
-            # (MMA, MMA_M, MMA_N, ACC_STAGE)
-            tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
-            acc_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Producer, self.num_acc_stages
-            )
-            acc_pipeline.producer_acquire(acc_state)
-            tiled_mma = self.mma_k_loop(
-                tiled_mma,
-                tCtAcc[(None, None, None, acc_state.index)],
-                tCrA,
-                tCrB,
-                ab_consumer,
-                k_tile_cnt,
-            )
-            acc_pipeline.producer_commit(acc_state)
-
-        # ---------------------------------------------------------------- epilogue warps
-        if warp_idx < self.mma_warp:
-            tmem.allocate(self.num_tmem_cols)
-            tmem.wait_for_alloc()
-            tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
-            # (MMA, MMA_M, MMA_N, ACC_STAGE)
-            tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
-            c_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.num_epi_stages,
-                producer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
-                ),
-            )
-            acc_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, self.num_acc_stages
-            )
-            acc_pipeline.consumer_wait(acc_state)
-            self.epilogue_tile(
-                tidx,
-                warp_idx,
-                tma_atom_c,
-                tCtAcc[(None, None, None, acc_state.index)],
-                sC,
-                tCgC,
-                c_pipeline,
-                cutlass.Int32(0),
-                None,
-            )
-            with cute.arch.elect_one():
-                acc_pipeline.consumer_release(acc_state)
-            c_pipeline.producer_tail()
-            tmem.relinquish_alloc_permit()
-            tmem.free(tmem_ptr)
-
-    # ------------------------------------------------------------------ device pieces
     def _make_pipelines(self, storage, cluster_layout_vmnk=None, defer_sync=False):
         """A/B ring (TMA -> UMMA), accumulator hand-off (UMMA -> epilogue) and the TMEM allocator."""
         # One TMA thread arrives on each "full" barrier: no multicast in our (cta_group, 1) clusters;
@@ -458,6 +462,97 @@ class GemmKernel:
         )
         return ab_producer, ab_consumer, acc_pipeline, tmem
 
+    def mma_fragments(self, tiled_mma, sA, sB):
+        """UMMA views of the A/B rings and the layout of the TMEM accumulators (not allocated yet)."""
+        # (MMA, MMA_M, MMA_K, STAGE)
+        tCrA = tiled_mma.make_fragment_A(sA)
+        # (MMA, MMA_N, MMA_K, STAGE)
+        tCrB = tiled_mma.make_fragment_B(sB)
+        # (MMA, MMA_M, MMA_N, ACC_STAGE): layout only until TMEM is allocated
+        tCtAcc_fake = tiled_mma.make_fragment_C(
+            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages)
+        )
+        return tCrA, tCrB, tCtAcc_fake
+
+    def tma_partition_ab(
+        self,
+        tma_atom_a,
+        sA,
+        tCgA,
+        tma_atom_b,
+        sB,
+        tCgB,
+        cluster_layout_vmnk=None,
+        cluster_coord=None,
+    ):
+        """TMA views of one tile's A and B K tiles and of the rings they land in.
+
+        Without a cluster (stages 1, 2) each CTA loads its whole tile; with one (stage 3) the
+        coordinates in ``cluster_layout_vmnk`` pick this CTA's part of the multicast.
+        """
+        a_cta, a_cta_layout = 0, cute.make_layout(1)
+        b_cta, b_cta_layout = 0, cute.make_layout(1)
+        if cluster_layout_vmnk is not None:
+            a_cta = cluster_coord[2]
+            a_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, 0, None, 0)).shape)
+            b_cta = cluster_coord[1]
+            b_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, None, 0, 0)).shape)
+        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+        tAsA, tAgA = cpasync.tma_partition(
+            tma_atom_a,
+            a_cta,
+            a_cta_layout,
+            cute.group_modes(sA, 0, 3),
+            cute.group_modes(tCgA, 0, 3),
+        )
+        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_atom_b,
+            b_cta,
+            b_cta_layout,
+            cute.group_modes(sB, 0, 3),
+            cute.group_modes(tCgB, 0, 3),
+        )
+        return tAsA, tAgA, tBsB, tBgB
+
+    @cute.jit
+    def load_k_tiles(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        tAgA: cute.Tensor,
+        tAsA: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        tBgB: cute.Tensor,
+        tBsB: cute.Tensor,
+        ab_producer,
+        k_tile_cnt,
+        a_mcast_mask=None,
+        b_mcast_mask=None,
+    ):
+        """TMA-load every K tile of one output tile into the A/B ring (one thread of the TMA warp).
+
+        Each ring entry's "full" barrier counts the bytes of both loads; the masks (stage 3,
+        2-CTA) make the pair's loads signal the leader CTA's barrier. Returns ``ab_producer``, whose
+        ring position the caller must carry to its next tile (see :meth:`mma_k_loop`).
+        """
+        for k_tile in cutlass.range(k_tile_cnt, unroll=1):
+            slot = ab_producer.acquire_and_advance()
+            cute.copy(
+                tma_atom_a,
+                tAgA[(None, k_tile)],
+                tAsA[(None, slot.index)],
+                tma_bar_ptr=slot.barrier,
+                mcast_mask=a_mcast_mask,
+            )
+            cute.copy(
+                tma_atom_b,
+                tBgB[(None, k_tile)],
+                tBsB[(None, slot.index)],
+                tma_bar_ptr=slot.barrier,
+                mcast_mask=b_mcast_mask,
+            )
+        return ab_producer
+
     @cute.jit
     def mma_k_loop(self, tiled_mma, tCtAcc, tCrA, tCrB, ab_consumer, k_tile_cnt):
         """Accumulate every K tile of one output tile into ``tCtAcc`` (one thread issues UMMAs)."""
@@ -470,9 +565,30 @@ class GemmKernel:
                 cute.gemm(tiled_mma, tCtAcc, tCrA[coord], tCrB[coord], tCtAcc)
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
             slot.release()  # tcgen05.commit: the stage is free once these UMMAs have read it
-        # The ACCUMULATE flag lives in the TiledMma value: hand the updated one back so the
-        # caller's control flow carries it (a helper cannot rebind the caller's variable).
-        return tiled_mma
+        # The ACCUMULATE flag lives in the TiledMma value and the ring position in the consumer:
+        # hand both back so the caller's control flow (stage 3's tile loop) carries them. A helper
+        # cannot rebind the caller's variables, and a loop only carries the names it assigns or
+        # calls methods on, not objects it merely passes to a helper.
+        return tiled_mma, ab_consumer
+
+    def epilogue_begin(self, tmem, tCtAcc_fake):
+        """Epilogue warps, once: allocate TMEM, make the accumulators and the TMA-store pipeline.
+
+        The first epilogue warp allocates ``num_tmem_cols`` columns and publishes the address; the
+        MMA warp waits on the same named barrier (``tmem.wait_for_alloc``) before using it.
+        """
+        tmem.allocate(self.num_tmem_cols)
+        tmem.wait_for_alloc()
+        tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
+        # (MMA, MMA_M, MMA_N, ACC_STAGE)
+        tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
+        c_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=self.num_epi_stages,
+            producer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
+            ),
+        )
+        return tmem_ptr, tCtAcc, c_pipeline
 
     @cute.jit
     def epilogue_tile(
@@ -564,6 +680,12 @@ class GemmKernel:
                 c_pipeline.producer_commit()
                 c_pipeline.producer_acquire()  # the next buffer's old store has drained
             epi_sync.arrive_and_wait()
+
+    def epilogue_end(self, tmem, tmem_ptr, c_pipeline):
+        """Epilogue warps, once: drain the outstanding TMA stores, then free TMEM."""
+        c_pipeline.producer_tail()
+        tmem.relinquish_alloc_permit()
+        tmem.free(tmem_ptr)
 
     # ------------------------------------------------------------------ checks
     @staticmethod

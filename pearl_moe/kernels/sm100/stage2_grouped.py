@@ -1,6 +1,6 @@
 """Stage 2 (sm_100a): every expert in one launch; CTA ``(x, y, z)`` computes tile ``(x, y)`` of expert ``z``.
 
-What changes from stage 1 (same roles, same SMEM, same epilogue method):
+What changes from stage 1 (same SMEM; the roles are stage 1's ``tile_roles``, called unchanged):
 
 1. **The grid gains a z axis, one slice per expert.** ``x`` runs over the m tiles of the *largest*
    possible expert (``ceil(total_rows / tile_m)``, known on the host without reading the offsets),
@@ -27,9 +27,7 @@ Budget: identical to stage 1 (the workspace lives in global memory)::
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync
-from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum, TensorMapManager, TensorMapUpdateMode
 
 from ...config import GemmConfig
@@ -223,29 +221,7 @@ class GroupedGemmKernel(GemmKernel):
             cpasync.prefetch_descriptor(tma_atom_a)
             cpasync.prefetch_descriptor(tma_atom_b)
 
-        smem = SmemAllocator()
-        # (MMA, MMA_M, MMA_K, STAGE)
-        sA = smem.allocate_tensor(
-            self.ab_dtype,
-            a_smem_layout.outer,
-            byte_alignment=1024,
-            swizzle=a_smem_layout.inner,
-        )
-        # (MMA, MMA_N, MMA_K, STAGE)
-        sB = smem.allocate_tensor(
-            self.ab_dtype,
-            b_smem_layout.outer,
-            byte_alignment=1024,
-            swizzle=b_smem_layout.inner,
-        )
-        # (EPI_M, EPI_N, EPI_STAGE)
-        sC = smem.allocate_tensor(
-            self.c_dtype,
-            c_smem_layout.outer,
-            byte_alignment=1024,
-            swizzle=c_smem_layout.inner,
-        )
-        storage = smem.allocate(self._shared_storage())
+        sA, sB, sC, storage = self.allocate_smem(a_smem_layout, b_smem_layout, c_smem_layout)
         ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
 
         # The expert's rows come from the offsets, on the device.
@@ -262,116 +238,12 @@ class GroupedGemmKernel(GemmKernel):
             gB = cute.local_tile(mB_e, self.mma_tiler_mnk, tile, proj=(None, 1, 1))
             # (bM, bN): coordinates relative to the expert's own C descriptor
             gC = cute.local_tile(mC_mn, self.mma_tiler_mnk, tile, proj=(1, 1, None))
-            k_tile_cnt = cute.size(gA, mode=[2])
-
-            thr_mma = tiled_mma.get_slice(0)
-            # (MMA, MMA_M, MMA_K, RestK)
-            tCgA = thr_mma.partition_A(gA)
-            # (MMA, MMA_N, MMA_K, RestK)
-            tCgB = thr_mma.partition_B(gB)
-            # (MMA, MMA_M, MMA_N)
-            tCgC = thr_mma.partition_C(gC)
-            # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-            tAsA, tAgA = cpasync.tma_partition(
-                tma_atom_a,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sA, 0, 3),
-                cute.group_modes(tCgA, 0, 3),
-            )
-            # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-            tBsB, tBgB = cpasync.tma_partition(
-                tma_atom_b,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sB, 0, 3),
-                cute.group_modes(tCgB, 0, 3),
-            )
-            # (MMA, MMA_M, MMA_K, STAGE)
-            tCrA = tiled_mma.make_fragment_A(sA)
-            # (MMA, MMA_N, MMA_K, STAGE)
-            tCrB = tiled_mma.make_fragment_B(sB)
-            # (MMA, MMA_M, MMA_N, ACC_STAGE)
-            tCtAcc_fake = tiled_mma.make_fragment_C(
-                cute.append(
-                    tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages
-                )
-            )
-
-            # ------------------------------------------------------------ TMA producer warp
-            if warp_idx == self.tma_warp:
-                for k_tile in cutlass.range(k_tile_cnt, unroll=1):
-                    slot = ab_producer.acquire_and_advance()
-                    cute.copy(
-                        tma_atom_a,
-                        tAgA[(None, k_tile)],
-                        tAsA[(None, slot.index)],
-                        tma_bar_ptr=slot.barrier,
-                    )
-                    cute.copy(
-                        tma_atom_b,
-                        tBgB[(None, k_tile)],
-                        tBsB[(None, slot.index)],
-                        tma_bar_ptr=slot.barrier,
-                    )
-                ab_producer.tail()
-
-            # ------------------------------------------------------------ MMA warp
-            if warp_idx == self.mma_warp:
-                tmem.wait_for_alloc()
-                # (MMA, MMA_M, MMA_N, ACC_STAGE)
-                tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
-                acc_state = pipeline.make_pipeline_state(
-                    pipeline.PipelineUserType.Producer, self.num_acc_stages
-                )
-                acc_pipeline.producer_acquire(acc_state)
-                tiled_mma = self.mma_k_loop(
-                    tiled_mma,
-                    tCtAcc[(None, None, None, acc_state.index)],
-                    tCrA,
-                    tCrB,
-                    ab_consumer,
-                    k_tile_cnt,
-                )
-                acc_pipeline.producer_commit(acc_state)
-
-            # ------------------------------------------------------------ epilogue warps
-            if warp_idx < self.mma_warp:
-                tmem.allocate(self.num_tmem_cols)
-                tmem.wait_for_alloc()
-                tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
-                # (MMA, MMA_M, MMA_N, ACC_STAGE)
-                tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
-                c_pipeline = pipeline.PipelineTmaStore.create(
-                    num_stages=self.num_epi_stages,
-                    producer_group=pipeline.CooperativeGroup(
-                        pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
-                    ),
-                )
-                desc_ptr = expert_descriptor_ptr(mWorkspace, expert)
-                if warp_idx == self.epilogue_warps[0]:
-                    # the descriptor was written by the generic proxy (previous kernel)
-                    cpasync.fence_tma_desc_acquire(desc_ptr)
-                acc_state = pipeline.make_pipeline_state(
-                    pipeline.PipelineUserType.Consumer, self.num_acc_stages
-                )
-                acc_pipeline.consumer_wait(acc_state)
-                self.epilogue_tile(
-                    tidx,
-                    warp_idx,
-                    tma_atom_c,
-                    tCtAcc[(None, None, None, acc_state.index)],
-                    sC,
-                    tCgC,
-                    c_pipeline,
-                    cutlass.Int32(0),
-                    desc_ptr,
-                )
-                with cute.arch.elect_one():
-                    acc_pipeline.consumer_release(acc_state)
-                c_pipeline.producer_tail()
-                tmem.relinquish_alloc_permit()
-                tmem.free(tmem_ptr)
+            # the store goes through the expert's own C descriptor
+            desc_ptr = expert_descriptor_ptr(mWorkspace, expert)
+            self.tile_roles(
+                tidx, warp_idx, tiled_mma, tma_atom_a, gA, sA, tma_atom_b, gB, sB, tma_atom_c, gC,
+                sC, ab_producer, ab_consumer, acc_pipeline, tmem, desc_ptr,
+            )  # fmt: skip
 
     @staticmethod
     def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:

@@ -24,6 +24,10 @@ Budget, tile 128 x 256 x 64, 1-CTA, acc_stages 2 (two 128 x 256 fp32 accumulator
     B ring    s x 256 x 64 x 2 B = 32 KB / stage      4 stages: 192 KB + 24 KB epilogue + 192 B
 Tile 256 x 256 x 64, 2-CTA: each CTA holds A 128 x 64 (16 KB) and half of B (128 x 64, 16 KB) per
 stage, exactly the 1-CTA 128 x 128 ring, while one MMA covers four times the output.
+
+The work on one tile is stage 1's methods (``load_k_tiles``, ``mma_k_loop``, ``epilogue_tile``,
+with ``allocate_smem``, ``tma_partition_ab``, ``mma_fragments``, ``epilogue_begin``/``_end``);
+what this module adds is the loops around them.
 """
 
 import cuda.bindings.driver as cuda
@@ -31,7 +35,6 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync
-from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
@@ -148,20 +151,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
             cpasync.prefetch_descriptor(tma_atom_a)
             cpasync.prefetch_descriptor(tma_atom_b)
 
-        smem = SmemAllocator()
-        # (MMA, MMA_M, MMA_K, STAGE)
-        sA = smem.allocate_tensor(
-            self.ab_dtype, a_smem_layout.outer, byte_alignment=1024, swizzle=a_smem_layout.inner
-        )
-        # (MMA, MMA_N, MMA_K, STAGE)
-        sB = smem.allocate_tensor(
-            self.ab_dtype, b_smem_layout.outer, byte_alignment=1024, swizzle=b_smem_layout.inner
-        )
-        # (EPI_M, EPI_N, EPI_STAGE)
-        sC = smem.allocate_tensor(
-            self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
-        )
-        storage = smem.allocate(self._shared_storage())
+        sA, sB, sC, storage = self.allocate_smem(a_smem_layout, b_smem_layout, c_smem_layout)
         ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(
             storage, cluster_layout_vmnk, defer_sync=True
         )
@@ -178,18 +168,10 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
             b_mcast_mask = cpasync.create_tma_multicast_mask(
                 cluster_layout_vmnk, cluster_coord_vmnk, mcast_mode=1
             )
-        a_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, 0, None, 0)).shape)
-        b_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, None, 0, 0)).shape)
 
         thr_mma = tiled_mma.get_slice(pair_rank)
-        # (MMA, MMA_M, MMA_K, STAGE)
-        tCrA = tiled_mma.make_fragment_A(sA)
-        # (MMA, MMA_N, MMA_K, STAGE)
-        tCrB = tiled_mma.make_fragment_B(sB)
-        # (MMA, MMA_M, MMA_N, ACC_STAGE)
-        tCtAcc_fake = tiled_mma.make_fragment_C(
-            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages)
-        )
+        # (MMA, MMA_M, MMA_K, STAGE), (MMA, MMA_N, MMA_K, STAGE), (MMA, MMA_M, MMA_N, ACC_STAGE)
+        tCrA, tCrB, tCtAcc_fake = self.mma_fragments(tiled_mma, sA, sB)
         k_tile_cnt = cute.ceil_div(cute.size(mA_mk, mode=[1]), self.mma_tiler_mnk[2])
         experts = cute.size(mB_nkl, mode=[2])
         n_tiles = cute.ceil_div(cute.size(mC_mn, mode=[1]), self.mma_tiler_mnk[1])
@@ -223,38 +205,29 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                 tCgA = thr_mma.partition_A(gA)
                 # (MMA, MMA_N, MMA_K, RestK)
                 tCgB = thr_mma.partition_B(gB)
-                # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-                tAsA, tAgA = cpasync.tma_partition(
+                # ((ATOM_V, REST_V), STAGE) x 2 and ((ATOM_V, REST_V), RestK) x 2
+                tAsA, tAgA, tBsB, tBgB = self.tma_partition_ab(
                     tma_atom_a,
-                    cluster_coord_vmnk[2],
-                    a_cta_layout,
-                    cute.group_modes(sA, 0, 3),
-                    cute.group_modes(tCgA, 0, 3),
-                )
-                # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-                tBsB, tBgB = cpasync.tma_partition(
+                    sA,
+                    tCgA,
                     tma_atom_b,
-                    cluster_coord_vmnk[1],
-                    b_cta_layout,
-                    cute.group_modes(sB, 0, 3),
-                    cute.group_modes(tCgB, 0, 3),
+                    sB,
+                    tCgB,
+                    cluster_layout_vmnk,
+                    cluster_coord_vmnk,
                 )
-                for k_tile in cutlass.range(k_tile_cnt, unroll=1):
-                    slot = ab_producer.acquire_and_advance()
-                    cute.copy(
-                        tma_atom_a,
-                        tAgA[(None, k_tile)],
-                        tAsA[(None, slot.index)],
-                        tma_bar_ptr=slot.barrier,
-                        mcast_mask=a_mcast_mask,
-                    )
-                    cute.copy(
-                        tma_atom_b,
-                        tBgB[(None, k_tile)],
-                        tBsB[(None, slot.index)],
-                        tma_bar_ptr=slot.barrier,
-                        mcast_mask=b_mcast_mask,
-                    )
+                ab_producer = self.load_k_tiles(
+                    tma_atom_a,
+                    tAgA,
+                    tAsA,
+                    tma_atom_b,
+                    tBgB,
+                    tBsB,
+                    ab_producer,
+                    k_tile_cnt,
+                    a_mcast_mask,
+                    b_mcast_mask,
+                )
                 tile = tile + self.num_clusters
                 expert, first = scheduler.seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
             ab_producer.tail()
@@ -275,7 +248,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                 while expert < experts:
                     # wait until the epilogue has drained this accumulator buffer
                     acc_pipeline.producer_acquire(acc_state)
-                    tiled_mma = self.mma_k_loop(
+                    tiled_mma, ab_consumer = self.mma_k_loop(
                         tiled_mma,
                         tCtAcc[(None, None, None, acc_state.index)],
                         tCrA,
@@ -293,17 +266,8 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
 
         # ---------------------------------------------------------------- epilogue warps
         if warp_idx < self.mma_warp:
-            tmem.allocate(self.num_tmem_cols)
-            tmem.wait_for_alloc()
-            tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
             # (MMA, MMA_M, MMA_N, ACC_STAGE)
-            tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
-            c_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.num_epi_stages,
-                producer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
-                ),
-            )
+            tmem_ptr, tCtAcc, c_pipeline = self.epilogue_begin(tmem, tCtAcc_fake)
             acc_state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, self.num_acc_stages
             )
@@ -344,9 +308,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                 stored = stored + subtiles
                 tile = tile + self.num_clusters
                 expert, first = scheduler.seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
-            c_pipeline.producer_tail()
-            tmem.relinquish_alloc_permit()
-            tmem.free(tmem_ptr)
+            self.epilogue_end(tmem, tmem_ptr, c_pipeline)
 
     @staticmethod
     def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:
