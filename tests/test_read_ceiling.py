@@ -60,3 +60,17 @@ def test_committed_h200_runs_never_exceed_their_floor():
         for rec in run["records"]:
             if rec["status"] == "ok":
                 assert rec["metrics"]["pct_of_floor"] <= 100.0 + 1e-6, (name, rec["impl"])
+
+
+def test_live_ceiling_follows_a_faster_kernel():
+    from pearl_moe.bench.harness import floor_seconds, with_demonstrated_read
+    from pearl_moe.workloads import GroupedProblem
+
+    p = GroupedProblem(k=64, n=64, counts=(4,))
+    ceilings = {"read_bytes_per_s": 1e9, "bf16_flops_per_s": 1e15}
+    fast = p.bytes_moved() / 2e9  # a kernel that read at 2 GB/s
+    raised = with_demonstrated_read(ceilings, p, fast)
+    assert raised["read_bytes_per_s"] == pytest.approx(2e9)
+    assert raised["read_probe_bytes_per_s"] == 1e9 and ceilings["read_bytes_per_s"] == 1e9
+    assert floor_seconds(p, raised) == pytest.approx(fast)
+    assert with_demonstrated_read(ceilings, p, 10 * fast) is ceilings

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from pearl_moe import GemmConfig, make_problem
-from pearl_moe.occupancy import occupancy
-from pearl_moe.widgets import OccupancyExplorer, SmemBudgetExplorer
+import pytest
+
+pytest.importorskip("ipywidgets", reason="widgets need ipywidgets (a dependency of pearl-moe)")
+
+from pearl_moe import GemmConfig, make_problem  # noqa: E402
+from pearl_moe.occupancy import occupancy  # noqa: E402
+from pearl_moe.widgets import OccupancyExplorer, SmemBudgetExplorer  # noqa: E402
 
 
 def _shown(explorer):

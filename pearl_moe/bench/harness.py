@@ -432,6 +432,19 @@ def measure_ceilings(device="cuda", stream_bytes: int = 4 << 30, matmul_n: int =
     }
 
 
+def with_demonstrated_read(ceilings: dict, problem: GroupedProblem, seconds: float) -> dict:
+    """``ceilings`` with the read rate raised to what a run of ``problem`` in ``seconds`` showed.
+
+    The live counterpart of :func:`pearl_moe.bench.records.raise_read_ceiling`: a kernel that moved
+    ``bytes_moved`` bytes in ``seconds`` demonstrated that rate, so a floor must not assume less.
+    """
+    demonstrated = problem.bytes_moved() / seconds
+    if demonstrated <= ceilings["read_bytes_per_s"]:
+        return ceilings
+    probe = ceilings["read_bytes_per_s"]
+    return {**ceilings, "read_bytes_per_s": demonstrated, "read_probe_bytes_per_s": probe}
+
+
 def floor_seconds(problem: GroupedProblem, ceilings: dict) -> float:
     """max(bytes that must move / read bandwidth, FLOPs / bf16 rate)."""
     return problem.floor_seconds(ceilings["read_bytes_per_s"], ceilings["bf16_flops_per_s"])
