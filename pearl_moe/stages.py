@@ -162,8 +162,8 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
             + ", ".join(cells)
             + "."
         )
-    if extra:
-        lines += [""] + extra
+    for paragraph in extra:
+        lines += ["", paragraph]
     return "\n".join(lines)
 
 
