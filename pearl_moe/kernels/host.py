@@ -16,6 +16,8 @@ from ..config import GemmConfig
 
 __all__ = [
     "bf16_ptr",
+    "placeholder_ptr",
+    "launch_per_expert",
     "i32_ptr",
     "device_end_offsets",
     "cdiv",
@@ -46,6 +48,38 @@ def i32_ptr(t):
     return cute.runtime.make_ptr(
         cutlass.Int32, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=4
     )
+
+
+def placeholder_ptr(dtype=None, align: int = 16):
+    """A null global pointer of ``dtype`` (default bf16) for ``cute.compile`` without tensors.
+
+    Every kernel is compiled against pointers, so one compiled kernel serves any data; the
+    alignment promised here is what the kernel may assume (TMA needs 16 bytes).
+    """
+    import cutlass
+    import cutlass.cute as cute
+
+    dtype = dtype or cutlass.BFloat16
+    return cute.runtime.make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def launch_per_expert(compiled, A, W, out, host_offsets, stream) -> None:
+    """The naive MoE loop of stage 1, for both architectures: one dense-GEMM launch per expert
+    with rows, each on that expert's slice of A, W and out (rows sliced on the host)."""
+    k = A.shape[1]
+    n = W.shape[1]
+    start = 0
+    for e, end in enumerate(host_offsets):
+        rows = end - start
+        if rows > 0:
+            compiled(
+                bf16_ptr(A, start * k),
+                bf16_ptr(W, e * n * k),
+                bf16_ptr(out, start * n),
+                rows,
+                stream,
+            )
+        start = end
 
 
 def cuda_stream(device=None):

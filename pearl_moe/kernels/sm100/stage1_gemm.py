@@ -44,6 +44,7 @@ from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ...budget import tmem_columns
 from ...config import GemmConfig
+from ..host import launch_per_expert, placeholder_ptr
 
 __all__ = [
     "GemmKernel",
@@ -703,11 +704,6 @@ def build(config: GemmConfig) -> GemmKernel:
     return GemmKernel(config)
 
 
-def placeholder_ptr(dtype=cutlass.BFloat16, align: int = 16):
-    """A null global pointer to trace with: ``cute.compile`` needs types and alignment, no memory."""
-    return cute.runtime.make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
-
-
 def fake_arguments(kernel: GemmKernel, n: int, k: int):
     """``cute.compile`` arguments after the kernel: placeholder pointers, ``m``, ``n``, ``k``, stream.
 
@@ -752,20 +748,5 @@ def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
     Mirrors :func:`pearl_moe.kernels.sm90.stage1_gemm.launch`. Not run yet: no B200 here (the
     compile is verified on a CPU, ``tests/test_sm100_interface.py``).
     """
-    from ..host import bf16_ptr
-
     del end_offsets  # the loop needs the offsets on the host
-    k = A.shape[1]
-    n = W.shape[1]
-    start = 0
-    for e, end in enumerate(host_offsets):
-        rows = end - start
-        if rows > 0:
-            compiled(
-                bf16_ptr(A, start * k),
-                bf16_ptr(W, e * n * k),
-                bf16_ptr(out, start * n),
-                rows,
-                stream,
-            )
-        start = end
+    launch_per_expert(compiled, A, W, out, host_offsets, stream)

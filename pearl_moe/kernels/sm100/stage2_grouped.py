@@ -31,7 +31,8 @@ from cutlass.cute.nvgpu import cpasync
 from cutlass.tensor_utils import LayoutEnum, TensorMapManager, TensorMapUpdateMode
 
 from ...config import GemmConfig
-from .stage1_gemm import GemmKernel, one_accumulator, placeholder_ptr
+from ..host import placeholder_ptr
+from .stage1_gemm import GemmKernel, one_accumulator
 
 __all__ = [
     "GroupedGemmKernel",

@@ -32,6 +32,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from ...config import GemmConfig
+from ..host import launch_per_expert, placeholder_ptr
 from .common import Sm90KernelBase
 
 __all__ = ["Sm90DenseGemm", "build", "compile_kernel", "compile_fake", "launch"]
@@ -213,16 +214,13 @@ def build(config: GemmConfig) -> Sm90DenseGemm:
     return Sm90DenseGemm(config)
 
 
-def _fake_ptr(align: int = 16):
-    return cute.runtime.make_ptr(cutlass.BFloat16, 0, cute.AddressSpace.gmem, assumed_align=align)
-
-
 def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
     """Compile for fixed ``(n, k)``; rows stay a run-time argument. Works without a GPU."""
     del experts, sms  # one expert per launch; not persistent
     kernel = build(config)
     stream = cuda.CUstream(0)
-    return cute.compile(kernel, _fake_ptr(), _fake_ptr(), _fake_ptr(), 1, n, k, stream)
+    ptr = placeholder_ptr
+    return cute.compile(kernel, ptr(), ptr(), ptr(), 1, n, k, stream)
 
 
 def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
@@ -233,19 +231,5 @@ def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
 
 def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
     """The naive MoE loop: one launch per non-empty expert, rows sliced on the host."""
-    from ..host import bf16_ptr
-
-    k = A.shape[1]
-    n = W.shape[1]
-    start = 0
-    for e, end in enumerate(host_offsets):
-        rows = end - start
-        if rows > 0:
-            compiled(
-                bf16_ptr(A, start * k),
-                bf16_ptr(W, e * n * k),
-                bf16_ptr(out, start * n),
-                rows,
-                stream,
-            )
-        start = end
+    del end_offsets  # the loop needs the offsets on the host
+    launch_per_expert(compiled, A, W, out, host_offsets, stream)

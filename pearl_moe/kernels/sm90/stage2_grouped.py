@@ -31,6 +31,7 @@ import cutlass.cute as cute
 
 from ...config import GemmConfig
 from .. import scheduler
+from ..host import placeholder_ptr
 from .stage1_gemm import Sm90DenseGemm
 
 __all__ = ["Sm90GroupedGemm", "build", "compile_kernel", "compile_fake", "launch"]
@@ -140,16 +141,12 @@ def build(config: GemmConfig) -> Sm90GroupedGemm:
     return Sm90GroupedGemm(config)
 
 
-def _ptr(dtype, align):
-    return cute.runtime.make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
-
-
 def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
     """Compile for fixed ``(n, k, experts)``; rows stay a run-time argument. Works without a GPU."""
     del sms
     bf16 = cutlass.BFloat16
     return cute.compile(
-        build(config), _ptr(bf16, 16), _ptr(bf16, 16), _ptr(cutlass.Int32, 4), _ptr(bf16, 16),
+        build(config), placeholder_ptr(bf16, 16), placeholder_ptr(bf16, 16), placeholder_ptr(cutlass.Int32, 4), placeholder_ptr(bf16, 16),
         1, n, k, experts, cuda.CUstream(0),
     )  # fmt: skip
 

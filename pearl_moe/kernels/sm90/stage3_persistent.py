@@ -30,6 +30,7 @@ import cutlass.pipeline as pipeline
 
 from ...config import GemmConfig
 from .. import scheduler
+from ..host import placeholder_ptr
 from .common import WARPGROUP_THREADS
 from .stage2_grouped import Sm90GroupedGemm
 
@@ -249,16 +250,12 @@ def build(config: GemmConfig, sms: int = 132) -> Sm90PersistentGroupedGemm:
     return Sm90PersistentGroupedGemm(config, sms)
 
 
-def _ptr(dtype, align):
-    return cute.runtime.make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
-
-
 def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
     """Compile for fixed ``(n, k, experts)`` and grid size ``sms`` (H200: 132). No GPU needed."""
     bf16 = cutlass.BFloat16
     return cute.compile(
-        build(config, sms or 132), _ptr(bf16, 16), _ptr(bf16, 16), _ptr(cutlass.Int32, 4),
-        _ptr(bf16, 16), 1, n, k, experts, cuda.CUstream(0),
+        build(config, sms or 132), placeholder_ptr(bf16, 16), placeholder_ptr(bf16, 16), placeholder_ptr(cutlass.Int32, 4),
+        placeholder_ptr(bf16, 16), 1, n, k, experts, cuda.CUstream(0),
     )  # fmt: skip
 
 
