@@ -85,6 +85,92 @@ def test_inputs_are_random_not_zeros():
     assert A.float().std() > 0.5 and (A != 0).float().mean() > 0.99
 
 
+def test_verify_outputs_catches_a_graph_that_does_not_rotate():
+    """After timing, each input set's output must be that set's product: a graph that kept
+    computing set 0 (inputs not rotated) or left rows unwritten fails."""
+    problem = GroupedProblem(k=64, n=48, counts=(5, 0, 7, 1))
+    inputs = [harness.make_inputs(problem, "cpu", seed) for seed in (100, 101)]
+    counts = list(problem.counts)
+    right = [harness.torch_bf16_per_expert(A, W, counts) for A, W, _ in inputs]
+    ok, msg = harness.verify_outputs(problem, inputs, right)
+    assert ok, msg
+    ok, msg = harness.verify_outputs(problem, inputs, [right[0], right[0]])  # not rotated
+    assert not ok and "input set 1" in msg and "input set 0" not in msg
+    holes = right[1].clone()
+    holes[5:12] = float("nan")
+    ok, msg = harness.verify_outputs(problem, inputs, [right[0], holes])
+    assert not ok and "7 rows not written" in msg
+
+
+def test_timing_dict_reports_the_after_timing_check_only_when_made():
+    t = harness.Timing(1e-3, 9e-4, 2e-3, 5, 10, 2)
+    assert "outputs_ok" not in t.as_dict()
+    t.outputs_ok, t.outputs_message = False, "input set 1: wrong"
+    d = t.as_dict()
+    assert d["outputs_ok"] is False and d["median_us"] == pytest.approx(1000.0)
+
+
+def _fake_smi(fields_ok):
+    """An nvidia-smi stand-in: answers queries whose fields are all in ``fields_ok``."""
+    calls = []
+
+    def runner(cmd, **kwargs):
+        query = cmd[1].split("=", 1)[1].split(",")
+        calls.append(query)
+        if not set(query) <= set(fields_ok):
+            return subprocess.CompletedProcess(cmd, 6, "", "Field is not a valid field")
+        values = {"clocks.sm": "1980", "clocks.mem": "3201", "power.draw": "512.3"}
+        values |= {"temperature.gpu": "48", "clocks_throttle_reasons.active": "0x0"}
+        return subprocess.CompletedProcess(cmd, 0, ", ".join(values[f] for f in query) + "\n", "")
+
+    return runner, calls
+
+
+def test_clocks_under_load_are_read_while_busy_and_labeled():
+    from pearl_moe.bench.records import LOAD_CLOCK_SOURCE, clocks_under_load
+
+    everything = ["clocks.sm", "clocks.mem", "power.draw", "temperature.gpu"]
+    runner, calls = _fake_smi([*everything, "clocks_throttle_reasons.active"])
+    got = clocks_under_load("after the ceilings", 0.01, "cpu", runner, n=32)
+    assert got["sm_clock_mhz"] == "1980" and got["throttle_reasons"] == "0x0"
+    assert got["source"] == LOAD_CLOCK_SOURCE and got["when"] == "after the ceilings"
+    runner, calls = _fake_smi(everything)  # a driver that does not know the throttle field
+    got = clocks_under_load("end", 0.01, "cpu", runner, n=32)
+    assert len(calls) == 2 and got["power_draw_w"] == "512.3" and "throttle_reasons" not in got
+    runner, _ = _fake_smi([])
+    got = clocks_under_load("end", 0.01, "cpu", runner, n=32)
+    assert got["source"].startswith("unavailable") and "sm_clock_mhz" not in got
+
+
+def test_start_clocks_are_labeled_idle(monkeypatch):
+    from pearl_moe.bench import records
+
+    smi = {
+        "name": "NVIDIA H200",
+        "driver": "580",
+        "sm_clock_mhz": "345",
+        "sm_clock_max_mhz": "1980",
+    }
+    monkeypatch.setattr(records, "_nvidia_smi", lambda: dict(smi))
+    env = records.environment("test")
+    assert env["driver"] == "580" and env["clocks"]["sm_clock_mhz"] == "345"
+    assert "idle" in env["clocks"]["source"] and "before any GPU work" in env["clocks"]["source"]
+
+
+def test_committed_runs_read_with_the_idle_clock_label():
+    files = sorted(Path(__file__).resolve().parent.parent.glob("results/*/*.json"))
+    if not files:
+        pytest.skip("no committed results")
+    from pearl_moe.bench.records import IDLE_CLOCK_SOURCE
+
+    for f in files:
+        env = read_run(f)["env"]
+        for key in ("gpu", "sm_count", "driver", "torch", "cutlass_dsl", "triton", "date"):
+            assert env.get(key), (f.name, key)
+        if env["clocks"]["source"].startswith("nvidia-smi at the start"):
+            assert env["clocks"]["source"] == IDLE_CLOCK_SOURCE, f.name
+
+
 def test_loop_baseline_checks_on_cpu_and_broken_one_does_not():
     problem = GroupedProblem(k=64, n=48, counts=(5, 0, 7, 1, 0))
     result, config = harness.check(harness.get_impl("loop"), problem, device="cpu")
@@ -193,8 +279,8 @@ def test_cli_refuses_without_a_gpu_as_a_process():
         text=True,
         env=env,
     )
-    assert res.returncode != 0
-    assert "no CUDA GPU" in res.stderr
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "no CUDA GPU" in res.stderr and "replay" in res.stderr
 
 
 def test_cli_builds_the_sweep():

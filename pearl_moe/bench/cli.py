@@ -156,6 +156,11 @@ def _bench_one(impl, problem, ceilings, args) -> dict:
         return record
     timing, _ = harness.time_impl(impl, problem, reps=args.reps, launches=args.launches)
     record["time"] = timing.as_dict()
+    if timing.outputs_ok is False:  # the timed graph computed something else: not a result
+        record["status"] = "incorrect"
+        record["correctness"]["ok"] = False
+        record["correctness"]["message"] = f"after timing: {timing.outputs_message}"
+        return record
     record["metrics"] = harness.metrics(problem, timing.median_s, ceilings)
     record["status"] = "ok"
     return record
@@ -183,7 +188,20 @@ def main(argv: list[str] | None = None) -> int:
         tqdm = _PlainProgress
 
     from . import harness
-    from .records import environment, new_run, problem_entry, raise_read_ceiling, write_run
+    from .records import (
+        clocks_under_load,
+        environment,
+        new_run,
+        problem_entry,
+        raise_read_ceiling,
+        write_run,
+    )
+
+    def _load_clocks(when: str) -> dict:
+        try:
+            return clocks_under_load(when)
+        except Exception as exc:  # never lose a run over a clock reading
+            return {"when": when, "source": f"unavailable ({type(exc).__name__}: {exc})"[:200]}
 
     problems = build_problems(args)
     device_name = torch.cuda.get_device_name()
@@ -197,12 +215,17 @@ def main(argv: list[str] | None = None) -> int:
         f"bf16 {ceilings['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s",
         flush=True,
     )
+    env["clocks_under_load"] = [_load_clocks("after the ceilings (warmed up)")]
+    print(f"clocks under load: {env['clocks_under_load'][0]}", flush=True)
     run = new_run(args.kind, env, ceilings)
     run["method"] = {
         "check": "fresh random inputs (A ~ N(0,1), W ~ N(0,1/k)), output poisoned with NaN, "
-        "max abs error vs a float32 reference <= 2 x torch bf16 error + 1e-3, every row written",
+        "max abs error vs a float32 reference <= 2 x torch bf16 error + 1e-3, every row written; "
+        "after timing, the graph's output for every input set is checked the same way",
         "timing": f"CUDA graph of >= {args.launches} calls over rotating input sets (enough sets "
         f"to cycle >= 4x L2), {args.reps} replays; time per call = replay time / calls",
+        "clocks": "env.clocks: idle, before any GPU work; env.clocks_under_load: nvidia-smi "
+        "while a bf16 matmul loop ran, after the ceilings and after the last problem",
         "floor": "max(bytes_moved / read ceiling, flops / bf16 ceiling), bytes_moved = weights of "
         "experts with rows + A + out",
     }
@@ -259,9 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         run["env"]["skipped_problems"] = skipped
         write_run(raise_read_ceiling(run), out)
     bar.close()
+    run["env"]["clocks_under_load"].append(_load_clocks("after the last problem"))
     run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
     run["env"]["skipped_problems"] = skipped
-    write_run(run, out)
+    write_run(raise_read_ceiling(run), out)
     print()
     print(format_table(run))
     print(f"\nwrote {out}" + (f"; skipped (deadline): {skipped}" if skipped else ""))

@@ -42,6 +42,7 @@ __all__ = [
     "check",
     "input_sets_for",
     "time_impl",
+    "verify_outputs",
     "measure_ceilings",
     "floor_seconds",
     "metrics",
@@ -282,9 +283,12 @@ class Timing:
     launches_per_graph: int
     input_sets: int
     samples_s: list = field(default_factory=list)
+    #: the graph's outputs, checked per input set after the timed replays (None: not checked)
+    outputs_ok: bool | None = None
+    outputs_message: str = ""
 
     def as_dict(self) -> dict:
-        return {
+        d = {
             "median_us": self.median_s * 1e6,
             "min_us": self.min_s * 1e6,
             "max_us": self.max_s * 1e6,
@@ -292,6 +296,27 @@ class Timing:
             "launches_per_graph": self.launches_per_graph,
             "input_sets": self.input_sets,
         }
+        if self.outputs_ok is not None:
+            d["outputs_ok"] = self.outputs_ok
+            d["outputs_message"] = self.outputs_message
+        return d
+
+
+def verify_outputs(problem: GroupedProblem, inputs: list, outputs: list) -> tuple[bool, str]:
+    """Check what a timed graph left behind: ``outputs[s]`` must be the product of ``inputs[s]``
+    (A, W, offsets) within the check's tolerance. This catches a graph that does not rotate through
+    its input sets (every output would equal one set's product) or that computes garbage when
+    replayed, which the check before timing (a plain call on other inputs) cannot see."""
+    counts = list(problem.counts)
+    bad = []
+    for s, ((A, W, _), out) in enumerate(zip(inputs, outputs, strict=True)):
+        ref = reference_fp32(A, W, counts)
+        res = compare(out, ref, torch_bf16_per_expert(A, W, counts))
+        if not res.ok:
+            bad.append(f"input set {s}: {res.message}")
+    if bad:
+        return False, "; ".join(bad)[:500]
+    return True, f"{len(outputs)} input set(s) checked after the timed replays"
 
 
 def input_sets_for(
@@ -312,8 +337,13 @@ def time_impl(
     device="cuda",
     seed: int = 100,
     memory_cap_bytes: int = 40 << 30,
+    verify: bool = True,
 ) -> tuple[Timing, dict]:
-    """Median/min/max time of one call of ``impl`` on ``problem`` (CUDA-graph replays)."""
+    """Median/min/max time of one call of ``impl`` on ``problem`` (CUDA-graph replays).
+
+    Input set ``i % sets`` feeds launch ``i`` of the graph. With ``verify``, each set's output
+    is checked after the replays (:func:`verify_outputs`); the result is in ``Timing.outputs_ok``.
+    Events are recorded on the current stream, the stream ``graph.replay()`` launches on."""
     import torch
 
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
@@ -345,9 +375,12 @@ def time_impl(
     torch.cuda.synchronize(device)
 
     graph = torch.cuda.CUDAGraph()
+    outputs: list = [None] * sets  # the graph's output tensor for each input set (static)
     with torch.cuda.graph(graph):
         for i in range(launches):
-            call(i)
+            result = call(i)
+            prepared, out, _ = runs[i % sets]
+            outputs[i % sets] = out if prepared.writes_out else result
     for _ in range(2):
         graph.replay()
     torch.cuda.synchronize(device)
@@ -359,13 +392,15 @@ def time_impl(
         stop[r].record()
     torch.cuda.synchronize(device)
     samples = [start[r].elapsed_time(stop[r]) * 1e-3 / launches for r in range(reps)]
-    del graph
-    return (
-        Timing(
-            statistics.median(samples), min(samples), max(samples), reps, launches, sets, samples
-        ),
-        config,
+    timing = Timing(
+        statistics.median(samples), min(samples), max(samples), reps, launches, sets, samples
     )
+    if verify:
+        timing.outputs_ok, timing.outputs_message = verify_outputs(
+            problem, [r[2] for r in runs], outputs
+        )
+    del graph, outputs
+    return timing, config
 
 
 # -------------------------------------------------------------------------- ceilings, metrics

@@ -5,8 +5,8 @@ One file per run kind (``results/<gpu>/baselines.json``, ``results/<gpu>/quack_t
     {
       "schema": "pearl-moe-bench/1",
       "kind": "baselines",
-      "env": {gpu, sm_count, l2_bytes, clocks, driver, cuda, torch, cutlass_dsl, quack, triton,
-              date, host_python, command},
+      "env": {gpu, sm_count, l2_bytes, clocks, clocks_under_load, driver, cuda, torch,
+              cutlass_dsl, quack, triton, date, host_python, command},
       "ceilings": {read_bytes_per_s, bf16_flops_per_s, ... how they were measured},
       "problems": [{id, model, tokens_per_gpu, ep, routing, projection, k, n, experts, counts,
                     rows, active_experts, bytes_moved, flops, floor_us}],
@@ -14,6 +14,10 @@ One file per run kind (``results/<gpu>/baselines.json``, ``results/<gpu>/quack_t
                    metrics{tb_per_s, tflop_per_s, floor_us, pct_of_floor, bound},
                    correctness{ok, max_abs_err, torch_bf16_max_abs_err, tolerance, ...}, error}]
     }
+
+``env.clocks`` is read before any GPU work (the idle clock, e.g. 345 MHz on the H200);
+``env.clocks_under_load`` (runs from 2026-11-30 on) holds nvidia-smi samples taken while a matmul
+loop kept the GPU busy, after the ceilings and after the last problem: the clocks the kernels ran at.
 
 Problems are stored once and referenced by id, which keeps the files small. Nothing here needs a GPU
 except :func:`environment`, which falls back to what it can read.
@@ -41,6 +45,9 @@ __all__ = [
     "validate_run",
     "write_run",
     "read_run",
+    "clocks_under_load",
+    "IDLE_CLOCK_SOURCE",
+    "LOAD_CLOCK_SOURCE",
 ]
 
 SCHEMA = "pearl-moe-bench/1"
@@ -163,10 +170,20 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _nvidia_smi() -> dict:
-    fields = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit"
+#: The label of the clocks read before any GPU work. Runs recorded before 2026-11-30 said only
+#: "nvidia-smi at the start of the run"; :func:`read_run` shows those with this fuller label.
+IDLE_CLOCK_SOURCE = (
+    "nvidia-smi at the start of the run, before any GPU work: the idle clock, "
+    "not the clock the kernels ran at"
+)
+_LEGACY_IDLE_CLOCK_SOURCE = "nvidia-smi at the start of the run"
+LOAD_CLOCK_SOURCE = "nvidia-smi while a bf16 matmul loop kept the GPU busy"
+
+
+def _smi_query(fields: str, keys: list[str], runner=subprocess.run) -> dict:
+    """One nvidia-smi query of the first GPU as {key: value}; {} where it cannot be read."""
     try:
-        res = subprocess.run(
+        res = runner(
             ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
@@ -177,9 +194,61 @@ def _nvidia_smi() -> dict:
     if res.returncode != 0 or not res.stdout.strip():
         return {}
     values = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
+    return dict(zip(keys, values, strict=False))
+
+
+def _nvidia_smi(runner=subprocess.run) -> dict:
+    fields = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit"
     keys = ["name", "driver", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz"]
     keys += ["mem_clock_max_mhz", "power_limit_w"]
-    return dict(zip(keys, values, strict=False))
+    return _smi_query(fields, keys, runner)
+
+
+_LOAD_FIELDS = (
+    "clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active",
+    ["sm_clock_mhz", "mem_clock_mhz", "power_draw_w", "temperature_c", "throttle_reasons"],
+)
+
+
+def clocks_under_load(
+    when: str,
+    busy_seconds: float = 1.0,
+    device="cuda",
+    runner=subprocess.run,
+    n: int = 8192,
+) -> dict:
+    """The clocks while the GPU is busy: queue about ``busy_seconds`` of bf16 matmuls (``n``-square),
+    read nvidia-smi while they run, then wait for them. Call it after the warm-up (the ceilings),
+    and again at the end of a run, so the record says what clock the kernels ran at, not the idle
+    clock of a GPU that has not started yet. ``when`` says at which point of the run it was read."""
+    import time
+
+    import torch
+
+    def sync():
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+
+    a = torch.randn((n, n), device=device, dtype=torch.bfloat16)
+    b = torch.randn((n, n), device=device, dtype=torch.bfloat16)
+    torch.mm(a, b)
+    sync()
+    t0 = time.perf_counter()
+    torch.mm(a, b)
+    sync()
+    one = max(time.perf_counter() - t0, 1e-4)
+    for _ in range(max(1, min(2000, int(busy_seconds / one)))):
+        torch.mm(a, b)  # queued: the host returns at once and reads the clocks below
+    time.sleep(min(0.2, busy_seconds / 4))  # let the clocks ramp up under the load
+    sample = _smi_query(*_LOAD_FIELDS, runner=runner)
+    if not sample:  # an older or newer driver may not know the throttle field: the rest alone
+        fields, keys = _LOAD_FIELDS
+        sample = _smi_query(fields.rsplit(",", 1)[0], keys[:-1], runner=runner)
+    sync()
+    del a, b
+    if not sample:
+        return {"when": when, "source": "unavailable (nvidia-smi could not be read)"}
+    return {**sample, "when": when, "source": LOAD_CLOCK_SOURCE}
 
 
 def environment(command: str | None = None) -> dict:
@@ -212,7 +281,7 @@ def environment(command: str | None = None) -> dict:
     if smi:
         env["driver"] = smi.pop("driver")
         env["clocks"] = {k: v for k, v in smi.items() if k != "name"}
-        env["clocks"]["source"] = "nvidia-smi at the start of the run"
+        env["clocks"]["source"] = IDLE_CLOCK_SOURCE
     else:
         try:
             import torch
@@ -220,7 +289,7 @@ def environment(command: str | None = None) -> dict:
             if torch.cuda.is_available():
                 env["clocks"] = {
                     "sm_clock_mhz": torch.cuda.clock_rate(),
-                    "source": "torch.cuda.clock_rate",
+                    "source": "torch.cuda.clock_rate at the start of the run (idle)",
                 }
         except Exception:
             env["clocks"] = {"source": "unavailable"}
@@ -310,4 +379,10 @@ def write_run(run: dict, path: str | Path) -> Path:
 
 
 def read_run(path: str | Path) -> dict:
-    return validate_run(json.loads(Path(path).read_text()))
+    """Read and validate a result file. The clocks of runs recorded with the older, shorter label
+    are shown with :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
+    run = validate_run(json.loads(Path(path).read_text()))
+    clocks = run["env"].get("clocks")
+    if isinstance(clocks, dict) and clocks.get("source") == _LEGACY_IDLE_CLOCK_SOURCE:
+        clocks["source"] = IDLE_CLOCK_SOURCE
+    return run
