@@ -86,3 +86,35 @@ def test_run_rows_of_one_run(root):
     assert len(replay.run_rows(run, tokens=64)) == 4 and replay.run_rows(run)[0]["file"] is None
     everything = replay.run_rows(run, impl="quack", ok_only=False)
     assert len(everything) == 4 and all(r["correct"] is None for r in everything)
+
+
+def test_every_committed_run_is_consistent_with_its_own_ceilings():
+    """For every committed file: the stored bytes and FLOPs are what GroupedProblem computes from
+    the counts (weights of experts with rows + A + out), floor = max(bytes / read ceiling, FLOPs /
+    bf16 ceiling) of that run, and % of floor = floor / median time."""
+    from pearl_moe.bench.records import problem_from_entry
+
+    runs = replay.list_runs()
+    if not runs:
+        pytest.skip("no committed results")
+    for info in runs:
+        run = replay.load_run(info["gpu_dir"], info["kind"])
+        read = run["ceilings"]["read_bytes_per_s"]
+        flops = run["ceilings"]["bf16_flops_per_s"]
+        assert read >= run["ceilings"].get("read_probe_bytes_per_s", read)
+        problems = {}
+        for entry in run["problems"]:
+            p = problem_from_entry(entry)
+            assert entry["bytes_moved"] == p.bytes_moved() and entry["flops"] == p.flops
+            assert entry["floor_us"] == pytest.approx(
+                1e6 * max(p.bytes_moved() / read, p.flops / flops), rel=1e-3
+            )
+            problems[entry["id"]] = entry
+        for rec in run["records"]:
+            if rec["status"] != "ok":
+                continue
+            floor = problems[rec["problem"]]["floor_us"]
+            assert rec["metrics"]["floor_us"] == pytest.approx(floor, rel=1e-3)
+            pct = 100 * floor / rec["time"]["median_us"]
+            assert rec["metrics"]["pct_of_floor"] == pytest.approx(pct, rel=1e-3), info["kind"]
+            assert rec["time"]["min_us"] <= rec["time"]["median_us"] <= rec["time"]["max_us"]
