@@ -5,8 +5,10 @@ Per CTA, shared memory holds::
     A ring      stages   x (tile_m / cta_group) x tile_k x 2 B
     B ring      b_stages x (tile_n / cta_group) x tile_k x b_stage_k_tiles x 2 B
     epilogue    (tile_m / cta_group) x epi_tile_n x 2 B x epi_stages   (0 for direct stores)
-    barriers    one 8-byte mbarrier per full/empty signal of every pipeline stage, plus a few words
-                of bookkeeping (TMEM base address, scheduler slot)
+    barriers    one 8-byte mbarrier per full/empty signal of every pipeline stage, plus 64 B of
+                bookkeeping (sm_100a: the 2-CTA TMEM-release mbarrier, the TMEM base address and
+                padding; sm_90a: 16 reserved words). The tile scheduler keeps its state in
+                registers, not here.
 
 Worked numbers from the blog (tile 128 x 128 x 64, bf16, 1-CTA): an A stage is 128 x 64 x 2 = 16 KB
 and a B stage 16 KB, so one ring entry is 32 KB. With the 24 KB epilogue buffer six entries fit in
@@ -39,7 +41,9 @@ __all__ = [
 ]
 
 MBARRIER_BYTES = 8
-#: TMEM base address, tile-scheduler slot and padding that every persistent kernel keeps.
+#: Bytes after the mbarriers in every kernel: on sm_100a the 2-CTA TMEM-release mbarrier (8 B), the
+#: TMEM base address (4 B) and padding (``sm100.stage1_gemm.BOOKKEEPING_WORDS``); on sm_90a 16
+#: reserved 32-bit words (``sm90.common._BOOKKEEPING_WORDS``).
 BOOKKEEPING_BYTES = 64
 
 
@@ -136,7 +140,11 @@ def max_stages(config: GemmConfig, gpu: GpuSpec | str | None = None) -> int:
 
 
 def max_acc_stages(config: GemmConfig) -> int:
-    """How many fp32 accumulators of ``tile_n`` columns fit in 512 TMEM columns (sm_100a)."""
+    """How many fp32 accumulators of ``tile_n`` columns to keep in 512 TMEM columns (sm_100a).
+
+    As many as fit, capped at 2: double buffering already lets the MMA fill one accumulator while
+    the epilogue drains the other (1 on sm_90a, whose accumulator lives in registers).
+    """
     if config.arch != "sm_100a":
         return 1
     return max(1, min(2, 512 // config.tile_n))

@@ -6,10 +6,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import functools  # noqa: E402
+import types  # noqa: E402
+
 from pearl_moe.config import GemmConfig  # noqa: E402
-from pearl_moe.kernels import grouped_gemm  # noqa: E402
+from pearl_moe.kernels import api, grouped_gemm  # noqa: E402
 from pearl_moe.kernels.api import stage_module, validate  # noqa: E402
-from pearl_moe.kernels.host import grouped_grid, schedule_tiles  # noqa: E402
+from pearl_moe.kernels.host import device_end_offsets, grouped_grid, schedule_tiles  # noqa: E402
 from pearl_moe.kernels.sm90.common import can_implement  # noqa: E402
 
 
@@ -18,6 +21,13 @@ def _inputs(rows=10, k=64, n=32, experts=3):
     W = torch.randn(experts, n, k).to(torch.bfloat16)
     offs = torch.tensor([3, 3, rows], dtype=torch.int32)
     return A, W, offs
+
+
+def _misaligned(t):
+    """A contiguous copy of ``t`` whose data pointer is 2 bytes past a 16-byte boundary."""
+    flat = torch.zeros(t.numel() + 8, dtype=t.dtype)
+    skip = (-flat.data_ptr() % 16) // t.element_size() + 1
+    return flat[skip : skip + t.numel()].view(t.shape)
 
 
 def _validate(A, W, offs, out=None, check=True):
@@ -56,6 +66,13 @@ def test_cpu_tensors_are_rejected_by_the_public_call():
         (lambda A, W, o: (A, W, torch.tensor([3, 3, 9], dtype=torch.int32)), "end at row"),
         (lambda A, W, o: (A, W, torch.tensor([-1, 3, 10], dtype=torch.int32)), "monotone"),
         (lambda A, W, o: (A.t().contiguous().t(), W, o), "contiguous"),
+        (lambda A, W, o: (A, W[:0], o), "no experts"),
+        (lambda A, W, o: (A, W, o.to("meta")), "offsets are on meta"),
+        (lambda A, W, o: (A, W, o.tolist()), "must be a torch.Tensor"),
+        (lambda A, W, o: (A.tolist(), W, o), "A must be a torch.Tensor"),
+        (lambda A, W, o: (A, W, torch.tensor([1, 3, 3, 10], dtype=torch.int32)), "cu_seqlens"),
+        (lambda A, W, o: (A, W, torch.tensor([3, 3, 11], dtype=torch.int64)), "end at row"),
+        (lambda A, W, o: (_misaligned(A), W, o), "16-byte aligned"),
     ],
 )
 def test_bad_inputs_raise_value_error(mutate, message):
@@ -70,6 +87,45 @@ def test_bad_out_raises():
         _validate(A, W, offs, out=torch.empty(10, 31, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="bfloat16"):
         _validate(A, W, offs, out=torch.empty(10, 32))
+    with pytest.raises(ValueError, match="out is on meta"):
+        _validate(A, W, offs, out=torch.empty(10, 32, dtype=torch.bfloat16, device="meta"))
+    with pytest.raises(ValueError, match="contiguous"):
+        _validate(A, W, offs, out=torch.empty(32, 10, dtype=torch.bfloat16).t())
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        _validate(A, W, offs, out=_misaligned(torch.empty(10, 32, dtype=torch.bfloat16)))
+
+
+def test_out_must_not_alias_the_inputs():
+    # n == k, so A itself has out's shape: writing out would overwrite rows other tiles still read
+    A, W, offs = _inputs(k=64, n=64)
+    with pytest.raises(ValueError, match="overlaps A"):
+        _validate(A, W, offs, out=A)
+    with pytest.raises(ValueError, match="overlaps W"):
+        _validate(A, W, offs, out=W.view(-1)[64 : 64 + 10 * 64].view(10, 64))
+    _validate(A, W, offs, out=torch.empty(10, 64, dtype=torch.bfloat16))  # separate memory is fine
+
+
+def test_int64_offsets_and_cu_seqlens_become_int32_end_offsets():
+    A, W, _ = _inputs()
+    for offs in (
+        torch.tensor([3, 3, 10], dtype=torch.int64),
+        torch.tensor([0, 3, 3, 10], dtype=torch.int64),
+        torch.tensor([0, 3, 3, 10], dtype=torch.int32),
+    ):
+        assert _validate(A, W, offs)[4] == [3, 3, 10]
+        ends = device_end_offsets(offs, 3)
+        assert ends.dtype == torch.int32 and ends.is_contiguous()
+        assert ends.tolist() == [3, 3, 10]
+
+
+def test_row_count_must_fit_the_kernels_int32():
+    # meta tensors: shapes and strides without memory
+    A = torch.empty(2**31, 8, dtype=torch.bfloat16, device="meta")
+    W = torch.empty(1, 8, 8, dtype=torch.bfloat16, device="meta")
+    offs = torch.empty(1, dtype=torch.int32, device="meta")
+    with pytest.raises(ValueError, match="32-bit"):
+        validate(A, W, offs, check=False, device_type="meta")
+    assert validate(A[:-1], W, offs, check=False, device_type="meta")[0] == 2**31 - 1
 
 
 def test_stage_and_config_errors():
@@ -82,11 +138,137 @@ def test_stage_and_config_errors():
         stage_module("sm_90a", 0)
 
 
+def _one_problem(problems, pattern):
+    assert len(problems) == 1, problems
+    assert pattern in problems[0], problems
+
+
 def test_can_implement_sm90():
     assert can_implement(GemmConfig(arch="sm_90a"), 4096, 6144) == []
-    assert can_implement(GemmConfig(arch="sm_90a", tile_m=256), 4096, 6144)
-    assert can_implement(GemmConfig(arch="sm_90a", epilogue="direct_store"), 4096, 6144)
-    assert can_implement(GemmConfig(arch="sm_90a"), 4100, 6144)
+    _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_m=256), 4096, 6144), "warpgroups")
+    _one_problem(
+        can_implement(GemmConfig(arch="sm_90a", epilogue="direct_store"), 4096, 6144), "TMA-store"
+    )
+    _one_problem(can_implement(GemmConfig(arch="sm_90a"), 4100, 6144), "multiples of 8")
+    _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_k=32), 4096, 6144), "swizzle")
+    _one_problem(can_implement(GemmConfig(arch="sm_90a", stages=7), 4096, 6144), "shared memory")
+
+
+@pytest.mark.parametrize(
+    "stage, kwargs, pattern",
+    [
+        (1, dict(tile_m=256, tile_n=128, cta_group=2), "cta_group=2 arrives in stage 3"),
+        (2, dict(tile_m=256, tile_n=128, cta_group=2), "cta_group=2 arrives in stage 3"),
+        (3, dict(tile_n=512, tile_m=256, cta_group=2), "two MMA atoms"),
+        (3, dict(epilogue="direct_store"), "TMA-store"),
+        (3, dict(b_stage_k_tiles=2), "wide B stages"),
+        (1, dict(stages=7), "shared memory"),
+    ],
+)
+def test_can_implement_sm100_rejects(stage, kwargs, pattern):
+    _one_problem(api.can_implement("sm_100a", stage, GemmConfig(**kwargs), 4096, 6144), pattern)
+
+
+def test_can_implement_sm100_accepts_what_the_stages_compile():
+    # the API resolves configs first: acc_stages=2 at 128 x 128 is pinned to 1 for stages 1, 2
+    default = api.default_config("sm_100a")
+    assert default.acc_stages == 2
+    for stage in (1, 2, 3):
+        assert api.can_implement("sm_100a", stage, default, 4096, 6144) == []
+    pair = GemmConfig(tile_m=256, tile_n=256, cta_group=2).resolved()
+    assert api.can_implement("sm_100a", 3, pair, 4096, 6144) == []
+    _one_problem(api.can_implement("sm_100a", 3, default, 4100, 6144), "multiples of 8")
+    _one_problem(api.can_implement("sm_90a", 3, default, 4096, 6144), "GPU is sm_90a")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """``grouped_gemm`` on CPU tensors as if on a GPU of a chosen arch; records compiles/launches.
+
+    Compiling and launching are replaced by recorders, so a test sees whether the call got that
+    far: every ValueError must come before either.
+    """
+    calls = {"compiled": [], "launched": []}
+    state = types.SimpleNamespace(arch="sm_90a", calls=calls)
+    monkeypatch.setattr(api, "validate", functools.partial(validate, device_type="cpu"))
+    monkeypatch.setattr(api, "_arch_of", lambda device: state.arch)
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda device: types.SimpleNamespace(multi_processor_count=132),
+    )
+
+    def compiled(arch, stage, config, n, k, experts, sms):
+        calls["compiled"].append((arch, stage, config, n, k, experts, sms))
+        return "fn"
+
+    def module(arch, stage):
+        def launch(fn, A, W, end_offsets, out, host_offsets, stream):
+            calls["launched"].append((stage, end_offsets, host_offsets))
+
+        return types.SimpleNamespace(launch=launch)
+
+    import pearl_moe.kernels.host as host
+
+    monkeypatch.setattr(api, "_compiled", compiled)
+    monkeypatch.setattr(api, "stage_module", module)
+    monkeypatch.setattr(host, "cuda_stream", lambda device=None: None)
+    return state
+
+
+@pytest.mark.parametrize(
+    "arch, kwargs, pattern",
+    [
+        ("sm_90a", dict(arch="sm_100a"), "config is for sm_100a but the GPU is sm_90a"),
+        ("sm_100a", dict(arch="sm_90a"), "config is for sm_90a but the GPU is sm_100a"),
+        ("sm_90a", dict(arch="sm_90a", tile_m=256), "warpgroups"),
+        ("sm_100a", dict(epilogue="direct_store"), "TMA-store"),
+        ("sm_100a", dict(tile_m=256, tile_n=256, cta_group=2, stage=1), "arrives in stage 3"),
+    ],
+)
+def test_grouped_gemm_rejects_configs_before_compiling(fake_gpu, arch, kwargs, pattern):
+    fake_gpu.arch = arch
+    kwargs = dict(kwargs)
+    stage = kwargs.pop("stage", 3)
+    A, W, offs = _inputs()
+    with pytest.raises(ValueError, match=pattern):
+        grouped_gemm(A, W, offs, config=GemmConfig(**kwargs), stage=stage)
+    assert fake_gpu.calls == {"compiled": [], "launched": []}
+
+
+def test_grouped_gemm_rejects_host_offsets_before_compiling(fake_gpu):
+    A, W, offs = _inputs()
+    with pytest.raises(ValueError, match="differ"):
+        grouped_gemm(A, W, offs, stage=1, host_offsets=[3, 4, 10])
+    with pytest.raises(ValueError, match="monotone"):
+        grouped_gemm(A, W, offs, stage=1, check=False, host_offsets=[4, 3, 10])
+    with pytest.raises(ValueError, match="out overlaps A"):
+        A2, W2, offs2 = _inputs(n=64)
+        grouped_gemm(A2, W2, offs2, out=A2)
+    assert fake_gpu.calls == {"compiled": [], "launched": []}
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_grouped_gemm_dispatch_after_validation(fake_gpu, arch):
+    fake_gpu.arch = arch
+    A, W, _ = _inputs()
+    cu = torch.tensor([0, 3, 3, 10], dtype=torch.int64)
+    out = grouped_gemm(A, W, cu, stage=1, check=False)
+    assert out.shape == (10, 32) and out.dtype == torch.bfloat16
+    grouped_gemm(A, W, cu, stage=3, check=False)
+    (c1, c3) = fake_gpu.calls["compiled"]
+    assert c1[:2] == (arch, 1) and c3[:2] == (arch, 3)
+    assert c1[2] == api.default_config(arch) and c1[3:] == (32, 64, 3, 132)
+    (l1, l3) = fake_gpu.calls["launched"]
+    # stage 1 gets host offsets even with check=False (copied once); stage 3 does not need them
+    assert l1[0] == 1 and l1[2] == [3, 3, 10]
+    assert l3[0] == 3 and l3[2] is None
+    for _stage, ends, _host in (l1, l3):
+        assert ends.dtype == torch.int32 and ends.tolist() == [3, 3, 10]
+    # no rows: nothing to compile or launch, an empty output all the same
+    empty = grouped_gemm(A[:0], W, torch.zeros(3, dtype=torch.int32))
+    assert empty.shape == (0, 32)
+    assert len(fake_gpu.calls["compiled"]) == 2 and len(fake_gpu.calls["launched"]) == 2
 
 
 def test_schedule_covers_every_row_once():

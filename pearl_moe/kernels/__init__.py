@@ -1,9 +1,10 @@
 """Grouped-GEMM kernels: the public call, shared host setup, the tile scheduler, per-arch stages.
 
-``grouped_gemm(A, W, offsets, config=None, out=None, stage=3, check=True)`` validates its inputs,
-picks the architecture of A's GPU (sm_90 -> ``pearl_moe.kernels.sm90``, sm_100 ->
-``pearl_moe.kernels.sm100``) and launches the requested stage, compiling once per
-(arch, stage, config, n, k, experts, SM count).
+``grouped_gemm(A, W, offsets, config=None, out=None, stage=3, check=True, host_offsets=None)``
+validates its inputs and the configuration (``api.validate``, ``api.can_implement``: every problem
+is a ``ValueError`` before anything is compiled or launched), picks the architecture of A's GPU
+(sm_90 -> ``pearl_moe.kernels.sm90``, sm_100 -> ``pearl_moe.kernels.sm100``) and launches the
+requested stage, compiling once per (arch, stage, config, n, k, experts, SM count).
 
 Stage-module interface (both architectures)
 -------------------------------------------

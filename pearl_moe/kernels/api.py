@@ -7,7 +7,14 @@ import importlib
 from ..config import GemmConfig
 from ..workloads import check_dims, check_offsets
 
-__all__ = ["grouped_gemm", "validate", "default_config", "stage_module", "STAGE_NAMES"]
+__all__ = [
+    "grouped_gemm",
+    "validate",
+    "can_implement",
+    "default_config",
+    "stage_module",
+    "STAGE_NAMES",
+]
 
 #: Stage number -> module name inside ``pearl_moe.kernels.<arch>`` (same names for both archs).
 STAGE_NAMES = {1: "stage1_gemm", 2: "stage2_grouped", 3: "stage3_persistent"}
@@ -44,11 +51,43 @@ def _arch_of(device) -> str:
     )
 
 
-def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cuda"):
-    """Raise ``ValueError`` for anything the kernels cannot run; returns (rows, n, k, experts).
+def can_implement(arch: str, stage: int, config: GemmConfig, n: int, k: int) -> list[str]:
+    """Reasons stage ``stage`` of ``arch`` cannot run ``config`` at ``(n, k)`` (empty: it can).
 
-    With ``check=False`` the offsets' *values* are not inspected (that needs a device-to-host
-    copy, which a CUDA graph cannot capture); their dtype, device and length still are.
+    The host-side check :func:`grouped_gemm` makes before compiling or launching anything, for both
+    architectures: sm_90a asks :func:`pearl_moe.kernels.sm90.common.can_implement`, sm_100a
+    :func:`pearl_moe.kernels.sm100.stage1_gemm.can_implement` (with the one accumulator that the
+    API pins for stages 1 and 2).
+    """
+    if stage not in STAGE_NAMES:
+        return [f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}"]
+    if config.arch != arch:
+        return [f"config is for {config.arch} but the GPU is {arch}"]
+    if arch == "sm_90a":
+        from .sm90.common import can_implement as sm90_can_implement
+
+        return sm90_can_implement(config, n, k)
+    from .sm100.stage1_gemm import can_implement as sm100_can_implement
+
+    return sm100_can_implement(config, stage, n, k)
+
+
+def _overlap(a, b) -> bool:
+    """Whether two contiguous tensors share any byte of memory."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1 = a0 + a.numel() * a.element_size()
+    b1 = b0 + b.numel() * b.element_size()
+    return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
+
+
+def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cuda"):
+    """Raise ``ValueError`` for anything the kernels cannot run.
+
+    Returns ``(rows, n, k, experts, host_offsets)``; ``host_offsets`` is the list of E end offsets
+    when ``check`` is true, else None. With ``check=False`` the offsets' *values* are not inspected
+    (that needs a device-to-host copy, which a CUDA graph cannot capture); their dtype, device and
+    length still are. ``device_type`` is the device every tensor must be on ("cuda" for a launch;
+    CPU tests pass "cpu").
     """
     import torch
 
@@ -58,7 +97,7 @@ def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cu
         if t.dtype != torch.bfloat16:
             raise ValueError(f"{name} must be bfloat16, got {t.dtype}")
         if t.device.type != device_type:
-            raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+            raise ValueError(f"{name} must be on a {device_type.upper()} device, got {t.device}")
     if A.dim() != 2:
         raise ValueError(f"A must be 2-D (rows, k), got shape {tuple(A.shape)}")
     if W.dim() != 3:
@@ -70,6 +109,8 @@ def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cu
     if experts < 1:
         raise ValueError("W has no experts")
     check_dims(k, n)
+    if rows >= 2**31:
+        raise ValueError(f"A has {rows} rows; the kernels take the row count as a 32-bit Int32")
     if W.device != A.device:
         raise ValueError(f"A is on {A.device} but W on {W.device}")
     for name, t in (("A", A), ("W", W)):
@@ -97,6 +138,9 @@ def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cu
             raise ValueError(f"out is on {out.device} but A on {A.device}")
         if not out.is_contiguous() or out.data_ptr() % 16:
             raise ValueError("out must be contiguous with a 16-byte aligned data pointer")
+        for name, t in (("A", A), ("W", W)):
+            if _overlap(out, t):
+                raise ValueError(f"out overlaps {name} in memory: the kernel would read its output")
     host_offsets = None
     if check:
         host_offsets = check_offsets(offsets.detach().cpu(), rows, experts)
@@ -143,15 +187,14 @@ def grouped_gemm(
         if checked_host is not None and checked_host != host_offsets:
             raise ValueError("host_offsets differ from the offsets tensor")
     arch = _arch_of(A.device)
-    config = (config or default_config(arch)).resolved()
-    if config.arch != arch:
+    if config is not None and config.arch != arch:
         raise ValueError(f"config is for {config.arch} but the GPU is {arch}")
-    if arch == "sm_90a":
-        from .sm90.common import can_implement
-
-        problems = can_implement(config, n, k)
-        if problems:
-            raise ValueError("; ".join(problems))
+    config = (config or default_config(arch)).resolved()
+    problems = can_implement(arch, stage, config, n, k)
+    if problems:
+        raise ValueError(
+            f"{config.describe()} cannot run as {arch} stage {stage}: " + "; ".join(problems)
+        )
     if stage == 1 and host_offsets is None:
         host_offsets = checked_host or check_offsets(offsets.detach().cpu(), rows, experts)
     from .host import cuda_stream, device_end_offsets

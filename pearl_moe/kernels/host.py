@@ -4,8 +4,9 @@
   count; ``n``, ``k`` and the expert count are compile-time constants);
 * the offsets tensor on the device, in torch ``grouped_mm`` convention (E end offsets), viewed
   without a copy when the caller passed ``cu_seqlens`` (E + 1 entries, leading 0);
-* grid shapes: one CTA per (m tile, n tile, expert) for stage 2, one per SM for the persistent
-  stages;
+* the launch of the naive per-expert loop (stage 1 of both architectures);
+* a plain-Python model of stage 2's grid (:func:`grouped_grid`: one CTA per (m tile, n tile,
+  expert)), used by notebooks; the kernels compute it inside their host ``__call__`` (rows > 0);
 * a plain-Python model of the tile scheduler (:func:`schedule_tiles`) that the device scheduler
   in :mod:`pearl_moe.kernels.scheduler` must agree with, used by tests and notebooks.
 """
@@ -22,7 +23,6 @@ __all__ = [
     "device_end_offsets",
     "cdiv",
     "grouped_grid",
-    "persistent_grid",
     "schedule_tiles",
     "cuda_stream",
 ]
@@ -105,11 +105,6 @@ def grouped_grid(rows: int, n: int, experts: int, config: GemmConfig) -> tuple[i
     """Stage 2: CTA (x, y, z) = (m tile, n tile, expert). No expert has more than ``rows`` rows,
     so ``cdiv(rows, tile_m)`` m tiles always suffice; CTAs past their expert's rows exit at once."""
     return (max(1, cdiv(rows, config.tile_m)), cdiv(n, config.tile_n), experts)
-
-
-def persistent_grid(sms: int) -> tuple[int, int, int]:
-    """Persistent stages: one CTA per SM (1x1 clusters), each loops over tiles."""
-    return (sms, 1, 1)
 
 
 def schedule_tiles(counts, n: int, tile_m: int, tile_n: int, ctas: int | None = None):

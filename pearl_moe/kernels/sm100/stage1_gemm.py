@@ -42,13 +42,14 @@ from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
-from ...budget import tmem_columns
+from ...budget import smem_budget, tmem_columns
 from ...config import GemmConfig
 from ..host import launch_per_expert, placeholder_ptr
 
 __all__ = [
     "GemmKernel",
     "build",
+    "can_implement",
     "check_config",
     "compile_fake",
     "compile_kernel",
@@ -689,13 +690,14 @@ class GemmKernel:
         tmem.free(tmem_ptr)
 
     # ------------------------------------------------------------------ checks
-    @staticmethod
-    def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:
-        """True when this stage can run ``(m, k) @ (n, k)^T`` with ``config``."""
-        if check_config(config if config.acc_stages else config.with_(acc_stages=1), 1):
-            return False
-        # TMA: 16-byte aligned row strides (8 bf16 elements) and 32-bit extents.
-        return m > 0 and n % 8 == 0 and k % 8 == 0 and k > 0 and n > 0
+    @classmethod
+    def can_implement(cls, config: GemmConfig, m: int, n: int, k: int) -> bool:
+        """True when this stage (``cls.stage``) can run ``m`` rows of ``(m, k) @ (n, k)^T``.
+
+        ``m`` must be positive (a launch with no rows has an empty grid); the reasons behind a
+        ``False`` come from the module-level :func:`can_implement`.
+        """
+        return m > 0 and not can_implement(config, cls.stage, n, k)
 
 
 # ---------------------------------------------------------------------- module interface
@@ -721,6 +723,27 @@ def one_accumulator(config: GemmConfig) -> GemmConfig:
     that (a teaching error for ``inspect``); the API path pins it back to the one accumulator.
     """
     return config if config.acc_stages in (None, 1) else config.with_(acc_stages=1)
+
+
+def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
+    """Reasons sm_100a stage ``stage`` cannot run ``config`` at ``(n, k)`` (empty list: it can).
+
+    What :func:`pearl_moe.kernels.api.grouped_gemm` checks before compiling anything. Stages 1
+    and 2 are checked with the one accumulator their ``compile_kernel`` pins
+    (:func:`one_accumulator`); the ring must fit the B200's shared memory.
+    """
+    if stage < 3:
+        config = one_accumulator(config)
+    problems = check_config(config, stage)
+    if n <= 0 or k <= 0 or n % 8 or k % 8:
+        problems.append(
+            f"n={n} and k={k} must be positive multiples of 8 (16-byte TMA row strides)"
+        )
+    try:
+        smem_budget(config.resolved())
+    except ValueError as err:
+        problems.append(str(err))
+    return problems
 
 
 def compile_kernel(config: GemmConfig, n: int, k: int, experts: int = 1, sms: int | None = None):

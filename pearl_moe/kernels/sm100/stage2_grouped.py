@@ -246,10 +246,6 @@ class GroupedGemmKernel(GemmKernel):
                 sC, ab_producer, ab_consumer, acc_pipeline, tmem, desc_ptr,
             )  # fmt: skip
 
-    @staticmethod
-    def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:
-        return GemmKernel.can_implement(config, m, n, k)
-
 
 # ---------------------------------------------------------------------- module interface
 def build(config: GemmConfig) -> GroupedGemmKernel:

@@ -21,7 +21,8 @@ What changes from stage 2:
 Budget, tile 128 x 256 x 64, 1-CTA, acc_stages 2 (two 128 x 256 fp32 accumulators)::
 
     A ring    s x 128 x 64 x 2 B = 16 KB / stage      TMEM  2 x 256 = 512 columns (all of it)
-    B ring    s x 256 x 64 x 2 B = 32 KB / stage      4 stages: 192 KB + 24 KB epilogue + 192 B
+    B ring    s x 256 x 64 x 2 B = 32 KB / stage      4 stages: 192 KB + 24 KB epilogue + 160 B
+    barriers  (2 x 4 + 2 x 2) x 8 B + 64 B = 160 B    total 221,344 B of 232,448 (5 would not fit)
 Tile 256 x 256 x 64, 2-CTA: each CTA holds A 128 x 64 (16 KB) and half of B (128 x 64, 16 KB) per
 stage, exactly the 1-CTA 128 x 128 ring, while one MMA covers four times the output.
 
@@ -309,14 +310,6 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                 tile = tile + self.num_clusters
                 expert, first = scheduler.seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
             self.epilogue_end(tmem, tmem_ptr, c_pipeline)
-
-    @staticmethod
-    def can_implement(config: GemmConfig, m: int, n: int, k: int) -> bool:
-        from .stage1_gemm import check_config
-
-        if check_config(config, 3):
-            return False
-        return m >= 0 and n % 8 == 0 and k % 8 == 0 and n > 0 and k > 0
 
 
 # ---------------------------------------------------------------------- module interface
