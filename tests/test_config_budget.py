@@ -60,8 +60,11 @@ def test_tmem_allocation_is_a_power_of_two_of_at_least_32_columns():
 
 def test_resolve_fills_stages_and_accumulators_per_arch():
     hopper = resolve(GemmConfig(arch="sm_90a"), H200)
-    assert hopper.stages == max_stages(GemmConfig(arch="sm_90a"), H200)
-    assert hopper.acc_stages is None
+    # sm90 stage docstrings: 6 x 32 KB + 24 KB + (2 x 6 x 8 + 64) B = 221,344 B of H200's 232,448
+    assert hopper.stages == 6 and hopper.acc_stages is None
+    assert smem_budget(hopper, H200).total == 6 * 32 * KB + 24 * KB + 2 * 6 * 8 + 64
+    with pytest.raises(ValueError, match="shared memory"):
+        smem_budget(hopper.with_(stages=7), H200)
     blackwell = resolve(BLOG)
     assert blackwell.stages == 6 and blackwell.acc_stages == 2
     assert smem_budget(blackwell).total <= B200.smem_per_block
@@ -73,6 +76,13 @@ def test_budget_items_add_up():
     assert d["A stages"] == 4 * 16 * KB and d["B stages"] == 4 * 16 * KB
     assert b.total == sum(d.values()) and b.free == b.limit - b.total
     assert "total" in str(b)
+
+
+def test_stage3_docstring_budget_128x256():
+    # sm100 stage 3: 4 x (16 + 32) KB + 24 KB + (2 x 4 + 2 x 2) x 8 B + 64 B, and 5 stages do not fit
+    wide = resolve(BLOG.with_(tile_n=256))
+    assert (wide.stages, wide.acc_stages) == (4, 2) and tmem_columns(wide) == 512
+    assert smem_budget(wide).total == 4 * 48 * KB + 24 * KB + 160 == 221_344
 
 
 def test_2cta_splits_a_and_b_across_the_pair():

@@ -152,6 +152,9 @@ def test_can_implement_sm90():
     _one_problem(can_implement(GemmConfig(arch="sm_90a"), 4100, 6144), "multiples of 8")
     _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_k=32), 4096, 6144), "swizzle")
     _one_problem(can_implement(GemmConfig(arch="sm_90a", stages=7), 4096, 6144), "shared memory")
+    # direct_store does not validate epi_tile_n: a reason, not a ZeroDivisionError
+    direct = GemmConfig(arch="sm_90a", epilogue="direct_store", epi_tile_n=0)
+    assert len(can_implement(direct, 4096, 6144)) == 2
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,7 @@ def can_implement(config: GemmConfig, n: int, k: int) -> list[str]:
         problems.append("the sm90 stages implement the TMA-store epilogue only")
     if config.b_stage_k_tiles != 1:
         problems.append("wide B stages (b_stage_k_tiles > 1) are not implemented on sm90")
-    if config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
+    if config.epi_tile_n <= 0 or config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
         problems.append(f"epi_tile_n={config.epi_tile_n} must be a multiple of 8 dividing tile_n")
     if n % 8 or k % 8:
         problems.append("n and k must be multiples of 8 (16-byte TMA strides)")
