@@ -60,13 +60,13 @@ def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
 
 
 def occupancy_glm_decode(out_dir: Path) -> list[Path]:
-    """GLM 5.3 at decode (the blog's setting): a per-expert loop of launches versus one launch."""
+    """Wave model (no measurement), GLM 5.3 at decode on a B200: per-expert loop versus one launch."""
     occ = occupancy(make_problem("GLM 5.3", 64, ep=8), (64, 64))
     return _save(plot_occupancy_maps(occ), out_dir, "occupancy_glm_decode")
 
 
 def sm_utilization_vs_tokens(out_dir: Path) -> list[Path]:
-    """Wave-model SM utilization of the three models for a small and a large tile."""
+    """Wave model (no measurement): B200 SM utilization of the three models, small and large tile."""
     fig = plot_utilization_vs_tokens(
         ["GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"],
         tiles=[(64, 64), GemmConfig(tile_m=256, tile_n=256, cta_group=2)],
@@ -75,13 +75,13 @@ def sm_utilization_vs_tokens(out_dir: Path) -> list[Path]:
 
 
 def smem_budget_blog_configs(out_dir: Path) -> list[Path]:
-    """The blog's steps to deeper pipelines, as stacked shared-memory bars per CTA."""
+    """Budget model: the blog's steps to deeper pipelines, as stacked shared-memory bars per CTA."""
     fig = plot_smem_budget(list(BLOG_SMEM_CONFIGS.values()), labels=list(BLOG_SMEM_CONFIGS))
     return _save(fig, out_dir, "smem_budget_blog_configs")
 
 
 def tmem_maps(out_dir: Path) -> list[Path]:
-    """TMEM columns of the three accumulator layouts, stacked."""
+    """Budget model: TMEM columns of the three Blackwell accumulator layouts, stacked."""
     with style():
         fig = Figure(figsize=(7.0, 4.6), layout="constrained")
         axes = fig.subplots(len(BLOG_TMEM_CONFIGS), 1)
@@ -123,13 +123,15 @@ _FIGURES_BLOCK = re.compile(r"(<!-- figures:begin -->\n)(.*?)(<!-- figures:end -
 
 
 def render_figures_block(figures: dict[str, FigureFn], fig_dir: Path, base: Path) -> str:
-    """Markdown for the README: each existing figure with its function's one-line docstring."""
+    """Markdown for the README: each existing figure with the first paragraph of its function's
+    docstring (joined into one line, so a caption that wraps in the source is not cut)."""
     lines = []
     for name, fn in figures.items():
         path = fig_dir / f"{name}.png"
         if not path.exists():
             continue
-        caption = (fn.__doc__ or name).strip().splitlines()[0]
+        paragraph = (fn.__doc__ or name).strip().split("\n\n")[0]
+        caption = " ".join(line.strip() for line in paragraph.splitlines())
         lines.append(f"**{name}**: {caption}\n\n![{name}]({path.relative_to(base).as_posix()})\n")
     return "\n".join(lines)
 
