@@ -1,7 +1,8 @@
 # ruff: noqa: B023  (lambdas are called before the loop variable changes)
 """One small ragged grouped GEMM per sm_90a stage (for compute-sanitizer memcheck).
 
-    python3 scripts/memcheck_kernels.py [STAGE ...]      (default: 1 2 3)
+Usage, on a Hopper GPU: ``compute-sanitizer --tool memcheck --report-api-errors no python3
+scripts/memcheck_kernels.py [STAGE ...]`` (default stages: 1 2 3).
 """
 
 import sys
