@@ -121,7 +121,7 @@ def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
         raise FileNotFoundError(f"no stages run under results/{GPU}")
     tuned = replay.rows(GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root)
     models = [m for m in MODELS if any(r["model"] == m for r in rs)]
-    fig = Figure(figsize=(12, 3.9), layout="constrained")
+    fig = Figure(figsize=(12, 4.4), layout="constrained")
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     for ax, model in zip(axes, models, strict=True):
         mine = [r for r in rs + tuned if r["model"] == model]
@@ -132,7 +132,9 @@ def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
         plot_latency_vs_tokens(
             series, floor=floor, measured_on=_measured_on(mine).split(" (")[0], title=model, ax=ax
         )
-        ax.legend(fontsize=6)
+        ax.get_legend().remove()  # one legend for the three panels, below them
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=7)
     fig.suptitle(
         f"Our sm_90a stages against the baselines, measured on {_measured_on(rs)}; "
         "floor modeled from the run's measured ceilings"
