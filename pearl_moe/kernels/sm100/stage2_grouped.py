@@ -126,28 +126,16 @@ class GroupedGemmKernel(GemmKernel):
         experts: cutlass.Constexpr,
         stream: cuda.CUstream,
     ):
-        mA, mB_nkl, mC, mOffs, mWorkspace = self._grouped_tensors(
-            a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts
-        )
-        tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
-        tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
-        tma_atom_c, tma_c = self._make_tma_store_atom(mC)
-
-        # 1) one warp per expert writes that expert's C descriptor
-        self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
-            grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
+        # 1) views, atoms, and one warp per expert writing that expert's C descriptor
+        tiled_mma, tma, mA, mC, mOffs, mWorkspace = self._grouped_prologue(
+            a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts, stream
         )
         # 2) the grouped GEMM
         m_tiles = cute.ceil_div(cute.size(mA, mode=[0]), self.mma_tiler_mnk[0])
         n_tiles = cute.ceil_div(cute.size(mC, mode=[1]), self.mma_tiler_mnk[1])
         self.grouped_kernel(
             tiled_mma,
-            tma_atom_a,
-            tma_a,
-            tma_atom_b,
-            tma_b,
-            tma_atom_c,
-            tma_c,
+            *tma,
             mOffs,
             mWorkspace,
             self.a_smem_layout,
@@ -158,6 +146,28 @@ class GroupedGemmKernel(GemmKernel):
             block=[self.threads_per_cta, 1, 1],
             stream=stream,
         )
+
+    def _grouped_prologue(
+        self, a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts, stream
+    ):
+        """Host side shared by stages 2 and 3: the global views, the MMA and TMA atoms, and the
+        pre-kernel (one warp per expert) that writes each expert's clipped C descriptor.
+
+        Returns ``(tiled_mma, (tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c), mA, mC,
+        mOffs, mWorkspace)``.
+        """
+        # (rows, k), (n, k, E), (rows, n), (E,), (E * 16,)
+        mA, mB_nkl, mC, mOffs, mWorkspace = self._grouped_tensors(
+            a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts
+        )
+        tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
+        tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
+        tma_atom_c, tma_c = self._make_tma_store_atom(mC)
+        self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
+            grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
+        )
+        tma = (tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c)
+        return tiled_mma, tma, mA, mC, mOffs, mWorkspace
 
     def _grouped_tensors(self, a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts):
         """Global views of the pointers; ``rows`` is run-time, ``n``, ``k``, ``experts`` static."""

@@ -37,7 +37,6 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
-from cutlass.tensor_utils import LayoutEnum
 
 from ...config import GemmConfig
 from ...hardware import B200
@@ -89,25 +88,13 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
         experts: cutlass.Constexpr,
         stream: cuda.CUstream,
     ):
-        # (rows, k), (n, k, E), (rows, n), (E,), (E * 16,): as in stage 2
-        mA, mB_nkl, mC, mOffs, mWorkspace = self._grouped_tensors(
-            a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts
-        )
-        tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
-        tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
-        tma_atom_c, tma_c = self._make_tma_store_atom(mC)
-
-        self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
-            grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
+        # views, atoms and the per-expert C descriptors exactly as in stage 2
+        tiled_mma, tma, _, _, mOffs, mWorkspace = self._grouped_prologue(
+            a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts, stream
         )
         self.persistent_kernel(
             tiled_mma,
-            tma_atom_a,
-            tma_a,
-            tma_atom_b,
-            tma_b,
-            tma_atom_c,
-            tma_c,
+            *tma,
             mOffs,
             mWorkspace,
             self.cluster_layout_vmnk,
