@@ -4,7 +4,7 @@ The package is the single home of the code; the notebooks in ``notebooks/`` narr
 Importing it is cheap: CuTe DSL, torch's CUDA side and the kernels load only when first used.
 """
 
-from .budget import max_stages, smem_budget, tmem_columns
+from .budget import max_ring_depth, smem_budget, tmem_columns
 from .config import GemmConfig
 from .hardware import B200, GPUS, H100, H200, GpuSpec, detect_gpu, get_gpu
 from .workloads import MODELS, GroupedProblem, get_model, make_problem, route
@@ -24,7 +24,7 @@ __all__ = [
     "get_gpu",
     "get_model",
     "make_problem",
-    "max_stages",
+    "max_ring_depth",
     "route",
     "smem_budget",
     "tmem_columns",

@@ -3,8 +3,8 @@
 Per CTA, shared memory holds::
 
     A ring      stages   x (tile_m / cta_group) x tile_k x 2 B
-    B ring      b_stages x (tile_n / cta_group) x tile_k x b_stage_k_tiles x 2 B
-    epilogue    (tile_m / cta_group) x epi_tile_n x 2 B x epi_stages   (0 for direct stores)
+    B ring      b_ring_depth x (tile_n / cta_group) x tile_k x b_k_tiles x 2 B
+    epilogue    (tile_m / cta_group) x epi_tile_n x 2 B x epi_buffers   (0 for direct stores)
     barriers    one 8-byte mbarrier per full/empty signal of every pipeline stage, plus 64 B of
                 bookkeeping (sm_100a: the 2-CTA TMEM-release mbarrier, the TMEM base address and
                 padding; sm_90a: 16 reserved words). The tile scheduler keeps its state in
@@ -34,8 +34,8 @@ __all__ = [
     "SmemBudget",
     "default_gpu",
     "smem_budget",
-    "max_stages",
-    "max_acc_stages",
+    "max_ring_depth",
+    "max_acc_buffers",
     "resolve",
     "tmem_columns",
 ]
@@ -86,21 +86,21 @@ class SmemBudget:
 
 
 def _barrier_count(config: GemmConfig, stages: int) -> int:
-    b_stages = -(-stages // config.b_stage_k_tiles)
+    b_ring_depth = -(-stages // config.b_k_tiles)
     count = 2 * stages  # A/B ring: full + empty per entry
-    if config.b_stage_k_tiles > 1:
-        count += 2 * b_stages  # the B ring is released on its own pipeline
+    if config.b_k_tiles > 1:
+        count += 2 * b_ring_depth  # the B ring is released on its own pipeline
     if config.arch == "sm_100a":
-        acc = config.acc_stages or 1
+        acc = config.acc_buffers or 1
         count += 2 * acc * config.acc_slots  # accumulator full + empty per stage and slot
     return count
 
 
 def _items(config: GemmConfig, stages: int) -> tuple[tuple[str, int], ...]:
-    b_stages = -(-stages // config.b_stage_k_tiles)
+    b_ring_depth = -(-stages // config.b_k_tiles)
     items = [
-        ("A stages", stages * config.a_stage_bytes),
-        ("B stages", b_stages * config.b_stage_bytes),
+        ("A ring", stages * config.a_entry_bytes),
+        ("B ring", b_ring_depth * config.b_entry_bytes),
         ("epilogue", config.epilogue_bytes),
         ("barriers", _barrier_count(config, stages) * MBARRIER_BYTES + BOOKKEEPING_BYTES),
     ]
@@ -113,7 +113,7 @@ def smem_budget(config: GemmConfig, gpu: GpuSpec | str | None = None) -> SmemBud
     Raises ``ValueError`` when the configuration does not fit the GPU's per-block limit.
     """
     gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
-    stages = config.stages if config.stages is not None else max_stages(config, gpu)
+    stages = config.ring_depth if config.ring_depth is not None else max_ring_depth(config, gpu)
     budget = SmemBudget(config, gpu, _items(config, stages))
     if not budget.fits:
         raise ValueError(
@@ -123,7 +123,7 @@ def smem_budget(config: GemmConfig, gpu: GpuSpec | str | None = None) -> SmemBud
     return budget
 
 
-def max_stages(config: GemmConfig, gpu: GpuSpec | str | None = None) -> int:
+def max_ring_depth(config: GemmConfig, gpu: GpuSpec | str | None = None) -> int:
     """The deepest A/B ring that fits the GPU's per-block shared memory (at least 2)."""
     gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
     best = 0
@@ -139,7 +139,7 @@ def max_stages(config: GemmConfig, gpu: GpuSpec | str | None = None) -> int:
     return best
 
 
-def max_acc_stages(config: GemmConfig) -> int:
+def max_acc_buffers(config: GemmConfig) -> int:
     """How many fp32 accumulators of ``tile_n`` columns to keep in 512 TMEM columns (sm_100a).
 
     As many as fit, capped at 2: double buffering already lets the MMA fill one accumulator while
@@ -154,7 +154,7 @@ def tmem_columns(config: GemmConfig) -> int:
     """TMEM columns the kernel allocates (0 on sm_90a, which has no tensor memory)."""
     if config.arch != "sm_100a":
         return 0
-    acc = config.acc_stages if config.acc_stages is not None else max_acc_stages(config)
+    acc = config.acc_buffers if config.acc_buffers is not None else max_acc_buffers(config)
     cols = config.tmem_columns_for(acc)
     if cols > 512:
         raise ValueError(f"{config.describe()} needs {cols} TMEM columns; an SM has 512")
@@ -162,13 +162,13 @@ def tmem_columns(config: GemmConfig) -> int:
 
 
 def resolve(config: GemmConfig, gpu: GpuSpec | str | None = None) -> GemmConfig:
-    """Fill ``stages`` (deepest that fits) and ``acc_stages`` (most that fit TMEM)."""
+    """Fill ``stages`` (deepest that fits) and ``acc_buffers`` (most that fit TMEM)."""
     gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
     changes = {}
-    if config.arch == "sm_100a" and config.acc_stages is None:
-        changes["acc_stages"] = max_acc_stages(config)
-    if config.stages is None:
-        changes["stages"] = max_stages(config.with_(**changes) if changes else config, gpu)
+    if config.arch == "sm_100a" and config.acc_buffers is None:
+        changes["acc_buffers"] = max_acc_buffers(config)
+    if config.ring_depth is None:
+        changes["ring_depth"] = max_ring_depth(config.with_(**changes) if changes else config, gpu)
     resolved = config.with_(**changes) if changes else config
     smem_budget(resolved, gpu)  # raises if it does not fit
     return resolved

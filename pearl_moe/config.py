@@ -9,24 +9,40 @@ Terms used throughout:
 * ``tile_m x tile_n`` is the output tile one MMA instruction group computes. With ``cta_group=2``
   (Blackwell's ``cta_group::2``) two CTAs of a cluster share that tile: each holds ``tile_m / 2``
   rows of A and of the accumulator, and loads half of the B tile.
-* ``stages`` is the depth of the A/B ring: how many K tiles of A (and their B) are in flight.
-* ``b_stage_k_tiles`` lets one B stage span several adjacent K tiles, so a single TMA box fetches a
-  wider contiguous run of each weight row (the blog's "wide B loads").
+* ``ring_depth`` is the number of entries of the shared-memory A/B ring: how many K tiles of A
+  (and their B) can be in flight. (The course says "stage" only for its kernel stages 1-7; a slot
+  of the ring is a "ring entry"; the DSL's ``num_stages`` arguments receive ``ring_depth``.)
+* ``b_k_tiles`` lets one B ring entry span several adjacent K tiles, so a single TMA copy fetches
+  a wider contiguous run of each weight row (the blog's "B stages spanning two K tiles").
 * ``epilogue`` is ``"tma_store"`` (stage through a shared-memory buffer, then a TMA store) or
   ``"direct_store"`` (registers straight to global memory; 256-bit STG on Blackwell).
-* ``acc_stages`` is how many accumulators fit in tensor memory at once (Blackwell); ``acc_slots=2``
+* ``epi_buffers`` is how many ``tile_m x epi_tile_n`` shared-memory buffers the TMA-store epilogue
+  rotates through.
+* ``acc_buffers`` is how many accumulators fit in tensor memory at once (Blackwell); ``acc_slots=2``
   splits one accumulator into two halves synchronized independently, so the epilogue can hand the
-  first half back while it still reads the second.
+  first half back while it still reads the second. On Hopper the accumulator lives in a consumer
+  warpgroup's registers: ``acc_slots=2`` there means two consumer warpgroups that take alternate
+  tiles (ping-pong), so one stores its tile while the other multiplies.
+* ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
+  16-byte stores, the widest Hopper has).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["ARCHS", "EPILOGUES", "GemmConfig"]
+__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES"]
 
 ARCHS = ("sm_100a", "sm_90a")
 EPILOGUES = ("tma_store", "direct_store")
+
+#: Field names used by measurements recorded before the course settled its vocabulary.
+LEGACY_FIELD_NAMES = {
+    "stages": "ring_depth",
+    "acc_stages": "acc_buffers",
+    "epi_stages": "epi_buffers",
+    "b_stage_k_tiles": "b_k_tiles",
+}
 
 #: Widest tcgen05 / wgmma instruction along N; wider tiles issue several instructions ("atoms").
 MAX_MMA_N = 256
@@ -36,7 +52,7 @@ MAX_MMA_N = 256
 class GemmConfig:
     """Tile shapes, pipeline depths and epilogue choice of one grouped-GEMM kernel.
 
-    ``stages=None`` and ``acc_stages=None`` mean "as many as fit"; :meth:`resolved` (or the budget
+    ``ring_depth=None`` and ``acc_buffers=None`` mean "as many as fit"; :meth:`resolved` (or the budget
     model) fills them in for a given GPU. Constructing a configuration the hardware cannot run
     raises ``ValueError`` with the reason.
     """
@@ -46,12 +62,12 @@ class GemmConfig:
     tile_n: int = 128
     tile_k: int = 64
     cta_group: int = 1
-    stages: int | None = None
-    b_stage_k_tiles: int = 1
+    ring_depth: int | None = None
+    b_k_tiles: int = 1
     epilogue: str = "tma_store"
     epi_tile_n: int = 32
-    epi_stages: int = 3
-    acc_stages: int | None = None
+    epi_buffers: int = 3
+    acc_buffers: int | None = None
     acc_slots: int = 1
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
@@ -70,15 +86,15 @@ class GemmConfig:
             yield f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}"
         if self.tile_k <= 0 or self.tile_k % 16:
             yield f"tile_k must be a positive multiple of 16 (the bf16 MMA K), got {self.tile_k}"
-        if self.stages is not None and self.stages < 2:
-            yield f"stages must be at least 2 to overlap loads with math, got {self.stages}"
-        if self.b_stage_k_tiles not in (1, 2, 4):
-            yield f"b_stage_k_tiles must be 1, 2 or 4, got {self.b_stage_k_tiles}"
+        if self.ring_depth is not None and self.ring_depth < 2:
+            yield f"ring_depth must be at least 2 to overlap loads with math, got {self.ring_depth}"
+        if self.b_k_tiles not in (1, 2, 4):
+            yield f"b_k_tiles must be 1, 2 or 4, got {self.b_k_tiles}"
         if self.epilogue == "tma_store":
             if self.epi_tile_n <= 0 or self.tile_n % self.epi_tile_n:
                 yield f"epi_tile_n={self.epi_tile_n} must divide tile_n={self.tile_n}"
-            if self.epi_stages < 1:
-                yield f"epi_stages must be at least 1, got {self.epi_stages}"
+            if self.epi_buffers < 1:
+                yield f"epi_buffers must be at least 1, got {self.epi_buffers}"
         if self.acc_slots not in (1, 2):
             yield f"acc_slots must be 1 or 2, got {self.acc_slots}"
         if self.arch == "sm_100a":
@@ -109,15 +125,15 @@ class GemmConfig:
         if self.acc_slots == 2:
             if self.mma_atoms_n != 2:
                 yield "acc_slots=2 splits the accumulator along its two N atoms: tile_n must be 512"
-            if self.acc_stages not in (None, 1):
-                yield "acc_slots=2 is for a single accumulator stage (acc_stages=1)"
-        if self.acc_stages is not None:
-            if self.acc_stages < 1:
-                yield f"acc_stages must be at least 1, got {self.acc_stages}"
-            elif self.tmem_columns_for(self.acc_stages) > 512:
+            if self.acc_buffers not in (None, 1):
+                yield "acc_slots=2 is for a single accumulator stage (acc_buffers=1)"
+        if self.acc_buffers is not None:
+            if self.acc_buffers < 1:
+                yield f"acc_buffers must be at least 1, got {self.acc_buffers}"
+            elif self.tmem_columns_for(self.acc_buffers) > 512:
                 yield (
-                    f"{self.acc_stages} accumulator stage(s) of {self.tile_n} fp32 columns need "
-                    f"{self.acc_stages * self.tile_n} TMEM columns; an SM has 512"
+                    f"{self.acc_buffers} accumulator stage(s) of {self.tile_n} fp32 columns need "
+                    f"{self.acc_buffers * self.tile_n} TMEM columns; an SM has 512"
                 )
         elif self.tile_n > 512:
             yield f"a {self.tile_n}-column fp32 accumulator exceeds TMEM's 512 columns"
@@ -129,7 +145,7 @@ class GemmConfig:
             yield f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), got {self.tile_m}"
         if self.tile_n < 8 or self.tile_n > MAX_MMA_N or self.tile_n % 8:
             yield f"wgmma has N from 8 to {MAX_MMA_N} in steps of 8; tile_n={self.tile_n}"
-        if self.acc_stages not in (None, 1) or self.acc_slots != 1:
+        if self.acc_buffers not in (None, 1) or self.acc_slots != 1:
             yield "accumulator stages and slots are tensor-memory features of sm_100a"
 
     # ------------------------------------------------------------------ derived
@@ -149,62 +165,69 @@ class GemmConfig:
         return max(1, self.tile_n // MAX_MMA_N) if self.tile_n > MAX_MMA_N else 1
 
     @property
-    def b_stages(self) -> int | None:
-        """B buffers in the ring; each spans ``b_stage_k_tiles`` K tiles."""
-        if self.stages is None:
+    def b_ring_depth(self) -> int | None:
+        """B buffers in the ring; each spans ``b_k_tiles`` K tiles."""
+        if self.ring_depth is None:
             return None
-        return -(-self.stages // self.b_stage_k_tiles)
+        return -(-self.ring_depth // self.b_k_tiles)
 
     @property
-    def a_stage_bytes(self) -> int:
+    def a_entry_bytes(self) -> int:
         return self.cta_tile_m * self.tile_k * self.dtype_bytes
 
     @property
-    def b_stage_bytes(self) -> int:
-        return self.cta_tile_n * self.tile_k * self.b_stage_k_tiles * self.dtype_bytes
+    def b_entry_bytes(self) -> int:
+        return self.cta_tile_n * self.tile_k * self.b_k_tiles * self.dtype_bytes
 
     @property
     def b_box_row_bytes(self) -> int:
         """Contiguous bytes of one weight row that a single B TMA box fetches."""
-        return self.tile_k * self.b_stage_k_tiles * self.dtype_bytes
+        return self.tile_k * self.b_k_tiles * self.dtype_bytes
 
     @property
     def epilogue_bytes(self) -> int:
         if self.epilogue == "direct_store":
             return 0
-        return self.cta_tile_m * self.epi_tile_n * self.dtype_bytes * self.epi_stages
+        return self.cta_tile_m * self.epi_tile_n * self.dtype_bytes * self.epi_buffers
 
-    def tmem_columns_for(self, acc_stages: int) -> int:
-        """TMEM columns an allocation for ``acc_stages`` accumulators takes (power of two >= 32)."""
-        used = self.tile_n * self.acc_bytes // 4 * acc_stages
+    def tmem_columns_for(self, acc_buffers: int) -> int:
+        """TMEM columns an allocation for ``acc_buffers`` accumulators takes (power of two >= 32)."""
+        used = self.tile_n * self.acc_bytes // 4 * acc_buffers
         cols = 32
         while cols < used:
             cols *= 2
         return cols
 
     def resolved(self, gpu=None) -> GemmConfig:
-        """This config with ``stages`` and ``acc_stages`` filled in for ``gpu`` (default per arch)."""
+        """This config with ``stages`` and ``acc_buffers`` filled in for ``gpu`` (default per arch)."""
         from .budget import resolve
 
         return resolve(self, gpu)
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> GemmConfig:
+        """A config from a dict of fields (e.g. a recorded measurement); older field names such as
+        ``stages`` are accepted (:data:`LEGACY_FIELD_NAMES`)."""
+        return cls(**{LEGACY_FIELD_NAMES.get(k, k): v for k, v in fields.items()})
 
     def with_(self, **changes) -> GemmConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
     def describe(self) -> str:
-        """Short human-readable label, e.g. ``sm_100a 128x128x64 1cta s7 B2 direct``."""
+        """Short human-readable label, e.g. ``sm_100a 128x128x64 1cta r7 B2 direct``
+        (``r7``: a ring of 7 entries; ``B2``: B entries of two K tiles)."""
         parts = [
             self.arch,
             f"{self.tile_m}x{self.tile_n}x{self.tile_k}",
             f"{self.cta_group}cta",
-            f"s{self.stages}" if self.stages is not None else "s*",
+            f"r{self.ring_depth}" if self.ring_depth is not None else "r*",
         ]
-        if self.b_stage_k_tiles > 1:
-            parts.append(f"B{self.b_stage_k_tiles}")
+        if self.b_k_tiles > 1:
+            parts.append(f"B{self.b_k_tiles}")
         parts.append("direct" if self.epilogue == "direct_store" else "tma")
         if self.arch == "sm_100a":
-            parts.append(f"acc{self.acc_stages if self.acc_stages is not None else '*'}")
+            parts.append(f"acc{self.acc_buffers if self.acc_buffers is not None else '*'}")
             if self.acc_slots == 2:
                 parts.append("split")
         return " ".join(parts)

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import LEGACY_FIELD_NAMES
 from .hardware import GpuSpec, get_gpu
 
 __all__ = [
@@ -556,8 +557,8 @@ def correctness_summary(
 def stage_sweep(data: Mapping | None, tile_m: int | None = None) -> list[dict]:
     """Recorded stage-3 latencies at several pipeline depths (``stage_sweep.json``).
 
-    One dict per record that passed its check, largest ``tile_m`` first, then by ``stages``:
-    ``stages``, ``tile_m``, ``tile_n``, ``tile_k`` (from the record's ``config.gemm_config``), ``seconds``,
+    One dict per record that passed its check, largest ``tile_m`` first, then by ring depth:
+    ``ring_depth``, ``tile_m``, ``tile_n``, ``tile_k`` (from the record's ``config.gemm_config``), ``seconds``,
     ``floor_seconds``, ``pct_of_floor``, ``impl``, ``model``, ``tokens``.
     """
     out = []
@@ -565,11 +566,12 @@ def stage_sweep(data: Mapping | None, tile_m: int | None = None) -> list[dict]:
         cfg = (r.get("config") or {}).get("gemm_config")
         if r["status"] != "ok" or not cfg:
             continue
+        cfg = {LEGACY_FIELD_NAMES.get(key, key): value for key, value in cfg.items()}
         if tile_m is not None and cfg.get("tile_m") != tile_m:
             continue
         out.append(
             {
-                "stages": cfg["stages"],
+                "ring_depth": cfg["ring_depth"],
                 "tile_m": cfg["tile_m"],
                 "tile_n": cfg["tile_n"],
                 "tile_k": cfg["tile_k"],
@@ -581,7 +583,7 @@ def stage_sweep(data: Mapping | None, tile_m: int | None = None) -> list[dict]:
                 "tokens": r["tokens_per_gpu"],
             }
         )
-    return sorted(out, key=lambda d: (-d["tile_m"], d["stages"]))
+    return sorted(out, key=lambda d: (-d["tile_m"], d["ring_depth"]))
 
 
 def baseline(

@@ -40,7 +40,7 @@ BLOG_SMEM_CONFIGS: dict[str, GemmConfig] = {
     "TMA store": GemmConfig(tile_m=128, tile_n=128, epilogue="tma_store"),
     "direct store": GemmConfig(tile_m=128, tile_n=128, epilogue="direct_store"),
     "64-row tile": GemmConfig(tile_m=64, tile_n=128, epilogue="direct_store"),
-    "B = 2 K tiles": GemmConfig(tile_m=64, tile_n=128, epilogue="direct_store", b_stage_k_tiles=2),
+    "B = 2 K tiles": GemmConfig(tile_m=64, tile_n=128, epilogue="direct_store", b_k_tiles=2),
 }
 
 #: The blog's accumulator layouts: two 256-column stages; one 512-column stage; that stage split.

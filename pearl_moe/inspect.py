@@ -12,7 +12,7 @@ the dynamic shared memory the launch requests (read from the lowered host code: 
 configuration's ``dynamicSmemBytes``) and the TMEM columns the kernel allocates (the operand of
 ``tcgen05.alloc`` in the PTX)::
 
-    python -m pearl_moe inspect --stage 3 --arch sm_100a --tile 128x128x64 --stages 6
+    python -m pearl_moe inspect --stage 3 --arch sm_100a --tile 128x128x64 --ring-depth 6
     python -m pearl_moe inspect --stage 2 --arch sm_90a --sass | less
 """
 
@@ -479,11 +479,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tile", type=_parse_tile, default=(128, 128, 64), help="MxNxK")
     p.add_argument("--cta-group", type=int, default=1, choices=(1, 2))
     p.add_argument(
-        "--stages", type=int, default=None, help="A/B ring depth (default: most that fit)"
+        "--ring-depth", type=int, default=None, help="A/B ring depth (default: most that fit)"
     )
-    p.add_argument("--acc-stages", type=int, default=None)
+    p.add_argument("--acc-buffers", type=int, default=None)
     p.add_argument("--epi-tile-n", type=int, default=32)
-    p.add_argument("--epi-stages", type=int, default=3)
+    p.add_argument("--epi-buffers", type=int, default=3)
     p.add_argument("--m", type=int, default=None, help="rows (all experts together)")
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--k", type=int, default=None)
@@ -506,10 +506,10 @@ def main(argv: list[str] | None = None) -> int:
             tile_n=tn,
             tile_k=tk,
             cta_group=args.cta_group,
-            stages=args.stages,
-            acc_stages=args.acc_stages,
+            ring_depth=args.ring_depth,
+            acc_buffers=args.acc_buffers,
             epi_tile_n=args.epi_tile_n,
-            epi_stages=args.epi_stages,
+            epi_buffers=args.epi_buffers,
         )
         report = compile_stage(
             args.stage, config, args.m, args.n, args.k, args.experts, use_cache=not args.no_cache

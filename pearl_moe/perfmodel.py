@@ -59,8 +59,8 @@ class Prediction:
 
 def _wave_time(tiles_in_wave, cfg, gpu, params, bytes_per_tile, flops_per_tile):
     busy_sms = tiles_in_wave * cfg.cta_group
-    stage_bytes = cfg.a_stage_bytes + cfg.b_stage_bytes / cfg.b_stage_k_tiles
-    in_flight = busy_sms * cfg.stages * stage_bytes
+    stage_bytes = cfg.a_entry_bytes + cfg.b_entry_bytes / cfg.b_k_tiles
+    in_flight = busy_sms * cfg.ring_depth * stage_bytes
     latency_bw = in_flight / params.memory_latency_s
     hbm_bw = gpu.hbm_bytes_per_s * params.bandwidth_efficiency
     reachable = min(latency_bw, hbm_bw)

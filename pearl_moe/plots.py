@@ -74,8 +74,8 @@ STYLE: dict[str, object] = {
 }
 
 BUDGET_COLORS = {
-    "A stages": OKABE_ITO[0],
-    "B stages": OKABE_ITO[1],
+    "A ring": OKABE_ITO[0],
+    "B ring": OKABE_ITO[1],
     "epilogue": OKABE_ITO[2],
     "barriers": OKABE_ITO[7],
 }
@@ -260,7 +260,7 @@ def plot_smem_budget(
             bottom += kb
         for xi, b in zip(x, budgets, strict=True):
             ax.annotate(
-                f"{b.total / 1024:.1f} KB\n{b.config.stages} stages",
+                f"{b.total / 1024:.1f} KB\n{b.config.ring_depth} stages",
                 (xi, b.total / 1024),
                 textcoords="offset points",
                 xytext=(0, 3),
@@ -290,8 +290,8 @@ def _short(config: GemmConfig) -> str:
     """Two-line tick label of a resolved config."""
     top = f"{config.tile_m}x{config.tile_n}x{config.tile_k} {config.cta_group}cta"
     bits = ["direct" if config.epilogue == "direct_store" else "TMA store"]
-    if config.b_stage_k_tiles > 1:
-        bits.append(f"B={config.b_stage_k_tiles} K tiles")
+    if config.b_k_tiles > 1:
+        bits.append(f"B={config.b_k_tiles} K tiles")
     return top + "\n" + ", ".join(bits)
 
 
@@ -309,7 +309,7 @@ def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
         ax.add_patch(
             Rectangle((0, 0), total, 1, facecolor="white", edgecolor="#888888", label="free")
         )
-        if allocated > config.acc_stages * stage_cols:
+        if allocated > config.acc_buffers * stage_cols:
             ax.add_patch(
                 Rectangle(
                     (0, 0),
@@ -321,7 +321,7 @@ def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
                     label="allocated, unused",
                 )
             )
-        for stage in range(config.acc_stages):
+        for stage in range(config.acc_buffers):
             for slot in range(config.acc_slots):
                 start = stage * stage_cols + slot * slot_cols
                 color = OKABE_ITO[(stage + 2 * slot) % len(OKABE_ITO)]
@@ -354,7 +354,7 @@ def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
         ax.set_xlabel(f"TMEM column (of {total}; 128 lanes x 32 bit each)")
         split = ", split into 2 slots" if config.acc_slots == 2 else ""
         ax.set_title(
-            f"{config.tile_m}x{config.tile_n} {config.cta_group}-CTA: {config.acc_stages} "
+            f"{config.tile_m}x{config.tile_n} {config.cta_group}-CTA: {config.acc_buffers} "
             f"accumulator stage(s){split}, {allocated} columns allocated",
             fontsize=9,
         )

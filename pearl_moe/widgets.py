@@ -112,16 +112,14 @@ class SmemBudgetExplorer(_Explorer):
         )
         self.tile_k = w.Dropdown(options=[32, 64, 128], value=c.tile_k, description="tile_k")
         self.cta_group = w.Dropdown(options=[1, 2], value=c.cta_group, description="cta_group")
-        self.b_stage_k_tiles = w.Dropdown(
-            options=[1, 2, 4], value=c.b_stage_k_tiles, description="B K tiles"
-        )
+        self.b_k_tiles = w.Dropdown(options=[1, 2, 4], value=c.b_k_tiles, description="B K tiles")
         self.epilogue = w.Dropdown(
             options=list(EPILOGUES), value=c.epilogue, description="epilogue"
         )
-        self.stages = w.Dropdown(
+        self.ring_depth = w.Dropdown(
             options=["auto", *range(2, 17)],
-            value="auto" if c.stages is None else c.stages,
-            description="stages",
+            value="auto" if c.ring_depth is None else c.ring_depth,
+            description="ring_depth",
         )
         super().__init__(
             [
@@ -130,9 +128,9 @@ class SmemBudgetExplorer(_Explorer):
                 self.tile_n,
                 self.tile_k,
                 self.cta_group,
-                self.b_stage_k_tiles,
+                self.b_k_tiles,
                 self.epilogue,
-                self.stages,
+                self.ring_depth,
             ]
         )
 
@@ -144,9 +142,9 @@ class SmemBudgetExplorer(_Explorer):
             tile_n=self.tile_n.value,
             tile_k=self.tile_k.value,
             cta_group=self.cta_group.value,
-            b_stage_k_tiles=self.b_stage_k_tiles.value,
+            b_k_tiles=self.b_k_tiles.value,
             epilogue=self.epilogue.value,
-            stages=None if self.stages.value == "auto" else self.stages.value,
+            ring_depth=None if self.ring_depth.value == "auto" else self.ring_depth.value,
         )
 
     def _render(self) -> tuple[Figure, str]:

@@ -5,15 +5,15 @@ from pearl_moe.bench.baselines import _parse_overrides
 
 
 def test_overrides_parse_into_config_fields():
-    assert _parse_overrides("tile_m=64+stages=5") == {"tile_m": 64, "stages": 5}
+    assert _parse_overrides("tile_m=64+ring_depth=5") == {"tile_m": 64, "ring_depth": 5}
     assert _parse_overrides("epilogue=direct_store") == {"epilogue": "direct_store"}
     with pytest.raises(ValueError, match="key=value"):
         _parse_overrides("tile_m")
 
 
 def test_variant_names_resolve_to_pearl_implementations():
-    impl = harness.get_impl("pearl-s3:tile_m=64+stages=5")
-    assert impl.name == "pearl-s3:tile_m=64+stages=5"
-    assert impl.config["stage"] == 3 and impl.config["overrides"] == {"tile_m": 64, "stages": 5}
+    impl = harness.get_impl("pearl-s3:tile_m=64+ring_depth=5")
+    assert impl.name == "pearl-s3:tile_m=64+ring_depth=5"
+    assert impl.config["stage"] == 3 and impl.config["overrides"] == {"tile_m": 64, "ring_depth": 5}
     with pytest.raises(KeyError, match="unknown implementation"):
         harness.get_impl("quack:tile_m=64")

@@ -12,14 +12,14 @@ from pearl_moe.config import GemmConfig
 from pearl_moe.inspect import compile_many
 
 CASES = {
-    "s1-128x128x64": (1, GemmConfig(tile_m=128, tile_n=128, tile_k=64, stages=6)),
-    "s1-128x128x64-s5": (1, GemmConfig(tile_m=128, tile_n=128, tile_k=64, stages=5)),
-    "s2-128x128x64": (2, GemmConfig(tile_m=128, tile_n=128, tile_k=64, stages=6)),
-    "s3-128x128x64-acc2": (3, GemmConfig(tile_m=128, tile_n=128, tile_k=64, stages=6)),
-    "s3-128x256x64-1cta": (3, GemmConfig(tile_m=128, tile_n=256, tile_k=64, stages=4)),
+    "s1-128x128x64": (1, GemmConfig(tile_m=128, tile_n=128, tile_k=64, ring_depth=6)),
+    "s1-128x128x64-s5": (1, GemmConfig(tile_m=128, tile_n=128, tile_k=64, ring_depth=5)),
+    "s2-128x128x64": (2, GemmConfig(tile_m=128, tile_n=128, tile_k=64, ring_depth=6)),
+    "s3-128x128x64-acc2": (3, GemmConfig(tile_m=128, tile_n=128, tile_k=64, ring_depth=6)),
+    "s3-128x256x64-1cta": (3, GemmConfig(tile_m=128, tile_n=256, tile_k=64, ring_depth=4)),
     "s3-256x256x64-2cta": (
         3,
-        GemmConfig(tile_m=256, tile_n=256, tile_k=64, cta_group=2, stages=6),
+        GemmConfig(tile_m=256, tile_n=256, tile_k=64, cta_group=2, ring_depth=6),
     ),
 }
 
@@ -85,4 +85,4 @@ def test_stage_rejects_unsupported_config():
     from pearl_moe.kernels.sm100 import stage1_gemm
 
     with pytest.raises(ValueError, match="cta_group"):
-        stage1_gemm.build(GemmConfig(tile_m=256, tile_n=128, cta_group=2, stages=4))
+        stage1_gemm.build(GemmConfig(tile_m=256, tile_n=128, cta_group=2, ring_depth=4))

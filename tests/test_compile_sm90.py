@@ -14,9 +14,18 @@ from pearl_moe.config import GemmConfig
 from pearl_moe.inspect import compile_many
 
 CASES = {
-    "s1-128x128x64": (1, GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, stages=6)),
-    "s2-128x128x64": (2, GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, stages=6)),
-    "s3-128x128x64": (3, GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, stages=6)),
+    "s1-128x128x64": (
+        1,
+        GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6),
+    ),
+    "s2-128x128x64": (
+        2,
+        GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6),
+    ),
+    "s3-128x128x64": (
+        3,
+        GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6),
+    ),
 }
 
 

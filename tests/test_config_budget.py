@@ -2,7 +2,7 @@
 
 import pytest
 
-from pearl_moe.budget import max_acc_stages, max_stages, resolve, smem_budget, tmem_columns
+from pearl_moe.budget import max_acc_buffers, max_ring_depth, resolve, smem_budget, tmem_columns
 from pearl_moe.config import GemmConfig
 from pearl_moe.hardware import B200, H200
 
@@ -13,67 +13,67 @@ BLOG = GemmConfig(arch="sm_100a", tile_m=128, tile_n=128, tile_k=64)
 def test_epilogue_buffer_is_24_kb_and_its_removal_makes_room_for_a_seventh_stage():
     staged = smem_budget(BLOG, B200)
     assert staged.as_dict()["epilogue"] == 24 * KB
-    assert max_stages(BLOG, B200) == 6
+    assert max_ring_depth(BLOG, B200) == 6
     direct = BLOG.with_(epilogue="direct_store")
     assert smem_budget(direct, B200).as_dict()["epilogue"] == 0
-    assert max_stages(direct, B200) == 7
+    assert max_ring_depth(direct, B200) == 7
     # And the seventh stage really would not fit next to the buffer.
     with pytest.raises(ValueError, match="shared memory"):
-        smem_budget(BLOG.with_(stages=7), B200)
+        smem_budget(BLOG.with_(ring_depth=7), B200)
 
 
 def test_a_stage_halves_with_64_row_tiles():
-    assert BLOG.a_stage_bytes == 16 * KB
-    assert BLOG.with_(tile_m=64).a_stage_bytes == 8 * KB
-    assert max_stages(BLOG.with_(tile_m=64, epilogue="direct_store")) > max_stages(
+    assert BLOG.a_entry_bytes == 16 * KB
+    assert BLOG.with_(tile_m=64).a_entry_bytes == 8 * KB
+    assert max_ring_depth(BLOG.with_(tile_m=64, epilogue="direct_store")) > max_ring_depth(
         BLOG.with_(epilogue="direct_store")
     )
 
 
 def test_b_stage_of_two_k_tiles():
-    wide = BLOG.with_(b_stage_k_tiles=2)
-    assert BLOG.b_stage_bytes == 16 * KB and wide.b_stage_bytes == 32 * KB
+    wide = BLOG.with_(b_k_tiles=2)
+    assert BLOG.b_entry_bytes == 16 * KB and wide.b_entry_bytes == 32 * KB
     assert (BLOG.b_box_row_bytes, wide.b_box_row_bytes) == (128, 256)
     resolved = resolve(wide.with_(tile_m=64, epilogue="direct_store"))
-    assert resolved.b_stages == -(-resolved.stages // 2)
+    assert resolved.b_ring_depth == -(-resolved.ring_depth // 2)
     assert smem_budget(resolved).fits
 
 
 def test_tmem_columns_of_the_blog_accumulators():
     half = BLOG.with_(tile_n=256)
-    assert max_acc_stages(half) == 2 and tmem_columns(half) == 512
+    assert max_acc_buffers(half) == 2 and tmem_columns(half) == 512
     assert half.tmem_columns_for(1) == 256  # one 128 x 256 fp32 accumulator: half of TMEM
     full = GemmConfig(tile_m=256, tile_n=512, cta_group=2)
-    assert max_acc_stages(full) == 1 and tmem_columns(full) == 512
+    assert max_acc_buffers(full) == 1 and tmem_columns(full) == 512
     split = full.with_(acc_slots=2)
     assert split.mma_atoms_n == 2 and tmem_columns(split) == 512
 
 
 def test_tmem_allocation_is_a_power_of_two_of_at_least_32_columns():
     assert (
-        GemmConfig(tile_m=64, tile_n=8, acc_stages=1, epilogue="direct_store").tmem_columns_for(1)
+        GemmConfig(tile_m=64, tile_n=8, acc_buffers=1, epilogue="direct_store").tmem_columns_for(1)
         == 32
     )
-    assert GemmConfig(tile_n=96, acc_stages=2).tmem_columns_for(2) == 256
+    assert GemmConfig(tile_n=96, acc_buffers=2).tmem_columns_for(2) == 256
     assert tmem_columns(GemmConfig(arch="sm_90a")) == 0
 
 
 def test_resolve_fills_stages_and_accumulators_per_arch():
     hopper = resolve(GemmConfig(arch="sm_90a"), H200)
     # sm90 stage docstrings: 6 x 32 KB + 24 KB + (2 x 6 x 8 + 64) B = 221,344 B of H200's 232,448
-    assert hopper.stages == 6 and hopper.acc_stages is None
+    assert hopper.ring_depth == 6 and hopper.acc_buffers is None
     assert smem_budget(hopper, H200).total == 6 * 32 * KB + 24 * KB + 2 * 6 * 8 + 64
     with pytest.raises(ValueError, match="shared memory"):
-        smem_budget(hopper.with_(stages=7), H200)
+        smem_budget(hopper.with_(ring_depth=7), H200)
     blackwell = resolve(BLOG)
-    assert blackwell.stages == 6 and blackwell.acc_stages == 2
+    assert blackwell.ring_depth == 6 and blackwell.acc_buffers == 2
     assert smem_budget(blackwell).total <= B200.smem_per_block
 
 
 def test_budget_items_add_up():
-    b = smem_budget(BLOG.with_(stages=4))
+    b = smem_budget(BLOG.with_(ring_depth=4))
     d = b.as_dict()
-    assert d["A stages"] == 4 * 16 * KB and d["B stages"] == 4 * 16 * KB
+    assert d["A ring"] == 4 * 16 * KB and d["B ring"] == 4 * 16 * KB
     assert b.total == sum(d.values()) and b.free == b.limit - b.total
     assert "total" in str(b)
 
@@ -81,14 +81,14 @@ def test_budget_items_add_up():
 def test_stage3_docstring_budget_128x256():
     # sm100 stage 3: 4 x (16 + 32) KB + 24 KB + (2 x 4 + 2 x 2) x 8 B + 64 B, and 5 stages do not fit
     wide = resolve(BLOG.with_(tile_n=256))
-    assert (wide.stages, wide.acc_stages) == (4, 2) and tmem_columns(wide) == 512
+    assert (wide.ring_depth, wide.acc_buffers) == (4, 2) and tmem_columns(wide) == 512
     assert smem_budget(wide).total == 4 * 48 * KB + 24 * KB + 160 == 221_344
 
 
 def test_2cta_splits_a_and_b_across_the_pair():
     pair = GemmConfig(tile_m=256, tile_n=256, cta_group=2)
     assert pair.cta_tile_m == 128 and pair.cta_tile_n == 128
-    assert pair.a_stage_bytes == 16 * KB and pair.b_stage_bytes == 16 * KB
+    assert pair.a_entry_bytes == 16 * KB and pair.b_entry_bytes == 16 * KB
 
 
 @pytest.mark.parametrize(
@@ -97,19 +97,19 @@ def test_2cta_splits_a_and_b_across_the_pair():
         (dict(tile_m=64, cta_group=2), "64-row tiles need 1-CTA"),
         (dict(tile_m=256, cta_group=1), "does not exist"),
         (dict(tile_n=1024, tile_m=256, cta_group=2), "TMEM"),
-        (dict(tile_n=256, acc_stages=3), "TMEM columns"),
+        (dict(tile_n=256, acc_buffers=3), "TMEM columns"),
         (dict(tile_n=100), "steps of 8"),
         (dict(tile_m=128, tile_n=120, cta_group=2), "steps of 16"),
         (dict(tile_n=384), "multiple of 256"),
         (dict(acc_slots=2, tile_n=256), "tile_n must be 512"),
         (dict(arch="sm_90a", cta_group=2), "Blackwell"),
         (dict(arch="sm_90a", tile_n=512), "wgmma"),
-        (dict(arch="sm_90a", acc_stages=2), "tensor-memory"),
+        (dict(arch="sm_90a", acc_buffers=2), "tensor-memory"),
         (dict(arch="sm_80"), "arch must be"),
         (dict(tile_k=40), "multiple of 16"),
-        (dict(stages=1), "at least 2"),
+        (dict(ring_depth=1), "at least 2"),
         (dict(epilogue="smem"), "epilogue must be"),
-        (dict(b_stage_k_tiles=3), "b_stage_k_tiles"),
+        (dict(b_k_tiles=3), "b_k_tiles"),
         (dict(epi_tile_n=48), "epi_tile_n"),
     ],
 )
@@ -121,9 +121,9 @@ def test_configurations_that_cannot_exist(kwargs, message):
 def test_too_large_tiles_do_not_fit_two_stages():
     huge = GemmConfig(tile_m=256, tile_n=512, cta_group=2, tile_k=256)
     with pytest.raises(ValueError, match="not even two pipeline stages"):
-        max_stages(huge)
+        max_ring_depth(huge)
 
 
 def test_describe_is_short_and_informative():
-    label = resolve(BLOG.with_(epilogue="direct_store", b_stage_k_tiles=2)).describe()
+    label = resolve(BLOG.with_(epilogue="direct_store", b_k_tiles=2)).describe()
     assert label.startswith("sm_100a 128x128x64 1cta") and "B2" in label and "direct" in label

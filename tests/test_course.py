@@ -195,7 +195,7 @@ def _sweep_file(root: Path) -> Path:
     entry = problem_entry(make_problem("GLM 5.3", 64), CEIL)
     run["problems"].append(entry)
     for tile_m, stages, us in ((128, 3, 497.0), (128, 2, 498.0), (64, 2, 490.0)):
-        cfg = GemmConfig(arch="sm_90a", tile_m=tile_m, tile_n=128, tile_k=64, stages=stages)
+        cfg = GemmConfig(arch="sm_90a", tile_m=tile_m, tile_n=128, tile_k=64, ring_depth=stages)
         impl = f"pearl-s3:tile_m={tile_m}+stages={stages}"
         run["records"].append(_record(entry, impl, us, asdict(cfg.resolved())))
     return write_run(run, root / "H200" / "stage_sweep.json")
@@ -228,9 +228,13 @@ def test_replay_of_stage_sweep(tmp_path):
     _sweep_file(tmp_path)
     data = load_kernel_results(kind="stage_sweep", root=tmp_path)
     rows = stage_sweep(data, 128)
-    assert [(r["tile_m"], r["stages"]) for r in rows] == [(128, 2), (128, 3)]  # sorted
+    assert [(r["tile_m"], r["ring_depth"]) for r in rows] == [(128, 2), (128, 3)]  # sorted
     assert rows[0]["seconds"] == pytest.approx(498e-6) and rows[0]["floor_seconds"] > 0
-    assert [(r["tile_m"], r["stages"]) for r in stage_sweep(data)] == [(128, 2), (128, 3), (64, 2)]
+    assert [(r["tile_m"], r["ring_depth"]) for r in stage_sweep(data)] == [
+        (128, 2),
+        (128, 3),
+        (64, 2),
+    ]
     assert stage_sweep(data, 256) == []
 
 
@@ -249,7 +253,7 @@ def test_committed_stage_results_replay():
     for tile_m in (128, 64):
         rows = stage_sweep(sweep, tile_m)
         assert len(rows) >= 2 and all(r["tile_m"] == tile_m for r in rows)
-        assert [r["stages"] for r in rows] == sorted(r["stages"] for r in rows)
+        assert [r["ring_depth"] for r in rows] == sorted(r["ring_depth"] for r in rows)
 
 
 def test_a_file_that_breaks_the_schema_is_an_error(tmp_path):

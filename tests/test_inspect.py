@@ -77,7 +77,7 @@ def test_stage_modules_are_found_by_number():
 
 def test_compile_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("PEARL_MOE_CACHE", str(tmp_path))
-    config = GemmConfig(stages=6)
+    config = GemmConfig(ring_depth=6)
     first = compile_stage(1, config)
     second = compile_stage(1, config)
     assert not first.cached and second.cached
@@ -87,7 +87,10 @@ def test_compile_is_cached(tmp_path, monkeypatch):
 
 
 def test_cli_prints_report(capsys):
-    assert main(["--stage", "1", "--arch", "sm_100a", "--tile", "128x128x64", "--stages", "6"]) == 0
+    assert (
+        main(["--stage", "1", "--arch", "sm_100a", "--tile", "128x128x64", "--ring-depth", "6"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "SMEM      221360 B compiled, 221360 B budget model" in out
     assert "UTC*MMA" in out

@@ -151,7 +151,9 @@ def test_can_implement_sm90():
     )
     _one_problem(can_implement(GemmConfig(arch="sm_90a"), 4100, 6144), "multiples of 8")
     _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_k=32), 4096, 6144), "swizzle")
-    _one_problem(can_implement(GemmConfig(arch="sm_90a", stages=7), 4096, 6144), "shared memory")
+    _one_problem(
+        can_implement(GemmConfig(arch="sm_90a", ring_depth=7), 4096, 6144), "shared memory"
+    )
     # direct_store does not validate epi_tile_n: a reason, not a ZeroDivisionError
     direct = GemmConfig(arch="sm_90a", epilogue="direct_store", epi_tile_n=0)
     assert len(can_implement(direct, 4096, 6144)) == 2
@@ -164,8 +166,8 @@ def test_can_implement_sm90():
         (2, dict(tile_m=256, tile_n=128, cta_group=2), "cta_group=2 arrives in stage 3"),
         (3, dict(tile_n=512, tile_m=256, cta_group=2), "two MMA atoms"),
         (3, dict(epilogue="direct_store"), "TMA-store"),
-        (3, dict(b_stage_k_tiles=2), "wide B stages"),
-        (1, dict(stages=7), "shared memory"),
+        (3, dict(b_k_tiles=2), "wide B stages"),
+        (1, dict(ring_depth=7), "shared memory"),
     ],
 )
 def test_can_implement_sm100_rejects(stage, kwargs, pattern):
@@ -173,9 +175,9 @@ def test_can_implement_sm100_rejects(stage, kwargs, pattern):
 
 
 def test_can_implement_sm100_accepts_what_the_stages_compile():
-    # the API resolves configs first: acc_stages=2 at 128 x 128 is pinned to 1 for stages 1, 2
+    # the API resolves configs first: acc_buffers=2 at 128 x 128 is pinned to 1 for stages 1, 2
     default = api.default_config("sm_100a")
-    assert default.acc_stages == 2
+    assert default.acc_buffers == 2
     for stage in (1, 2, 3):
         assert api.can_implement("sm_100a", stage, default, 4096, 6144) == []
     pair = GemmConfig(tile_m=256, tile_n=256, cta_group=2).resolved()

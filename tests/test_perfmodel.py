@@ -26,9 +26,11 @@ def test_more_stages_help_while_bytes_in_flight_limit_bandwidth():
     # One expert with one tile column keeps a few SMs busy: latency, not HBM, is the limit.
     p = GroupedProblem(k=8192, n=1024, counts=(16,))
     slow_memory = ModelParams(memory_latency_s=4e-6)
-    times = [predict(p, GemmConfig(stages=s), params=slow_memory).seconds for s in (2, 3, 4, 5, 6)]
+    times = [
+        predict(p, GemmConfig(ring_depth=s), params=slow_memory).seconds for s in (2, 3, 4, 5, 6)
+    ]
     assert all(a > b for a, b in zip(times, times[1:], strict=False))
-    assert predict(p, GemmConfig(stages=2), params=slow_memory).bound == "latency"
+    assert predict(p, GemmConfig(ring_depth=2), params=slow_memory).bound == "latency"
 
 
 def test_large_batches_are_math_bound():

@@ -20,7 +20,7 @@ BLOG_CONFIGS = [
     GemmConfig(epilogue="tma_store"),
     GemmConfig(epilogue="direct_store"),
     GemmConfig(tile_m=64, epilogue="direct_store"),
-    GemmConfig(tile_m=64, epilogue="direct_store", b_stage_k_tiles=2),
+    GemmConfig(tile_m=64, epilogue="direct_store", b_k_tiles=2),
 ]
 
 
@@ -83,8 +83,8 @@ def test_smem_bars_come_from_the_budget_model():
     limit_lines = [ln for ln in ax.get_lines() if "limit" in ln.get_label()]
     assert len(limit_lines) == 1 and limit_lines[0].get_ydata()[0] == pytest.approx(227)
     assert [c.get_label() for c in ax.containers] == [
-        "A stages",
-        "B stages",
+        "A ring",
+        "B ring",
         "epilogue",
         "barriers",
     ]

@@ -33,10 +33,10 @@ CASES = {
     "s1-default": (1, None),
     "s2-default": (2, None),
     "s3-default-1cta": (3, None),
-    "s3-128x256x64-1cta": (3, {"tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 4}),
+    "s3-128x256x64-1cta": (3, {"tile_m": 128, "tile_n": 256, "tile_k": 64, "ring_depth": 4}),
     "s3-256x256x64-2cta": (
         3,
-        {"tile_m": 256, "tile_n": 256, "tile_k": 64, "cta_group": 2, "stages": 6},
+        {"tile_m": 256, "tile_n": 256, "tile_k": 64, "cta_group": 2, "ring_depth": 6},
     ),
 }
 

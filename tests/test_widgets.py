@@ -47,9 +47,9 @@ def test_occupancy_explorer_shows_value_errors():
 
 def test_smem_explorer_redraws_and_reports_invalid_configs():
     ex = SmemBudgetExplorer()
-    assert "216.2 KB" in ex.last_text  # six stages and the 24 KB TMA-store buffer
+    assert "216.2 KB" in ex.last_text  # six ring entries and the 24 KB TMA-store buffer
     ex.epilogue.value = "direct_store"
-    assert ex.redraws == 2 and "s7" in ex.last_text
+    assert ex.redraws == 2 and "r7" in ex.last_text
     ex.cta_group.value = 2
     ex.tile_m.value = 64
     assert ex.last_figure is None
@@ -61,12 +61,12 @@ def test_smem_explorer_redraws_and_reports_invalid_configs():
 
 
 def test_smem_explorer_hopper_has_no_tmem_panel():
-    ex = SmemBudgetExplorer(GemmConfig(arch="sm_90a", stages=4))
-    assert ex.stages.value == 4 and "s4" in ex.last_text
+    ex = SmemBudgetExplorer(GemmConfig(arch="sm_90a", ring_depth=4))
+    assert ex.ring_depth.value == 4 and "r4" in ex.last_text
     assert len(ex.last_figure.subfigs) == 0 and len(ex.last_figure.axes) == 1
 
 
 def test_smem_explorer_too_many_stages_is_an_error():
     ex = SmemBudgetExplorer()
-    ex.stages.value = 16
+    ex.ring_depth.value = 16
     assert "needs" in ex.last_error and "per block" in ex.last_error

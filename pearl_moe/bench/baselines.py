@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import time
 
+from ..config import LEGACY_FIELD_NAMES
 from .harness import Implementation, ImplementationUnavailable, Prepared, register
 
 __all__ = ["DEFAULT_IMPLS", "PEARL_STAGES"]
@@ -240,18 +241,19 @@ def _pearl_kernels():
 
 
 def _parse_overrides(spec: str) -> dict:
-    """``"tile_m=64+stages=5"`` -> ``{"tile_m": 64, "stages": 5}`` (GemmConfig fields)."""
+    """``"tile_m=64+ring_depth=5"`` -> ``{"tile_m": 64, "ring_depth": 5}`` (GemmConfig fields)."""
     out = {}
     for item in filter(None, spec.split("+")):
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"config override {item!r} is not key=value")
-        out[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+        key = LEGACY_FIELD_NAMES.get(key.strip(), key.strip())  # "stages" in older run names
+        out[key] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
     return out
 
 
 def pearl_variant(name: str) -> Implementation:
-    """A pearl kernel with config overrides, named ``pearl-s3:tile_m=64+stages=5``: the stage's
+    """A pearl kernel with config overrides, named ``pearl-s3:tile_m=64+ring_depth=5``: the stage's
     default configuration on this GPU with those fields changed (validated by GemmConfig)."""
     base, _, spec = name.partition(":")
     if not base.startswith("pearl-s") or not base[len("pearl-s") :].isdigit():

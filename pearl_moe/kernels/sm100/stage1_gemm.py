@@ -5,7 +5,7 @@ This is the smallest complete Blackwell GEMM the course builds on. One CTA compu
 
     TMA producer warp --(A/B ring, `stages` deep, full/empty mbarriers)--> MMA warp
     MMA warp          --(accumulator in TMEM, full/empty mbarriers)------> epilogue warps
-    epilogue warps    --(TMEM -> registers -> SMEM buffer, `epi_stages` deep)--> TMA store
+    epilogue warps    --(TMEM -> registers -> SMEM buffer, `epi_buffers` deep)--> TMA store
 
 * The TMA warp streams K tiles of A (``tile_m x tile_k``) and B (``tile_n x tile_k``) into a ring
   of shared-memory stages; each stage's "full" barrier counts the bytes the TMA will deliver.
@@ -82,10 +82,10 @@ def check_config(config: GemmConfig, stage: int) -> list[str]:
         problems.append(f"the sm100 kernels compile for sm_100a, config says {config.arch}")
     if stage < 3 and config.cta_group != 1:
         problems.append(f"stage {stage} is a 1-CTA kernel; cta_group=2 arrives in stage 3")
-    if stage < 3 and config.acc_stages not in (None, 1):
+    if stage < 3 and config.acc_buffers not in (None, 1):
         problems.append(
             f"stage {stage} computes one tile per CTA and keeps one accumulator "
-            f"(acc_stages=1), config has {config.acc_stages}"
+            f"(acc_buffers=1), config has {config.acc_buffers}"
         )
     if config.tile_n > 256:
         problems.append(
@@ -93,8 +93,8 @@ def check_config(config: GemmConfig, stage: int) -> list[str]:
         )
     if config.epilogue != "tma_store":
         problems.append("stages 1-3 stage the epilogue through SMEM and TMA-store it")
-    if config.b_stage_k_tiles != 1:
-        problems.append("wide B stages (b_stage_k_tiles > 1) are a later stage")
+    if config.b_k_tiles != 1:
+        problems.append("wide B stages (b_k_tiles > 1) are a later stage")
     if config.acc_slots != 1:
         problems.append("split accumulator slots are a later stage")
     return problems
@@ -103,11 +103,11 @@ def check_config(config: GemmConfig, stage: int) -> list[str]:
 def stage_config(config: GemmConfig, stage: int) -> GemmConfig:
     """``config`` with the defaults a stage implies filled in, then resolved for the B200.
 
-    Stages 1 and 2 hold exactly one accumulator (``acc_stages=1``); stage 3 keeps what the config
-    asks for (or as many as fit). ``stages=None`` becomes the deepest ring that fits.
+    Stages 1 and 2 hold exactly one accumulator (``acc_buffers=1``); stage 3 keeps what the config
+    asks for (or as many as fit). ``ring_depth=None`` becomes the deepest ring that fits.
     """
-    if stage < 3 and config.acc_stages is None:
-        config = config.with_(acc_stages=1)
+    if stage < 3 and config.acc_buffers is None:
+        config = config.with_(acc_buffers=1)
     problems = check_config(config, stage)
     if problems:
         raise ValueError(
@@ -134,9 +134,9 @@ class GemmKernel:
         self.mma_tiler_mnk = (config.tile_m, config.tile_n, config.tile_k)
         self.cta_tile_mnk = (config.cta_tile_m, config.tile_n, config.tile_k)
         self.cluster_shape_mn = (config.cta_group, 1)
-        self.num_ab_stages = config.stages
-        self.num_acc_stages = config.acc_stages
-        self.num_epi_stages = config.epi_stages
+        self.ring_depth = config.ring_depth
+        self.num_acc_buffers = config.acc_buffers
+        self.num_epi_buffers = config.epi_buffers
         self.epi_tile_mn = (config.cta_tile_m, config.epi_tile_n)
         self.num_tmem_cols = tmem_columns(config)
         self.acc_dtype = cutlass.Float32
@@ -168,15 +168,15 @@ class GemmKernel:
         )
         # (MMA, MMA_M, MMA_K, STAGE): `stages` K tiles of A, swizzled for UMMA
         self.a_smem_layout = sm100_utils.make_smem_layout_a(
-            tiled_mma, self.mma_tiler_mnk, a_dtype, self.num_ab_stages
+            tiled_mma, self.mma_tiler_mnk, a_dtype, self.ring_depth
         )
         # (MMA, MMA_N, MMA_K, STAGE)
         self.b_smem_layout = sm100_utils.make_smem_layout_b(
-            tiled_mma, self.mma_tiler_mnk, a_dtype, self.num_ab_stages
+            tiled_mma, self.mma_tiler_mnk, a_dtype, self.ring_depth
         )
         # (EPI_M, EPI_N, EPI_STAGE): the bf16 staging buffer the TMA store reads
         self.c_smem_layout = sm100_utils.make_smem_layout_epi(
-            c_dtype, c_layout, self.epi_tile_mn, self.num_epi_stages
+            c_dtype, c_layout, self.epi_tile_mn, self.num_epi_buffers
         )
         a_bytes = cute.size_in_bytes(
             a_dtype, cute.slice_(self.a_smem_layout, (None, None, None, 0))
@@ -223,14 +223,14 @@ class GemmKernel:
     def _shared_storage(self):
         """The mbarriers and bookkeeping words, placed after the data buffers.
 
-        ``(2 x stages + 2 x acc_stages) x 8 B`` of mbarriers plus 64 B of bookkeeping: exactly the
+        ``(2 x stages + 2 x acc_buffers) x 8 B`` of mbarriers plus 64 B of bookkeeping: exactly the
         "barriers" item of :func:`pearl_moe.budget.smem_budget`.
         """
 
         @cute.struct
         class SharedStorage:
-            ab_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_ab_stages]
-            acc_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_acc_stages]
+            ab_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.ring_depth]
+            acc_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_acc_buffers]
             tmem_dealloc_mbar: cutlass.Int64
             tmem_base: cutlass.Int32
             padding: cute.struct.MemRange[cutlass.Int32, BOOKKEEPING_WORDS]
@@ -365,7 +365,7 @@ class GemmKernel:
             # (MMA, MMA_M, MMA_N, ACC_STAGE)
             tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
             acc_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Producer, self.num_acc_stages
+                pipeline.PipelineUserType.Producer, self.num_acc_buffers
             )
             acc_pipeline.producer_acquire(acc_state)
             tiled_mma, ab_consumer = self.mma_k_loop(
@@ -387,7 +387,7 @@ class GemmKernel:
                     # the descriptor was written by the generic proxy (previous kernel)
                     cpasync.fence_tma_desc_acquire(tma_desc_ptr)
             acc_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, self.num_acc_stages
+                pipeline.PipelineUserType.Consumer, self.num_acc_buffers
             )
             acc_pipeline.consumer_wait(acc_state)
             self.epilogue_tile(
@@ -434,7 +434,7 @@ class GemmKernel:
         # in 2-CTA mode the pair's loads land on the leader's barrier, counted in tx bytes.
         ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
             barrier_storage=storage.ab_mbar.data_ptr(),
-            num_stages=self.num_ab_stages,
+            num_stages=self.ring_depth,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
             tx_count=self.num_tma_load_bytes,
@@ -443,7 +443,7 @@ class GemmKernel:
         ).make_participants()
         acc_pipeline = pipeline.PipelineUmmaAsync.create(
             barrier_storage=storage.acc_mbar.data_ptr(),
-            num_stages=self.num_acc_stages,
+            num_stages=self.num_acc_buffers,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             # one elected thread per epilogue warp, of both CTAs in 2-CTA mode
             consumer_group=pipeline.CooperativeGroup(
@@ -472,7 +472,7 @@ class GemmKernel:
         tCrB = tiled_mma.make_fragment_B(sB)
         # (MMA, MMA_M, MMA_N, ACC_STAGE): layout only until TMEM is allocated
         tCtAcc_fake = tiled_mma.make_fragment_C(
-            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_stages)
+            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_buffers)
         )
         return tCrA, tCrB, tCtAcc_fake
 
@@ -585,7 +585,7 @@ class GemmKernel:
         # (MMA, MMA_M, MMA_N, ACC_STAGE)
         tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
         c_pipeline = pipeline.PipelineTmaStore.create(
-            num_stages=self.num_epi_stages,
+            num_stages=self.num_epi_buffers,
             producer_group=pipeline.CooperativeGroup(
                 pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
             ),
@@ -664,7 +664,7 @@ class GemmKernel:
         for subtile in cutlass.range(subtile_cnt):
             cute.copy(tiled_copy_t2r, tTR_tAcc[(None, None, None, subtile)], tTR_rAcc)
             tRS_rC.store(tiled_copy_r2s.retile(tTR_rAcc).load().to(self.c_dtype))
-            buf = (subtile_base + subtile) % self.num_epi_stages
+            buf = (subtile_base + subtile) % self.num_epi_buffers
             cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
             # make the generic-proxy SMEM writes visible to the TMA (async proxy), then sync
             cute.arch.fence_proxy("async.shared", space="cta")
@@ -716,13 +716,13 @@ def fake_arguments(kernel: GemmKernel, n: int, k: int):
 
 
 def one_accumulator(config: GemmConfig) -> GemmConfig:
-    """``config`` with ``acc_stages=1``, the only value stages 1 and 2 take.
+    """``config`` with ``acc_buffers=1``, the only value stages 1 and 2 take.
 
     :func:`pearl_moe.kernels.grouped_gemm` resolves every config first, and resolving turns
-    ``acc_stages=None`` into "as many as fit" (2 at 128 x 128), a stage-3 knob. ``build`` rejects
+    ``acc_buffers=None`` into "as many as fit" (2 at 128 x 128), a stage-3 knob. ``build`` rejects
     that (a teaching error for ``inspect``); the API path pins it back to the one accumulator.
     """
-    return config if config.acc_stages in (None, 1) else config.with_(acc_stages=1)
+    return config if config.acc_buffers in (None, 1) else config.with_(acc_buffers=1)
 
 
 def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:

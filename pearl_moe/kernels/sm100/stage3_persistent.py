@@ -8,17 +8,17 @@ What changes from stage 2:
    experts and the unused m tiles of stage 2's grid cost nothing any more.
 2. **The roles run ahead of each other across tiles.** The TMA warp starts the next tile's loads
    while the MMA warp still works on this one (the A/B ring never drains between tiles), and the
-   accumulator gets ``acc_stages`` TMEM buffers, so the MMA warp fills one while the epilogue
+   accumulator gets ``acc_buffers`` TMEM buffers, so the MMA warp fills one while the epilogue
    warps drain the other::
 
-       TMA warp  --A/B ring (stages)-->  MMA warp  --TMEM acc (acc_stages)-->  epilogue warps
+       TMA warp  --A/B ring (stages)-->  MMA warp  --TMEM acc (acc_buffers)-->  epilogue warps
             ^---------- empty ----------'      ^----------- empty -------------'
 
 3. **2-CTA mode** (``cta_group=2``, a cluster of 2): one ``tcgen05.mma.cta_group::2`` issued by
    the even CTA computes a ``tile_m x tile_n`` tile; each CTA holds ``tile_m / 2`` rows of A and of
    the accumulator and loads half of B, so per-CTA SMEM for B halves.
 
-Budget, tile 128 x 256 x 64, 1-CTA, acc_stages 2 (two 128 x 256 fp32 accumulators)::
+Budget, tile 128 x 256 x 64, 1-CTA, acc_buffers 2 (two 128 x 256 fp32 accumulators)::
 
     A ring    s x 128 x 64 x 2 B = 16 KB / stage      TMEM  2 x 256 = 512 columns (all of it)
     B ring    s x 256 x 64 x 2 B = 32 KB / stage      4 stages: 192 KB + 24 KB epilogue + 160 B
@@ -226,7 +226,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
             # (MMA, MMA_M, MMA_N, ACC_STAGE)
             tCtAcc = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), tCtAcc_fake.layout)
             acc_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Producer, self.num_acc_stages
+                pipeline.PipelineUserType.Producer, self.num_acc_buffers
             )
             if is_leader:
                 tile = cutlass.Int32(cluster_idx)
@@ -257,7 +257,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
             # (MMA, MMA_M, MMA_N, ACC_STAGE)
             tmem_ptr, tCtAcc, c_pipeline = self.epilogue_begin(tmem, tCtAcc_fake)
             acc_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, self.num_acc_stages
+                pipeline.PipelineUserType.Consumer, self.num_acc_buffers
             )
             subtiles = cute.size(self.mma_tiler_mnk[1]) // self.epi_tile_mn[1]
             stored = cutlass.Int32(0)

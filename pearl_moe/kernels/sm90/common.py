@@ -11,7 +11,7 @@ Shared memory is carved in a fixed order so that it equals :func:`pearl_moe.budg
 
     offset 0            A ring     stages x tile_m x tile_k x 2 B      (1024-byte aligned)
     + A                 B ring     stages x tile_n x tile_k x 2 B      (1024-byte aligned)
-    + A + B             epilogue   epi_stages x tile_m x epi_tile_n x 2 B
+    + A + B             epilogue   epi_buffers x tile_m x epi_tile_n x 2 B
     + A + B + C         barriers   2 x stages x 8 B (full + empty mbarrier per ring entry)
     + ... + 16 x stages bookkeeping 64 B
                                    -----------------------------------------------
@@ -74,8 +74,8 @@ def can_implement(config: GemmConfig, n: int, k: int) -> list[str]:
         problems.append(f"tile_n must be a multiple of 16 up to 256, got {config.tile_n}")
     if config.epilogue != "tma_store":
         problems.append("the sm90 stages implement the TMA-store epilogue only")
-    if config.b_stage_k_tiles != 1:
-        problems.append("wide B stages (b_stage_k_tiles > 1) are not implemented on sm90")
+    if config.b_k_tiles != 1:
+        problems.append("wide B stages (b_k_tiles > 1) are not implemented on sm90")
     if config.epi_tile_n <= 0 or config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
         problems.append(f"epi_tile_n={config.epi_tile_n} must be a multiple of 8 dividing tile_n")
     if n % 8 or k % 8:
@@ -101,8 +101,8 @@ class Sm90KernelBase:
         self.acc_dtype = cutlass.Float32
         self.tile_m, self.tile_n, self.tile_k = config.tile_m, config.tile_n, config.tile_k
         self.tile_shape_mnk = (self.tile_m, self.tile_n, self.tile_k)
-        self.stages = config.stages
-        self.epi_stages = config.epi_stages
+        self.ring_depth = config.ring_depth
+        self.epi_buffers = config.epi_buffers
         self.epi_tile = (self.tile_m, config.epi_tile_n)
         # One consumer warpgroup per 64 accumulator rows (wgmma's M is 64).
         self.num_mma_warpgroups = self.tile_m // 64
@@ -122,15 +122,15 @@ class Sm90KernelBase:
             (self.num_mma_warpgroups, 1, 1),
             tiler_mn=(64, self.tile_n),
         )
-        # (tile_m, tile_k, stages), (tile_n, tile_k, stages), (tile_m, epi_n, epi_stages)
+        # (tile_m, tile_k, stages), (tile_n, tile_k, stages), (tile_m, epi_n, epi_buffers)
         self.a_smem_layout = sm90_utils.make_smem_layout_a(
-            row, self.tile_shape_mnk, self.ab_dtype, self.stages
+            row, self.tile_shape_mnk, self.ab_dtype, self.ring_depth
         )
         self.b_smem_layout = sm90_utils.make_smem_layout_b(
-            row, self.tile_shape_mnk, self.ab_dtype, self.stages
+            row, self.tile_shape_mnk, self.ab_dtype, self.ring_depth
         )
         self.epi_smem_layout = sm90_utils.make_smem_layout_epi(
-            self.c_dtype, row, self.epi_tile, self.epi_stages
+            self.c_dtype, row, self.epi_tile, self.epi_buffers
         )
 
     def _tma_load_atom(self, tensor, smem_layout_staged, tile):
@@ -153,9 +153,9 @@ class Sm90KernelBase:
         sA = smem.allocate_tensor(self.ab_dtype, a_layout.outer, 1024, a_layout.inner)
         # (tile_n, tile_k, stages)
         sB = smem.allocate_tensor(self.ab_dtype, b_layout.outer, 1024, b_layout.inner)
-        # (tile_m, epi_n, epi_stages)
+        # (tile_m, epi_n, epi_buffers)
         sC = smem.allocate_tensor(self.c_dtype, epi_layout.outer, 1024, epi_layout.inner)
-        barriers = smem.allocate_array(cutlass.Int64, 2 * self.stages, byte_alignment=8)
+        barriers = smem.allocate_array(cutlass.Int64, 2 * self.ring_depth, byte_alignment=8)
         smem.allocate_array(cutlass.Int32, _BOOKKEEPING_WORDS, byte_alignment=4)
         return sA, sB, sC, barriers
 
@@ -168,7 +168,7 @@ class Sm90KernelBase:
         )
         return pipeline.PipelineTmaAsync.create(
             barrier_storage=barriers,
-            num_stages=self.stages,
+            num_stages=self.ring_depth,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
             tx_count=tma_bytes,
@@ -225,7 +225,7 @@ class Sm90KernelBase:
             copy_atom_r2s, cute.make_tiled_copy_C_atom(stmatrix, tiled_mma)
         )
         thr_copy_r2s = tiled_copy_r2s.get_slice(mma_tidx)
-        # (R2S, R2S_M, R2S_N, epi_stages)
+        # (R2S, R2S_M, R2S_N, epi_buffers)
         tRS_sC = thr_copy_r2s.partition_D(sC)
         # (R2S, R2S_M, R2S_N * epi tiles): the accumulator seen through the stmatrix copy
         tRS_rAcc = tiled_copy_r2s.retile(acc)
@@ -235,7 +235,7 @@ class Sm90KernelBase:
         tRS_rC_out = cute.make_rmem_tensor(rC_shape[:3], self.c_dtype)
         # ((tile_m, epi_n), (1, tile_n / epi_n)): the tile cut into epilogue slices
         gC_epi = cute.zipped_divide(gC, self.epi_tile)
-        # (TMA, epi_stages), (TMA, (1, slices))
+        # (TMA, epi_buffers), (TMA, (1, slices))
         bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
             tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi
         )
@@ -245,7 +245,7 @@ class Sm90KernelBase:
             for v in cutlass.range_constexpr(slice_size):
                 tRS_rC[v] = tRS_rAcc[s * slice_size + v]
             tRS_rC_out.store(tRS_rC.load().to(self.c_dtype))
-            buf = (buffer_base + s) % self.epi_stages
+            buf = (buffer_base + s) % self.epi_buffers
             cute.copy(tiled_copy_r2s, tRS_rC_out, tRS_sC[(None, None, None, buf)])
             # stmatrix writes are generic-proxy; the TMA unit reads through the async proxy.
             cute.arch.fence_proxy("async.shared", space="cta")

@@ -158,18 +158,22 @@ class Sm90DenseGemm(Sm90KernelBase):
         k_tiles = cute.size(gA, mode=[2])
 
         # ============ TMA producer (warp 0): fill the ring ahead of the math ============
-        load_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        load_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.ring_depth
+        )
         if warp_idx == self.load_warp:
-            for _ in cutlass.range(cutlass.min(self.stages, k_tiles), unroll=1):
+            for _ in cutlass.range(cutlass.min(self.ring_depth, k_tiles), unroll=1):
                 self._issue_loads(
                     ab_pipeline, load_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
                 )
                 load_state.advance()
 
         # ============ MMA consumer (all warpgroups) ============
-        read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        read_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.ring_depth
+        )
         release_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.stages
+            pipeline.PipelineUserType.Consumer, self.ring_depth
         )
         acc.fill(0.0)
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
@@ -194,7 +198,7 @@ class Sm90DenseGemm(Sm90KernelBase):
 
         # ============ Epilogue: registers -> SMEM -> TMA store ============
         store_pipeline = pipeline.PipelineTmaStore.create(
-            num_stages=self.epi_stages,
+            num_stages=self.epi_buffers,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.threads_per_cta),
         )
         epi_barrier = pipeline.NamedBarrier(

@@ -120,7 +120,7 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
             cute.arch.setmaxregister_decrease(self.producer_registers)
             if warp_idx == self.load_warp:
                 load_state = pipeline.make_pipeline_state(
-                    pipeline.PipelineUserType.Producer, self.stages
+                    pipeline.PipelineUserType.Producer, self.ring_depth
                 )
                 tile = cta
                 expert, first = scheduler.seek(
@@ -182,7 +182,7 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
                 thr_mma.partition_shape_C((self.tile_m, self.tile_n)), self.acc_dtype
             )
             store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stages,
+                num_stages=self.epi_buffers,
                 producer_group=pipeline.CooperativeGroup(
                     pipeline.Agent.Thread, self.num_mma_threads
                 ),
@@ -192,10 +192,10 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
             )
             slices = self.tile_n // self.epi_tile[1]
             read_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, self.stages
+                pipeline.PipelineUserType.Consumer, self.ring_depth
             )
             release_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, self.stages
+                pipeline.PipelineUserType.Consumer, self.ring_depth
             )
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tiles_done = cutlass.Int32(0)
