@@ -10,20 +10,24 @@ forward; over the whole kernel every CTA reads each expert's two offsets at most
 (``E`` small loads, L2 hits after the first CTA).
 
 The scheduler reads the offsets on the device, so the host never needs them: no
-device-to-host copy, and the launch can be captured in a CUDA graph.
+device-to-host copy, and the launch can be captured in a CUDA graph. Because nothing checks the
+offsets on that path, the scheduler **clamps** them: an expert's rows are
+``[clamp(start, 0, rows), clamp(end, start, rows))``. Offsets that are negative, decreasing or past
+the row count then give empty or shortened experts, never a row outside ``A`` or ``out``.
+(With valid offsets the clamp changes nothing.)
 
 :func:`pearl_moe.kernels.host.schedule_tiles` is the same walk in plain Python.
 
-The scheduler is a set of functions, not an object: CuTe DSL loops may only carry run-time values
-(Int32 and tensors), so the state lives in three Int32 variables. Usage inside a kernel::
+The scheduler object holds only values fixed for the whole kernel (the offsets tensor, the row
+count, compile-time sizes). CuTe DSL loops may carry only run-time values, so the walking state
+lives in three ``Int32`` variables of the caller. Usage inside a kernel::
 
-    tile = block_idx_x
-    expert, first = seek(mOffs, experts, tile_m, n_tiles, tile, Int32(0), Int32(0))
+    sched = TileScheduler(mOffs, rows, experts, tile_m, n_tiles, step=grid_dim_x)
+    tile, expert, first = sched.first_tile(block_idx_x)
     while expert < experts:
-        m_tile, n_tile, row0, valid = decode(mOffs, tile_m, tile, expert, first)
+        m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
         ...
-        tile += grid_dim_x
-        expert, first = seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
+        tile, expert, first = sched.next_tile(tile, expert, first)
 """
 
 from __future__ import annotations
@@ -31,59 +35,109 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
+from cutlass.base_dsl.typing import as_numeric
+from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
-__all__ = ["expert_rows", "expert_tiles", "seek", "decode"]
+__all__ = ["TileScheduler", "expert_rows"]
 
 
 @cute.jit
-def expert_rows(offsets: cute.Tensor, expert: Int32):
-    """(first row, end row) of ``expert`` from E end offsets."""
-    end = offsets[expert]
+def expert_rows(offsets: cute.Tensor, expert: Int32, rows: Int32):
+    """``(first row, end row)`` of ``expert`` from E end offsets, clamped into ``[0, rows]``.
+
+    ``start = clamp(offsets[e - 1], 0, rows)`` and ``end = clamp(offsets[e], start, rows)``, so
+    ``0 <= start <= end <= rows`` holds for any offsets, valid or not.
+    """
     start = Int32(0)
     if expert > 0:
-        start = offsets[expert - 1]
+        start = cutlass.min(cutlass.max(offsets[expert - 1], Int32(0)), rows)
+    end = cutlass.min(cutlass.max(offsets[expert], start), rows)
     return start, end
 
 
-@cute.jit
-def expert_tiles(offsets: cute.Tensor, expert: Int32, tile_m: cutlass.Constexpr, n_tiles: Int32):
-    """Output tiles of ``expert``: cdiv(rows, tile_m) * n_tiles (0 for an empty expert)."""
-    start, end = expert_rows(offsets, expert)
-    return (end - start + (tile_m - 1)) // tile_m * n_tiles
+class TileScheduler:
+    """The ragged tile list of one grouped GEMM, walked by persistent CTAs.
 
-
-@cute.jit
-def seek(
-    offsets: cute.Tensor,
-    experts: cutlass.Constexpr,
-    tile_m: cutlass.Constexpr,
-    n_tiles: cutlass.Constexpr,
-    tile: Int32,
-    expert: Int32,
-    first: Int32,
-):
-    """Walk forward until ``tile`` falls in ``expert`` (``first`` = that expert's first tile).
-
-    Returns ``(expert, first)``; ``expert == experts`` means there is no such tile (done).
+    ``offsets``: E int32 end offsets (device tensor); ``rows``: rows of A and out (run-time);
+    ``experts``, ``tile_m``, ``n_tiles``: compile-time sizes; ``step``: tiles between two visits
+    of one CTA (the number of persistent CTAs, or CTA pairs in 2-CTA mode).
     """
-    count = expert_tiles(offsets, cutlass.min(expert, experts - 1), tile_m, n_tiles)
-    while expert < experts and tile >= first + count:
-        first = first + count
-        expert = expert + 1
-        count = expert_tiles(offsets, cutlass.min(expert, experts - 1), tile_m, n_tiles)
-    return expert, first
 
+    def __init__(self, offsets, rows, experts: int, tile_m: int, n_tiles: int, step):
+        self.offsets = offsets
+        self.rows = as_numeric(rows)
+        self.step = as_numeric(step)
+        self.experts = experts
+        self.tile_m = tile_m
+        self.n_tiles = n_tiles
 
-@cute.jit
-def decode(
-    offsets: cute.Tensor, tile_m: cutlass.Constexpr, tile: Int32, expert: Int32, first: Int32
-):
-    """``(m_tile, n_tile, first row, valid rows)`` of ``tile`` inside ``expert``."""
-    start, end = expert_rows(offsets, expert)
-    m_tiles = (end - start + (tile_m - 1)) // tile_m
-    local = tile - first
-    m_tile = local % m_tiles
-    n_tile = local // m_tiles
-    row0 = start + m_tile * tile_m
-    valid = cutlass.min(end - row0, tile_m)
-    return m_tile, n_tile, row0, valid
+    # The DSL passes values that live across `if` / `while` regions as lists of IR values: the
+    # offsets tensor, the row count and the step travel; the compile-time sizes stay Python ints.
+    def __extract_mlir_values__(self):
+        return [
+            *extract_mlir_values(self.offsets),
+            *extract_mlir_values(self.rows),
+            *extract_mlir_values(self.step),
+        ]
+
+    def __new_from_mlir_values__(self, values):
+        n_offs = len(extract_mlir_values(self.offsets))
+        n_rows = len(extract_mlir_values(self.rows))
+        return TileScheduler(
+            new_from_mlir_values(self.offsets, values[:n_offs]),
+            new_from_mlir_values(self.rows, values[n_offs : n_offs + n_rows]),
+            self.experts,
+            self.tile_m,
+            self.n_tiles,
+            new_from_mlir_values(self.step, values[n_offs + n_rows :]),
+        )
+
+    @cute.jit
+    def expert_rows(self, expert: Int32):
+        """``(start, end)`` rows of ``expert``, clamped (see :func:`expert_rows`)."""
+        return expert_rows(self.offsets, expert, self.rows)
+
+    @cute.jit
+    def expert_tiles(self, expert: Int32):
+        """Output tiles of ``expert``: cdiv(rows, tile_m) * n_tiles (0 for an empty expert)."""
+        start, end = self.expert_rows(expert)
+        return (end - start + (self.tile_m - 1)) // self.tile_m * self.n_tiles
+
+    @cute.jit
+    def seek(self, tile: Int32, expert: Int32, first: Int32):
+        """Walk forward until ``tile`` falls in ``expert`` (``first`` = that expert's first tile).
+
+        Returns ``(expert, first)``; ``expert == experts`` means there is no such tile (done).
+        """
+        count = self.expert_tiles(cutlass.min(expert, self.experts - 1))
+        while expert < self.experts and tile >= first + count:
+            first = first + count
+            expert = expert + 1
+            count = self.expert_tiles(cutlass.min(expert, self.experts - 1))
+        return expert, first
+
+    @cute.jit
+    def first_tile(self, cta):
+        """``(tile, expert, first)`` of the first tile CTA ``cta`` computes."""
+        tile = Int32(cta)
+        expert, first = self.seek(tile, Int32(0), Int32(0))
+        return tile, expert, first
+
+    @cute.jit
+    def next_tile(self, tile: Int32, expert: Int32, first: Int32):
+        """``(tile, expert, first)`` of the CTA's next tile, ``step`` tiles further on."""
+        tile = tile + self.step
+        expert, first = self.seek(tile, expert, first)
+        return tile, expert, first
+
+    @cute.jit
+    def decode(self, tile: Int32, expert: Int32, first: Int32):
+        """``(m_tile, n_tile, first row, valid rows)`` of ``tile`` inside ``expert``."""
+        start, end = self.expert_rows(expert)
+        m_tiles = (end - start + (self.tile_m - 1)) // self.tile_m
+        local = tile - first
+        m_tile = local % m_tiles
+        n_tile = local // m_tiles
+        row0 = start + m_tile * self.tile_m
+        valid = cutlass.min(end - row0, self.tile_m)
+        return m_tile, n_tile, row0, valid

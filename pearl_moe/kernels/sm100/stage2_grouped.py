@@ -31,6 +31,7 @@ from cutlass.cute.nvgpu import cpasync
 from cutlass.tensor_utils import LayoutEnum, TensorMapManager, TensorMapUpdateMode
 
 from ...config import GemmConfig
+from .. import scheduler
 from ..host import placeholder_ptr
 from .stage1_gemm import GemmKernel, one_accumulator
 
@@ -79,9 +80,10 @@ def write_expert_descriptor(
     Shared by stages 2 and 3: the TMA unit clips a store box at the descriptor's bounds, so a
     descriptor that ends at the expert's last row keeps every store inside the expert.
     """
-    # (rows_e, n): the expert's rows only
+    # (rows_e, n): the expert's rows only. The element offset start * n is formed in 64 bits:
+    # in Int32 it wraps once start * n >= 2**31 (524,288 rows at n = 4096).
     c_expert = cute.make_tensor(
-        mC.iterator + start * mC.stride[0],
+        mC.iterator + cutlass.Int64(start) * cutlass.Int64(mC.stride[0]),
         cute.make_layout((rows, mC.shape[1]), stride=mC.stride),
     )
     atom, _ = cpasync.make_tiled_tma_atom(
@@ -91,12 +93,10 @@ def write_expert_descriptor(
 
 
 @cute.jit
-def expert_rows(mOffs: cute.Tensor, expert):
-    """``(start, rows)`` of ``expert`` from ``E`` cumulative end offsets (torch grouped_mm)."""
-    end = mOffs[expert]
-    start = cutlass.Int32(0)
-    if expert > 0:
-        start = mOffs[expert - 1]
+def expert_rows(mOffs: cute.Tensor, expert, total_rows):
+    """``(start, rows)`` of ``expert`` from ``E`` cumulative end offsets (torch grouped_mm),
+    clamped into ``[0, total_rows]`` (:func:`pearl_moe.kernels.scheduler.expert_rows`)."""
+    start, end = scheduler.expert_rows(mOffs, expert, total_rows)
     return start, end - start
 
 
@@ -194,7 +194,7 @@ class GroupedGemmKernel(GemmKernel):
         c_smem_layout: cute.ComposedLayout,
     ):
         expert, _, _ = cute.arch.block_idx()
-        start, rows = expert_rows(mOffs, expert)
+        start, rows = expert_rows(mOffs, expert, cute.size(mC, mode=[0]))
         # copy_tensormap is a warp-wide store of the 128-byte descriptor
         write_expert_descriptor(
             mWorkspace,
@@ -236,7 +236,7 @@ class GroupedGemmKernel(GemmKernel):
         ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
 
         # The expert's rows come from the offsets, on the device.
-        start, rows = expert_rows(mOffs, expert)
+        start, rows = expert_rows(mOffs, expert, cute.size(mA_mk, mode=[0]))
         if m_tile * self.mma_tiler_mnk[0] < rows:
             # (M_e, k): A's coordinates shifted to the expert's first row
             mA_e = cute.domain_offset((start, 0), mA_mk)
@@ -322,7 +322,9 @@ def workspace_for(device, stream, experts: int):
     key = (device.index, int(stream), experts)
     ws = _WORKSPACES.get(key)
     if ws is None:
-        ws = torch.empty(experts * TMA_DESCRIPTOR_BYTES // 8, dtype=torch.int64, device=device)
+        # zero-filled: the descriptor kernel writes the bytes of each 128-byte slot that a
+        # CUtensorMap uses; the rest must not be left uninitialized
+        ws = torch.zeros(experts * TMA_DESCRIPTOR_BYTES // 8, dtype=torch.int64, device=device)
         if ws.data_ptr() % TMA_DESCRIPTOR_BYTES:
             raise RuntimeError("the TMA descriptor workspace is not 128-byte aligned")
         _WORKSPACES[key] = ws

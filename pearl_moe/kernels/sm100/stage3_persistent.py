@@ -164,17 +164,18 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
         experts = cute.size(mB_nkl, mode=[2])
         n_tiles = cute.ceil_div(cute.size(mC_mn, mode=[1]), self.mma_tiler_mnk[1])
         tile_m = self.mma_tiler_mnk[0]
+        # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
+        sched = scheduler.TileScheduler(
+            mOffs, cute.size(mA_mk, mode=[0]), experts, tile_m, n_tiles, self.num_clusters
+        )
 
         pipeline_init_wait(cluster_shape_mn=cluster_layout_vmnk)
 
         # ---------------------------------------------------------------- TMA producer warp
         if warp_idx == self.tma_warp:
-            tile = cutlass.Int32(cluster_idx)
-            expert, first = scheduler.seek(
-                mOffs, experts, tile_m, n_tiles, tile, cutlass.Int32(0), cutlass.Int32(0)
-            )
+            tile, expert, first = sched.first_tile(cluster_idx)
             while expert < experts:
-                m_tile, n_tile, row0, _valid = scheduler.decode(mOffs, tile_m, tile, expert, first)
+                m_tile, n_tile, row0, _valid = sched.decode(tile, expert, first)
                 # (bM, bK, RestK): A rows from the tile's first row of this expert
                 gA = cute.local_tile(
                     cute.domain_offset((row0, 0), mA_mk),
@@ -216,8 +217,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                     a_mcast_mask,
                     b_mcast_mask,
                 )
-                tile = tile + self.num_clusters
-                expert, first = scheduler.seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
+                tile, expert, first = sched.next_tile(tile, expert, first)
             ab_producer.tail()
 
         # ---------------------------------------------------------------- MMA warp
@@ -229,10 +229,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                 pipeline.PipelineUserType.Producer, self.num_acc_buffers
             )
             if is_leader:
-                tile = cutlass.Int32(cluster_idx)
-                expert, first = scheduler.seek(
-                    mOffs, experts, tile_m, n_tiles, tile, cutlass.Int32(0), cutlass.Int32(0)
-                )
+                tile, expert, first = sched.first_tile(cluster_idx)
                 while expert < experts:
                     # wait until the epilogue has drained this accumulator buffer
                     acc_pipeline.producer_acquire(acc_state)
@@ -246,10 +243,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                     )
                     acc_pipeline.producer_commit(acc_state)
                     acc_state.advance()
-                    tile = tile + self.num_clusters
-                    expert, first = scheduler.seek(
-                        mOffs, experts, tile_m, n_tiles, tile, expert, first
-                    )
+                    tile, expert, first = sched.next_tile(tile, expert, first)
                 acc_pipeline.producer_tail(acc_state)
 
         # ---------------------------------------------------------------- epilogue warps
@@ -261,12 +255,9 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
             )
             subtiles = cute.size(self.mma_tiler_mnk[1]) // self.epi_tile_mn[1]
             stored = cutlass.Int32(0)
-            tile = cutlass.Int32(cluster_idx)
-            expert, first = scheduler.seek(
-                mOffs, experts, tile_m, n_tiles, tile, cutlass.Int32(0), cutlass.Int32(0)
-            )
+            tile, expert, first = sched.first_tile(cluster_idx)
             while expert < experts:
-                m_tile, n_tile, _row0, _valid = scheduler.decode(mOffs, tile_m, tile, expert, first)
+                m_tile, n_tile, _row0, _valid = sched.decode(tile, expert, first)
                 # (bM, bN): coordinates relative to the expert's own C descriptor
                 gC = cute.local_tile(
                     mC_mn, self.mma_tiler_mnk, (m_tile, n_tile, None), proj=(1, 1, None)
@@ -294,8 +285,7 @@ class PersistentGroupedGemmKernel(GroupedGemmKernel):
                     acc_pipeline.consumer_release(acc_state)
                 acc_state.advance()
                 stored = stored + subtiles
-                tile = tile + self.num_clusters
-                expert, first = scheduler.seek(mOffs, experts, tile_m, n_tiles, tile, expert, first)
+                tile, expert, first = sched.next_tile(tile, expert, first)
             self.epilogue_end(tmem, tmem_ptr, c_pipeline)
 
 

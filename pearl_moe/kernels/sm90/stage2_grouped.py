@@ -112,7 +112,8 @@ class Sm90GroupedGemm(Sm90DenseGemm):
             barriers, self.threads_per_cta // 32, a_smem_layout, b_smem_layout
         )
 
-        start, end = scheduler.expert_rows(mOffs, expert)
+        # [start, end) clamped into [0, rows]: wrong offsets cannot move a tile outside A or out
+        start, end = scheduler.expert_rows(mOffs, expert, cute.size(mA_mk, mode=[0]))
         row0 = start + m_tile * self.tile_m
         if row0 < end:
             valid = cutlass.min(end - row0, self.tile_m)

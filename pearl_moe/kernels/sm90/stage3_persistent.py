@@ -3,7 +3,7 @@
 What changed since stage 2
 --------------------------
 * **Persistent CTAs.** The grid is one CTA per SM (132 on an H200). Each CTA walks the ragged
-  tile list with :func:`pearl_moe.kernels.scheduler.seek` / ``decode`` (tile ``c``,
+  tile list with :class:`pearl_moe.kernels.scheduler.TileScheduler` (tile ``c``,
   ``c + 132``, ...), reading the offsets on the device. No empty CTAs, one prologue per SM, and the
   ring stays full across tile boundaries: the producer starts loading tile i+1 while the consumers
   still multiply (and store) tile i.
@@ -114,6 +114,10 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
         ab_pipeline = self._make_ab_pipeline(
             barriers, self.num_mma_threads // 32, a_smem_layout, b_smem_layout
         )
+        # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
+        sched = scheduler.TileScheduler(
+            mOffs, cute.size(mA_mk, mode=[0]), self.experts, self.tile_m, self.n_tiles, ctas
+        )
 
         # ============ TMA producer warpgroup ============
         if warpgroup < self.producer_warpgroups:
@@ -122,20 +126,9 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
                 load_state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.ring_depth
                 )
-                tile = cta
-                expert, first = scheduler.seek(
-                    mOffs,
-                    self.experts,
-                    self.tile_m,
-                    self.n_tiles,
-                    tile,
-                    cutlass.Int32(0),
-                    cutlass.Int32(0),
-                )
+                tile, expert, first = sched.first_tile(cta)
                 while expert < self.experts:
-                    m_tile, n_tile, row0, valid = scheduler.decode(
-                        mOffs, self.tile_m, tile, expert, first
-                    )
+                    m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
                     # (tile_m, tile_k, k_tiles)
                     gA = cute.local_tile(
                         cute.domain_offset((row0, 0), mA_mk), (self.tile_m, self.tile_k), (0, None)
@@ -160,10 +153,7 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
                             ab_pipeline, load_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
                         )
                         load_state.advance()
-                    tile = tile + ctas
-                    expert, first = scheduler.seek(
-                        mOffs, self.experts, self.tile_m, self.n_tiles, tile, expert, first
-                    )
+                    tile, expert, first = sched.next_tile(tile, expert, first)
                 ab_pipeline.producer_tail(load_state)
 
         # ============ MMA consumer + epilogue warpgroups ============
@@ -199,20 +189,9 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
             )
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tiles_done = cutlass.Int32(0)
-            tile = cta
-            expert, first = scheduler.seek(
-                mOffs,
-                self.experts,
-                self.tile_m,
-                self.n_tiles,
-                tile,
-                cutlass.Int32(0),
-                cutlass.Int32(0),
-            )
+            tile, expert, first = sched.first_tile(cta)
             while expert < self.experts:
-                m_tile, n_tile, row0, valid = scheduler.decode(
-                    mOffs, self.tile_m, tile, expert, first
-                )
+                m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
                 acc.fill(0.0)
                 for kt in cutlass.range(self.k_tiles, unroll=1):
                     ab_pipeline.consumer_wait(read_state)
@@ -237,10 +216,7 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
                     warp_idx == self.store_warp, tiles_done * slices,
                 )  # fmt: skip
                 tiles_done = tiles_done + 1
-                tile = tile + ctas
-                expert, first = scheduler.seek(
-                    mOffs, self.experts, self.tile_m, self.n_tiles, tile, expert, first
-                )
+                tile, expert, first = sched.next_tile(tile, expert, first)
             if warp_idx == self.store_warp:
                 store_pipeline.producer_tail()
 
