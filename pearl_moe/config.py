@@ -69,6 +69,7 @@ class GemmConfig:
     epi_buffers: int = 3
     acc_buffers: int | None = None
     acc_slots: int = 1
+    store_bits: int | None = None  # direct stores: None = the widest the arch has
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -97,6 +98,15 @@ class GemmConfig:
                 yield f"epi_buffers must be at least 1, got {self.epi_buffers}"
         if self.acc_slots not in (1, 2):
             yield f"acc_slots must be 1 or 2, got {self.acc_slots}"
+        if self.store_bits is not None:
+            if self.epilogue != "direct_store":
+                yield "store_bits is the width of direct stores: it needs epilogue='direct_store'"
+            widest = 256 if self.arch == "sm_100a" else 128
+            if self.store_bits not in (128, 256) or self.store_bits > widest:
+                yield (
+                    f"store_bits must be 128 or 256 and at most {widest} on {self.arch} "
+                    f"(its widest global store), got {self.store_bits}"
+                )
         if self.arch == "sm_100a":
             yield from self._sm100_problems()
         else:
@@ -145,10 +155,20 @@ class GemmConfig:
             yield f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), got {self.tile_m}"
         if self.tile_n < 8 or self.tile_n > MAX_MMA_N or self.tile_n % 8:
             yield f"wgmma has N from 8 to {MAX_MMA_N} in steps of 8; tile_n={self.tile_n}"
-        if self.acc_buffers not in (None, 1) or self.acc_slots != 1:
-            yield "accumulator stages and slots are tensor-memory features of sm_100a"
+        if self.acc_buffers not in (None, 1):
+            yield "accumulator buffers are a tensor-memory feature of sm_100a"
+        if self.acc_slots == 2 and self.tile_m != 64:
+            yield (
+                "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate 64-row "
+                f"tiles (ping-pong): tile_m must be 64, got {self.tile_m}"
+            )
 
     # ------------------------------------------------------------------ derived
+    @property
+    def direct_store_bits(self) -> int:
+        """Width of one direct store: ``store_bits``, or the widest the arch has."""
+        return self.store_bits or (256 if self.arch == "sm_100a" else 128)
+
     @property
     def cta_tile_m(self) -> int:
         """Rows of A and of the accumulator that one CTA holds."""
@@ -225,9 +245,14 @@ class GemmConfig:
         ]
         if self.b_k_tiles > 1:
             parts.append(f"B{self.b_k_tiles}")
-        parts.append("direct" if self.epilogue == "direct_store" else "tma")
+        if self.epilogue == "direct_store":
+            parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
+        else:
+            parts.append("tma")
         if self.arch == "sm_100a":
             parts.append(f"acc{self.acc_buffers if self.acc_buffers is not None else '*'}")
             if self.acc_slots == 2:
                 parts.append("split")
+        elif self.acc_slots == 2:
+            parts.append("pingpong")
         return " ".join(parts)

@@ -12,6 +12,7 @@ the dynamic shared memory the launch requests (read from the lowered host code: 
 configuration's ``dynamicSmemBytes``) and the TMEM columns the kernel allocates (the operand of
 ``tcgen05.alloc`` in the PTX)::
 
+    python -m pearl_moe inspect --stage 4 --arch sm_100a
     python -m pearl_moe inspect --stage 3 --arch sm_100a --tile 128x128x64 --ring-depth 6
     python -m pearl_moe inspect --stage 2 --arch sm_90a --sass | less
 """
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budget import smem_budget, tmem_columns
-from .config import ARCHS, GemmConfig
+from .config import ARCHS, EPILOGUES, GemmConfig
 
 __all__ = [
     "FAMILIES",
@@ -335,8 +336,13 @@ def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> l
     reqs = [_make_request(*r) for r in requests]
     results: list[KernelReport | None] = [None] * len(reqs)
     todo: dict[str, list[int]] = {}
-    for i, req in enumerate(reqs):
+    from .kernels.ladder import stage_problems
+
+    for i, (req, request) in enumerate(zip(reqs, requests, strict=True)):
         stage_module_name(req["stage"], req["arch"])  # fail early, in this process
+        problems = stage_problems(request[1], req["stage"])
+        if problems:
+            raise ValueError(f"{request[1].describe()}: " + "; ".join(problems))
         out = cache_dir() / _request_key(req, fingerprint)
         report_path = out / "report.json"
         if use_cache and report_path.exists():
@@ -472,18 +478,26 @@ def _parse_tile(text: str) -> tuple[int, int, int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pearl_moe inspect",
-        description="Compile a kernel stage for sm_100a or sm_90a without a GPU; show SASS facts.",
+        description=(
+            "Compile a kernel stage for sm_100a or sm_90a without a GPU; show SASS facts. "
+            "Without options a stage compiles with the course's configuration for it "
+            "(pearl_moe.kernels.ladder.stage_config); each option below overrides one field."
+        ),
     )
     p.add_argument("--stage", type=int, required=True)
     p.add_argument("--arch", choices=ARCHS, default="sm_100a")
-    p.add_argument("--tile", type=_parse_tile, default=(128, 128, 64), help="MxNxK")
-    p.add_argument("--cta-group", type=int, default=1, choices=(1, 2))
+    p.add_argument("--tile", type=_parse_tile, default=None, help="MxNxK, e.g. 128x128x64")
+    p.add_argument("--cta-group", type=int, default=None, choices=(1, 2))
     p.add_argument(
-        "--ring-depth", type=int, default=None, help="A/B ring depth (default: most that fit)"
+        "--ring-depth", type=int, default=None, help="A/B ring entries (default: most that fit)"
     )
+    p.add_argument("--epilogue", choices=EPILOGUES, default=None)
+    p.add_argument("--store-bits", type=int, default=None, choices=(128, 256))
+    p.add_argument("--b-k-tiles", type=int, default=None, help="K tiles per B ring entry")
     p.add_argument("--acc-buffers", type=int, default=None)
-    p.add_argument("--epi-tile-n", type=int, default=32)
-    p.add_argument("--epi-buffers", type=int, default=3)
+    p.add_argument("--acc-slots", type=int, default=None, choices=(1, 2))
+    p.add_argument("--epi-tile-n", type=int, default=None)
+    p.add_argument("--epi-buffers", type=int, default=None)
     p.add_argument("--m", type=int, default=None, help="rows (all experts together)")
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--k", type=int, default=None)
@@ -496,21 +510,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def config_from_args(args) -> GemmConfig:
+    """The stage's course configuration with the fields the command line names changed."""
+    from .kernels.ladder import stage_config
+
+    changes = {
+        field: getattr(args, field)
+        for field in (
+            "cta_group",
+            "ring_depth",
+            "epilogue",
+            "store_bits",
+            "b_k_tiles",
+            "acc_buffers",
+            "acc_slots",
+            "epi_tile_n",
+            "epi_buffers",
+        )
+        if getattr(args, field) is not None
+    }
+    if args.tile is not None:
+        changes.update(zip(("tile_m", "tile_n", "tile_k"), args.tile, strict=True))
+    return stage_config(args.arch, args.stage).with_(**changes)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    tm, tn, tk = args.tile
     try:
-        config = GemmConfig(
-            arch=args.arch,
-            tile_m=tm,
-            tile_n=tn,
-            tile_k=tk,
-            cta_group=args.cta_group,
-            ring_depth=args.ring_depth,
-            acc_buffers=args.acc_buffers,
-            epi_tile_n=args.epi_tile_n,
-            epi_buffers=args.epi_buffers,
-        )
+        config = config_from_args(args)
         report = compile_stage(
             args.stage, config, args.m, args.n, args.k, args.experts, use_cache=not args.no_cache
         )

@@ -91,7 +91,10 @@ def test_missing_source_raises_lookup_error():
 def test_views_render_html_and_text():
     one = show_source("pearl_moe.kernels.scheduler:TileScheduler.seek", title="seek")
     assert "def seek(" in repr(one) and "seek" in one._repr_html_()
-    pair = show_pair("pearl_moe.kernels.scheduler:TileScheduler.seek", "pearl_moe.kernels.scheduler:TileScheduler.decode")
+    pair = show_pair(
+        "pearl_moe.kernels.scheduler:TileScheduler.seek",
+        "pearl_moe.kernels.scheduler:TileScheduler.decode",
+    )
     html = pair._repr_html_()
     assert "Blackwell (sm_100a)" in html and "Hopper (sm_90a)" in html
     assert len(pair.panels) == 2

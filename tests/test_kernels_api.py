@@ -146,9 +146,9 @@ def _one_problem(problems, pattern):
 def test_can_implement_sm90():
     assert can_implement(GemmConfig(arch="sm_90a"), 4096, 6144) == []
     _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_m=256), 4096, 6144), "warpgroups")
-    _one_problem(
-        can_implement(GemmConfig(arch="sm_90a", epilogue="direct_store"), 4096, 6144), "TMA-store"
-    )
+    direct = GemmConfig(arch="sm_90a", epilogue="direct_store")
+    _one_problem(can_implement(direct, 4096, 6144), "direct register-to-global store arrives")
+    assert can_implement(direct, 4096, 6144, stage=4) == []
     _one_problem(can_implement(GemmConfig(arch="sm_90a"), 4100, 6144), "multiples of 8")
     _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_k=32), 4096, 6144), "swizzle")
     _one_problem(
@@ -156,7 +156,7 @@ def test_can_implement_sm90():
     )
     # direct_store does not validate epi_tile_n: a reason, not a ZeroDivisionError
     direct = GemmConfig(arch="sm_90a", epilogue="direct_store", epi_tile_n=0)
-    assert len(can_implement(direct, 4096, 6144)) == 2
+    _one_problem(can_implement(direct, 4096, 6144, stage=4), "epi_tile_n")
 
 
 @pytest.mark.parametrize(
@@ -165,8 +165,8 @@ def test_can_implement_sm90():
         (1, dict(tile_m=256, tile_n=128, cta_group=2), "cta_group=2 arrives in stage 3"),
         (2, dict(tile_m=256, tile_n=128, cta_group=2), "cta_group=2 arrives in stage 3"),
         (3, dict(tile_n=512, tile_m=256, cta_group=2), "two MMA atoms"),
-        (3, dict(epilogue="direct_store"), "TMA-store"),
-        (3, dict(b_k_tiles=2), "wide B stages"),
+        (3, dict(epilogue="direct_store"), "direct register-to-global store arrives in stage 4"),
+        (3, dict(b_k_tiles=2), "B ring entry spanning several K tiles arrives in stage 6"),
         (1, dict(ring_depth=7), "shared memory"),
     ],
 )
@@ -227,7 +227,7 @@ def fake_gpu(monkeypatch):
         ("sm_90a", dict(arch="sm_100a"), "config is for sm_100a but the GPU is sm_90a"),
         ("sm_100a", dict(arch="sm_90a"), "config is for sm_90a but the GPU is sm_100a"),
         ("sm_90a", dict(arch="sm_90a", tile_m=256), "warpgroups"),
-        ("sm_100a", dict(epilogue="direct_store"), "TMA-store"),
+        ("sm_100a", dict(epilogue="direct_store"), "arrives in stage 4 (asked for stage 3)"),
         ("sm_100a", dict(tile_m=256, tile_n=256, cta_group=2, stage=1), "arrives in stage 3"),
     ],
 )

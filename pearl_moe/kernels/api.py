@@ -6,6 +6,7 @@ import importlib
 
 from ..config import GemmConfig
 from ..workloads import check_dims, check_offsets
+from .ladder import KERNEL_STAGES, stage_config
 
 __all__ = [
     "grouped_gemm",
@@ -17,16 +18,15 @@ __all__ = [
 ]
 
 #: Stage number -> module name inside ``pearl_moe.kernels.<arch>`` (same names for both archs).
-STAGE_NAMES = {1: "stage1_gemm", 2: "stage2_grouped", 3: "stage3_persistent"}
+STAGE_NAMES = {n: s.module for n, s in KERNEL_STAGES.items()}
 
 _COMPILED: dict = {}
 
 
-def default_config(arch: str) -> GemmConfig:
-    """The configuration a stage runs with when the caller gives none (stages: as many as fit)."""
-    if arch == "sm_90a":
-        return GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64).resolved()
-    return GemmConfig(arch="sm_100a").resolved()
+def default_config(arch: str, stage: int = 3) -> GemmConfig:
+    """The configuration ``stage`` runs with when the caller gives none (the course's ladder,
+    :func:`pearl_moe.kernels.ladder.stage_config`, with the deepest ring that fits)."""
+    return stage_config(arch, stage).resolved()
 
 
 def stage_module(arch: str, stage: int):
@@ -66,7 +66,7 @@ def can_implement(arch: str, stage: int, config: GemmConfig, n: int, k: int) -> 
     if arch == "sm_90a":
         from .sm90.common import can_implement as sm90_can_implement
 
-        return sm90_can_implement(config, n, k)
+        return sm90_can_implement(config, n, k, stage)
     from .sm100.stage1_gemm import can_implement as sm100_can_implement
 
     return sm100_can_implement(config, stage, n, k)
@@ -189,7 +189,7 @@ def grouped_gemm(
     arch = _arch_of(A.device)
     if config is not None and config.arch != arch:
         raise ValueError(f"config is for {config.arch} but the GPU is {arch}")
-    config = (config or default_config(arch)).resolved()
+    config = (config or default_config(arch, stage)).resolved()
     problems = can_implement(arch, stage, config, n, k)
     if problems:
         raise ValueError(

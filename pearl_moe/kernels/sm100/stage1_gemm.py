@@ -45,6 +45,7 @@ from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 from ...budget import smem_budget, tmem_columns
 from ...config import GemmConfig
 from ..host import launch_per_expert, placeholder_ptr
+from ..ladder import stage_problems
 
 __all__ = [
     "GemmKernel",
@@ -87,16 +88,9 @@ def check_config(config: GemmConfig, stage: int) -> list[str]:
             f"stage {stage} computes one tile per CTA and keeps one accumulator "
             f"(acc_buffers=1), config has {config.acc_buffers}"
         )
-    if config.tile_n > 256:
-        problems.append(
-            f"tile_n={config.tile_n} needs two MMA atoms along N (split accumulator, a later stage)"
-        )
-    if config.epilogue != "tma_store":
-        problems.append("stages 1-3 stage the epilogue through SMEM and TMA-store it")
-    if config.b_k_tiles != 1:
-        problems.append("wide B stages (b_k_tiles > 1) are a later stage")
-    if config.acc_slots != 1:
-        problems.append("split accumulator slots are a later stage")
+    # Options of later stages (direct store, wide B entries, split accumulator, 512-wide tiles)
+    # are gated in one place, pearl_moe.kernels.ladder.stage_problems.
+    problems += stage_problems(config, stage)
     return problems
 
 

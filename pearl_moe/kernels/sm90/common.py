@@ -49,6 +49,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ...budget import smem_budget
 from ...config import GemmConfig
+from ..ladder import stage_problems
 
 __all__ = ["Sm90KernelBase", "can_implement", "WARPGROUP_THREADS"]
 
@@ -57,9 +58,9 @@ WARPGROUP_THREADS = 128
 _BOOKKEEPING_WORDS = 16
 
 
-def can_implement(config: GemmConfig, n: int, k: int) -> list[str]:
-    """Reasons ``config`` cannot run on these sm_90a kernels (empty list: it can)."""
-    problems = []
+def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[str]:
+    """Reasons ``config`` cannot run as sm_90a stage ``stage`` (empty list: it can)."""
+    problems = stage_problems(config, stage)
     if config.arch != "sm_90a":
         problems.append(f"sm90 kernels need arch='sm_90a', got {config.arch!r}")
     if config.tile_m not in (64, 128):
@@ -72,8 +73,6 @@ def can_implement(config: GemmConfig, n: int, k: int) -> list[str]:
         )
     if config.tile_n % 16 or config.tile_n > 256:
         problems.append(f"tile_n must be a multiple of 16 up to 256, got {config.tile_n}")
-    if config.epilogue != "tma_store":
-        problems.append("the sm90 stages implement the TMA-store epilogue only")
     if config.b_k_tiles != 1:
         problems.append("wide B stages (b_k_tiles > 1) are not implemented on sm90")
     if config.epi_tile_n <= 0 or config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
