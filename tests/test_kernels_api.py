@@ -227,7 +227,7 @@ def fake_gpu(monkeypatch):
         ("sm_90a", dict(arch="sm_100a"), "config is for sm_100a but the GPU is sm_90a"),
         ("sm_100a", dict(arch="sm_90a"), "config is for sm_90a but the GPU is sm_100a"),
         ("sm_90a", dict(arch="sm_90a", tile_m=256), "warpgroups"),
-        ("sm_100a", dict(epilogue="direct_store"), "arrives in stage 4 (asked for stage 3)"),
+        ("sm_100a", dict(epilogue="direct_store"), r"arrives in stage 4 \(asked for stage 3\)"),
         ("sm_100a", dict(tile_m=256, tile_n=256, cta_group=2, stage=1), "arrives in stage 3"),
     ],
 )
