@@ -25,6 +25,8 @@ CASES = {
     "s4-64x256-direct": (4, stage_config("sm_90a", 4).with_(tile_m=64, tile_n=256)),
     "s6-128x128-wideB": (6, stage_config("sm_90a", 6).with_(tile_m=128)),
     "s7-pingpong-narrowB": (7, stage_config("sm_90a", 7).with_(b_k_tiles=1)),
+    "s5-16rows-shiftA": (5, stage_config("sm_90a", 5).with_(tile_m=16, shift_a_box=True)),
+    "s7-32rows": (7, stage_config("sm_90a", 7).with_(tile_m=32)),
 }
 DIRECT = [name for name, (_, cfg) in CASES.items() if cfg.epilogue == "direct_store"]
 TMA_STORE = [name for name in CASES if name not in DIRECT]

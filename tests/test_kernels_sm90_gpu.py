@@ -34,6 +34,12 @@ VARIANTS = {
     "s7-narrowB": (7, dict(b_k_tiles=1)),
     "s7-64x256": (7, dict(tile_n=256)),
     "s7-ring3": (7, dict(ring_depth=3)),
+    # beyond the post: A boxes kept inside A, and tiles of fewer rows than the 64-row wgmma
+    "s4-shiftA": (4, dict(shift_a_box=True)),
+    "s5-16rows": (5, dict(tile_m=16)),
+    "s5-8rows-shiftA": (5, dict(tile_m=8, shift_a_box=True)),
+    "s6-16rows-shiftA": (6, dict(tile_m=16, shift_a_box=True)),
+    "s7-32rows-shiftA": (7, dict(tile_m=32, shift_a_box=True)),
 }
 TOKENS = (1, 16, 64, 256, 1024)
 ROUTINGS = ("balanced", "random", "skewed")

@@ -63,9 +63,10 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
     problems = stage_problems(config, stage)
     if config.arch != "sm_90a":
         problems.append(f"sm90 kernels need arch='sm_90a', got {config.arch!r}")
-    if config.tile_m not in (64, 128):
+    if config.tile_m not in (8, 16, 32, 64, 128):
         problems.append(
-            f"sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64 or 128, got {config.tile_m}"
+            "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64 or 128 (or 8, 16, 32 rows "
+            f"of A under a 64-row wgmma), got {config.tile_m}"
         )
     if config.tile_k % 64:
         problems.append(
@@ -121,8 +122,11 @@ class Sm90KernelBase:
         self.b_ring_depth = config.b_ring_depth
         self.pingpong = config.acc_slots == 2
         # One wgmma warpgroup per 64 accumulator rows (wgmma's M is 64) computes a tile; in
-        # ping-pong two warpgroups each own a whole 64-row tile and take alternate tiles.
-        self.num_mma_warpgroups = self.tile_m // 64
+        # ping-pong two warpgroups each own a whole 64-row tile and take alternate tiles. A tile
+        # of fewer rows still runs a 64-row wgmma (its extra accumulator rows are dropped).
+        self.mma_m = max(self.tile_m, 64)
+        self.num_mma_warpgroups = self.mma_m // 64
+        self.shift_a_box = config.shift_a_box
         self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
         self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups
         self.num_mma_threads = self.num_consumer_warpgroups * WARPGROUP_THREADS
@@ -146,6 +150,19 @@ class Sm90KernelBase:
         self.a_smem_layout = sm90_utils.make_smem_layout_a(
             row, self.tile_shape_mnk, self.ab_dtype, self.ring_depth
         )
+        # (mma_m, tile_k, ring_depth): what the wgmma reads. Below 64 rows an A entry is tile_m
+        # rows apart from the next, but the wgmma reads 64 rows from its start: rows past tile_m
+        # are the following entries (or the B ring after the last one), computed and dropped.
+        self.a_mma_layout = self.a_smem_layout
+        if self.tile_m < 64:
+            one = sm90_utils.make_smem_layout_a(
+                row, (64, self.tile_n, self.tile_k), self.ab_dtype, 1
+            )
+            outer = cute.append(
+                cute.slice_(one.outer, (None, None, 0)),
+                cute.make_layout(self.ring_depth, stride=self.tile_m * self.tile_k),
+            )
+            self.a_mma_layout = cute.make_composed_layout(one.inner, 0, outer)
         # with b_k_tiles=2 one B entry holds two K tiles (two 128-byte swizzle atoms along K)
         self.b_smem_layout = sm90_utils.make_smem_layout_b(
             row,
@@ -170,15 +187,17 @@ class Sm90KernelBase:
         )
 
     # ------------------------------------------------------------------ device-side helpers
-    def _allocate_smem(self, a_layout, b_layout, epi_layout):
+    def _allocate_smem(self, a_layout, b_layout, epi_layout, a_mma_layout=None):
         """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers).
 
         ``sC`` is None with direct stores (no epilogue buffer); with wide B entries the barrier
         block also holds the B ring's full/empty pairs (``2 x b_ring_depth`` more mbarriers).
         """
         smem = SmemAllocator()
-        # (tile_m, tile_k, ring_depth)
-        sA = smem.allocate_tensor(self.ab_dtype, a_layout.outer, 1024, a_layout.inner)
+        # (mma_m, tile_k, ring_depth): the wgmma's view (``a_mma_layout``, the same as the TMA's
+        # ``a_layout`` at 64 rows and more); the TMA writes tile_m rows of each entry
+        a_mma_layout = a_layout if a_mma_layout is None else a_mma_layout
+        sA = smem.allocate_tensor(self.ab_dtype, a_mma_layout.outer, 1024, a_mma_layout.inner)
         # (tile_n, tile_k * b_k_tiles, b_ring_depth)
         sB = smem.allocate_tensor(self.ab_dtype, b_layout.outer, 1024, b_layout.inner)
         sC = None
@@ -189,6 +208,12 @@ class Sm90KernelBase:
         barriers = smem.allocate_array(cutlass.Int64, count, byte_alignment=8)
         smem.allocate_array(cutlass.Int32, _BOOKKEEPING_WORDS, byte_alignment=4)
         return sA, sB, sC, barriers
+
+    def _a_box_view(self, sA, a_layout):
+        """(tile_m, tile_k, ring_depth): the part of each A entry the TMA writes."""
+        if cutlass.const_expr(self.tile_m >= 64):
+            return sA
+        return cute.make_tensor(sA.iterator, a_layout.outer)
 
     def _make_ab_pipeline(self, barriers, consumer_warps: int, a_layout, b_layout):
         """Full/empty mbarrier ring: TMA arrives with a byte count, consumer warps release.

@@ -64,15 +64,16 @@ class DirectStoreEpilogue:
     """The direct-store epilogue, mixed into the persistent sm_90a kernel (``epilogue='direct_store'``)."""
 
     @cute.jit
-    def _store_direct(self, tiled_mma, acc, mC_mn, row0, valid, n_tile, mma_tidx):
+    def _store_direct(self, tiled_mma, acc, mC_mn, a_row0, first, valid, n_tile, mma_tidx):
         """Store one tile's accumulator (this warpgroup's 64 rows) straight to ``out``.
 
-        ``mC_mn`` is ``out`` as (rows, n); the tile starts at row ``row0`` (``valid`` rows belong
-        to the expert) and column ``n_tile * tile_n``.
+        ``mC_mn`` is ``out`` as (rows, n). Accumulator row ``r`` is output row ``a_row0 + r``;
+        rows ``first .. first + valid - 1`` belong to the tile (``first`` > 0 when the A box
+        was moved up to end inside A). Columns start at ``n_tile * tile_n``.
         """
         # (MMA, MMA_M, MMA_N): the (row, column) inside the tile of every accumulator value
         tCcC = tiled_mma.get_slice(mma_tidx).partition_C(
-            cute.make_identity_tensor((self.tile_m, self.tile_n))
+            cute.make_identity_tensor((self.mma_m, self.tile_n))
         )
         # (MMA, MMA_M, MMA_N) in bf16, then the same registers as 32-bit words: word (h, j) holds
         # columns 8 j + 2 (l % 4) + {0, 1} of row half h
@@ -89,8 +90,8 @@ class DirectStoreEpilogue:
                 words = [rW[h + 2 * (4 * g + p)] for p in range(4)]
                 out = quad_transpose(words, q)
                 col = col_tile + 32 * g + 8 * q
-                if row < valid and col < n:
-                    offset = (Int64(row0 + row) * n + col) * 2  # bytes
+                if row >= first and row < first + valid and col < n:
+                    offset = (Int64(a_row0 + row) * n + col) * 2  # bytes
                     dst = cute.make_tensor(
                         cute.make_ptr(
                             Int32, base + offset, cute.AddressSpace.gmem, assumed_align=16

@@ -94,6 +94,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mC, mOffs,
             self.tiled_mma, self.a_smem_layout, self.b_smem_layout, self.epi_smem_layout,
+            self.a_mma_layout,
         ).launch(
             grid=(self.sms, 1, 1),
             block=[self.threads_per_cta, 1, 1],
@@ -117,6 +118,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         a_smem_layout: cute.ComposedLayout,
         b_smem_layout: cute.ComposedLayout,
         epi_smem_layout: cute.ComposedLayout,
+        a_mma_layout: cute.ComposedLayout,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -129,7 +131,9 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
             if cutlass.const_expr(not self.direct_store):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
+        sA, sB, sC, barriers = self._allocate_smem(
+            a_smem_layout, b_smem_layout, epi_smem_layout, a_mma_layout
+        )
         # Each ring entry is released by the warps of the one tile that read it.
         ab_pipeline = self._make_ab_pipeline(
             barriers, self.mma_threads_per_tile // 32, a_smem_layout, b_smem_layout
@@ -157,9 +161,12 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                 tile, expert, first = sched.first_tile(cta)
                 while expert < self.experts:
                     m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
-                    # (tile_m, tile_k, k_tiles)
+                    # (tile_m, tile_k, k_tiles): A rows from a_row0 (the tile's first row, or
+                    # earlier so that the box ends inside A)
                     gA = cute.local_tile(
-                        cute.domain_offset((row0, 0), mA_mk), (self.tile_m, self.tile_k), (0, None)
+                        cute.domain_offset((self._a_box_row(row0, sched.rows), 0), mA_mk),
+                        (self.tile_m, self.tile_k),
+                        (0, None),
                     )
                     # (tile_n, tile_k * b_k_tiles, k_tiles / b_k_tiles)
                     gB = cute.local_tile(
@@ -170,7 +177,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                     # (TMA, ring_depth), (TMA, k_tiles)
                     tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
                         tma_atom_a, 0, cute.make_layout(1),
-                        cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2),
+                        cute.group_modes(self._a_box_view(sA, a_smem_layout), 0, 2), cute.group_modes(gA, 0, 2),
                     )  # fmt: skip
                     # (TMA, b_ring_depth), (TMA, k_tiles / b_k_tiles)
                     tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
@@ -212,7 +219,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
             tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
             # (MMA, MMA_M, MMA_N)
             acc = cute.make_rmem_tensor(
-                thr_mma.partition_shape_C((self.tile_m, self.tile_n)), self.acc_dtype
+                thr_mma.partition_shape_C((self.mma_m, self.tile_n)), self.acc_dtype
             )
             store_pipeline = None
             epi_barrier = None
@@ -255,8 +262,8 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                             self._give_turn(slot)
                     self._store_tile(
                         tiled_mma, acc, sC, tma_atom_c, mC3, mC_mn, row0, valid, n_tile,
-                        mma_tidx, store_pipeline, epi_barrier, warp_idx == self.store_warp,
-                        tiles_done,
+                        self._a_box_row(row0, sched.rows), mma_tidx, store_pipeline, epi_barrier,
+                        warp_idx == self.store_warp, tiles_done,
                     )  # fmt: skip
                 else:
                     states = self._skip_tile(states)
@@ -267,6 +274,15 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                     store_pipeline.producer_tail()
 
     # ------------------------------------------------------------------ one tile, per option
+    @cute.jit
+    def _a_box_row(self, row0, rows):
+        """First row of the tile's A box: ``row0``, or with ``shift_a_box`` the latest start
+        that keeps the whole box inside A (TMA boxes that cross the tensor's end are slow)."""
+        a_row0 = row0
+        if cutlass.const_expr(self.shift_a_box):
+            a_row0 = cutlass.max(cutlass.min(row0, rows - self.tile_m), 0)
+        return a_row0
+
     @cute.jit
     def _mma_tile(self, tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline, states):
         """All K tiles of one tile into ``acc``, releasing each ring entry once its wgmma is done."""
@@ -293,12 +309,18 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
 
     @cute.jit
     def _store_tile(
-        self, tiled_mma, acc, sC, tma_atom_c, mC3, mC_mn, row0, valid, n_tile, mma_tidx,
+        self, tiled_mma, acc, sC, tma_atom_c, mC3, mC_mn, row0, valid, n_tile, a_row0, mma_tidx,
         store_pipeline, epi_barrier, is_store_warp, tiles_done,
     ):  # fmt: skip
-        """The epilogue of one tile: straight from registers (stage 4 on) or through SMEM + TMA."""
+        """The epilogue of one tile: straight from registers (stage 4 on) or through SMEM + TMA.
+
+        Accumulator row ``r`` holds A row ``a_row0 + r``; the tile's rows are ``[row0, row0 +
+        valid)``.
+        """
         if cutlass.const_expr(self.direct_store):
-            self._store_direct(tiled_mma, acc, mC_mn, row0, valid, n_tile, mma_tidx)
+            self._store_direct(
+                tiled_mma, acc, mC_mn, a_row0, row0 - a_row0, valid, n_tile, mma_tidx
+            )
         else:
             # (tile_m, tile_n): rows past the expert's end fall outside the clipped view
             gC = cute.local_tile(
