@@ -18,9 +18,9 @@ on one machine (e.g. the CPU machine, before a GPU session) is valid on another.
 same either way (the cubin is byte-identical).
 
 The key of an entry (:func:`kernel_key`) is the architecture, stage, full configuration, ``n``,
-``k``, experts, SM count, the DSL version and a hash of the package's kernel sources (the one
-``pearl_moe.inspect`` keys its cache with), so an edited kernel or another DSL never loads a stale
-object. Entries live under ``$PEARL_MOE_KERNEL_CACHE`` (``off`` disables the cache), else
+``k``, experts, SM count, the DSL version with the CUDA flavour of its libraries (cu12 / cu13: their
+compilers differ) and a hash of the package's kernel sources (the one ``pearl_moe.inspect`` keys its
+cache with), so an edited kernel or another DSL never loads a stale object. Entries live under ``$PEARL_MOE_KERNEL_CACHE`` (``off`` disables the cache), else
 ``$PEARL_MOE_CACHE/kernels``, else ``~/.cache/pearl-moe/kernels``; each is a folder with the object
 and a ``meta.json`` saying what it is.
 """
@@ -93,10 +93,19 @@ def _fingerprint() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _dsl_version() -> str:
+    """``4.8.1+cu13``: the DSL version and the CUDA flavour of its libraries (the cu12 and cu13
+    builds bundle different compilers, so their cubins may differ)."""
     try:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
-        return version("nvidia-cutlass-dsl")
+        text = version("nvidia-cutlass-dsl")
+        for flavour in ("cu13", "cu12"):
+            try:
+                version(f"nvidia-cutlass-dsl-libs-{flavour}")
+            except PackageNotFoundError:
+                continue
+            return f"{text}+{flavour}"
+        return text
     except Exception:  # pragma: no cover
         return "unknown"
 
