@@ -245,7 +245,6 @@ def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> 
     """Check every implementation of ``problem``, then time those that passed in interleaved
     rounds (:func:`pearl_moe.bench.harness.time_interleaved`). One record per implementation that
     applies to the problem (``--impl-tokens`` may leave some out)."""
-    import torch
 
     from . import harness
     from .records import problem_id
@@ -294,7 +293,7 @@ def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> 
         except Exception as exc:  # a single implementation raised while capturing
             traceback.print_exc()
             times = {name: (exc, {}) for name in timed}
-            torch.cuda.synchronize()
+            harness._sync(device)
         for name, (timing, config) in times.items():
             rec = records[name]
             if isinstance(timing, Exception):
@@ -375,7 +374,8 @@ def run_problems(
             if rec["status"] != "ok":
                 print(f"\n{rec['impl']} on {problem.name}: {rec['status']}", flush=True)
             run["records"].append(rec)
-        torch.cuda.empty_cache()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
         bar.update(1)
         run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
         write_run(raise_read_ceiling(run), out)

@@ -96,8 +96,9 @@ def compile_requests(
     requests = []
     for p in problems:
         n, k, experts, rows = _shape(p)
-        for stage, config in autotune.candidates(arch, n, k, experts, rows, limit):
-            requests.append((arch, stage, config, n, k, experts, sms))
+        if limit > 0:
+            for stage, config in autotune.candidates(arch, n, k, experts, rows, limit):
+                requests.append((arch, stage, config, n, k, experts, sms))
         if ablation:
             for stage in range(3, LAST_STAGE + 1):
                 if autotune.stage_available(arch, stage):
@@ -217,6 +218,12 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
     return entry
 
 
+def harness_sync(device) -> None:
+    from .harness import _sync
+
+    _sync(device)
+
+
 def merge_entries(old: list[dict], new: list[dict]) -> list[dict]:
     """``old`` with every entry of the same (n, k, experts, bucket) as one in ``new`` replaced."""
     key = lambda e: (e["n"], e["k"], e["experts"], e["bucket"])  # noqa: E731
@@ -252,7 +259,9 @@ def new_table(gpu: str, arch: str, sms: int, env: dict) -> dict:
     }
 
 
-def run_tuning(problems, arch, gpu, sms, args, out: Path, env: dict, deadline=None, tqdm=None):
+def run_tuning(
+    problems, arch, gpu, sms, args, out: Path, env: dict, deadline=None, tqdm=None, device="cuda"
+):
     """Tune every problem, rewriting the table at ``out`` after each; returns the table."""
     import torch
 
@@ -274,14 +283,15 @@ def run_tuning(problems, arch, gpu, sms, args, out: Path, env: dict, deadline=No
         if bar:
             bar.set_postfix_str(problem.name[:40])
         try:
-            entry = tune_problem(problem, arch, args)
+            entry = tune_problem(problem, arch, args, device)
         except Exception as exc:
             print(f"\ntune {problem.name}: {type(exc).__name__}: {exc}"[:800], flush=True)
-            torch.cuda.synchronize()
+            harness_sync(device)
         else:
             table["entries"] = merge_entries(table["entries"], [entry])
             _write_table(out, table)
-        torch.cuda.empty_cache()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
         if bar:
             bar.update(1)
     if bar:
