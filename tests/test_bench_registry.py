@@ -74,3 +74,13 @@ def test_families_resolve_parametric_names():
 def test_cli_still_lists_builtin_impls():
     names = registry.impl_names()
     assert {"loop", "grouped_mm", "triton", "quack-tuned", "pearl", "pearl-s7"} <= set(names)
+
+
+def test_flashinfer_says_why_it_is_not_measured():
+    try:
+        import flashinfer  # noqa: F401
+    except Exception:
+        with pytest.raises(registry.ImplementationUnavailable, match="64 MiB"):
+            registry.get_impl("flashinfer")
+    else:
+        pytest.skip("flashinfer is installed here")

@@ -10,6 +10,9 @@ Registered names:
   during ``prepare``, outside the timed region;
 * ``triton``: :mod:`pearl_moe.bench.triton_grouped`, with its tile configuration picked per problem
   by timing a few candidates during ``prepare``;
+* ``flashinfer``: FlashInfer's segment GEMM (``SegmentGEMMWrapper``, sm90 backend: a CUTLASS 3.x
+  pointer-array grouped GEMM, one fixed 128 x 128 x 128 tile) where FlashInfer is installed. It
+  cannot be installed on the lent GPU machine (see :data:`FLASHINFER_WHY_NOT`);
 * ``pearl``: ``pearl_moe.kernels.grouped_gemm(A, W, offsets)`` as users call it: no stage, no config,
   so the call picks both (:func:`pearl_moe.kernels.autotune.pick`); the record says what it picked;
 * ``pearl-s1`` ... ``pearl-s7``: ``grouped_gemm(..., stage=N)`` with the course's configuration of
@@ -37,7 +40,7 @@ from .registry import (
     register_family,
 )
 
-__all__ = ["DEFAULT_IMPLS", "PEARL_STAGES"]
+__all__ = ["DEFAULT_IMPLS", "PEARL_STAGES", "FLASHINFER_WHY_NOT"]
 
 
 # ------------------------------------------------------------------------- per-expert loop
@@ -235,6 +238,66 @@ def _triton() -> Implementation:
     )
 
 
+# ------------------------------------------------------------------------------ flashinfer
+#: Why the FlashInfer baseline is not measured on the project's lent H200 (checked 2026-11-30).
+FLASHINFER_WHY_NOT = (
+    "FlashInfer cannot be installed on the lent GPU machine: it has no network, and what a call "
+    "carries is 64 MiB, ~58 MiB of which is the CuTe DSL bundle. The flashinfer-python 0.7.4 wheel "
+    "alone is 101 MB (its Python files 25 MB zipped, the CUDA sources and CUTLASS/CCCL headers it "
+    "JIT-compiles another 54 MB), and `import flashinfer` needs packages that machine lacks (cuda-tile, "
+    "nccl4py, nccl-extensions, nvidia-cudnn-frontend, nvidia-ml-py, einops, tabulate, click, "
+    "ninja). Its bf16 grouped GEMM on sm_90 (SegmentGEMMWrapper, backend sm90) is compiled with "
+    "nvcc on first use: a CUTLASS 3.x pointer-array grouped GEMM with one fixed 128x128x128 tile, "
+    "2x1 cluster, cooperative schedule -- the same CUTLASS family as torch grouped_mm, which is "
+    "measured."
+)
+
+
+def _flashinfer() -> Implementation:
+    try:
+        from flashinfer.gemm import SegmentGEMMWrapper
+    except Exception as exc:
+        raise ImplementationUnavailable(
+            f"flashinfer is not importable here ({type(exc).__name__}: {exc}). "
+            + FLASHINFER_WHY_NOT
+        ) from exc
+    try:
+        from importlib.metadata import version
+
+        fi_version = version("flashinfer-python")
+    except Exception:
+        fi_version = None
+    workspaces: dict = {}
+
+    def prepare(A, W, offsets, counts):
+        import torch
+
+        if A.device not in workspaces:  # 128 MiB, as FlashInfer recommends
+            workspaces[A.device] = torch.empty(128 << 20, dtype=torch.int8, device=A.device)
+        seg = SegmentGEMMWrapper(workspaces[A.device], backend="sm90")
+        seg_indptr = _cu_seqlens(offsets).to(torch.int64)
+        experts = W.shape[0]
+        weight_indices = torch.arange(experts, dtype=torch.int64, device=A.device)
+
+        def run(out):
+            return seg.run(
+                A, W, experts, True, out=out, seg_indptr=seg_indptr, weight_indices=weight_indices
+            )
+
+        return Prepared(
+            run,
+            {
+                "flashinfer_version": fi_version,
+                "api": "SegmentGEMMWrapper(backend='sm90').run(weight_column_major=True)",
+                "kernel": "CUTLASS 3.x ptr-array grouped GEMM, 128x128x128 tile, cluster 2x1",
+            },
+        )
+
+    return Implementation(
+        "flashinfer", prepare, {"version": fi_version}, "FlashInfer segment GEMM (sm90 backend)"
+    )
+
+
 # ------------------------------------------------------------------------ our kernels, lazily
 PEARL_STAGES = tuple(range(1, 8))
 
@@ -332,6 +395,7 @@ register("grouped_mm", _grouped_mm)
 register("quack", functools.partial(_quack, False))
 register("quack-tuned", functools.partial(_quack, True))
 register("triton", _triton)
+register("flashinfer", _flashinfer)
 register("pearl", functools.partial(_pearl, None))
 for _s in PEARL_STAGES:
     register(f"pearl-s{_s}", functools.partial(_pearl, _s))
