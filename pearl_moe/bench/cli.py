@@ -241,6 +241,13 @@ def _error_record(problem, name: str, status: str, exc) -> dict:
     }
 
 
+def impls_for(problem, impls: dict, args) -> dict:
+    """The implementations that run on ``problem`` (``--impl-tokens`` limits some)."""
+    limits = impl_token_limits(getattr(args, "impl_tokens", []) or [])
+    tokens = problem.meta.get("tokens_per_gpu")
+    return {n: i for n, i in impls.items() if n not in limits or tokens in limits[n]}
+
+
 def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> list[dict]:
     """Check every implementation of ``problem``, then time those that passed in interleaved
     rounds (:func:`pearl_moe.bench.harness.time_interleaved`). One record per implementation that
@@ -249,9 +256,7 @@ def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> 
     from . import harness
     from .records import problem_id
 
-    limits = impl_token_limits(getattr(args, "impl_tokens", []) or [])
-    tokens = problem.meta.get("tokens_per_gpu")
-    here = {n: i for n, i in impls.items() if n not in limits or tokens in limits[n]}
+    here = impls_for(problem, impls, args)
     records: dict = {}
     ready = {}
     for name, impl in here.items():
@@ -370,7 +375,15 @@ def run_problems(
             continue
         bar.set_postfix_str(problem.name[:48])
         run["problems"].append(problem_entry(problem, ceilings))
-        for rec in bench_problem(impls, problem, ceilings, args, device):
+        try:
+            recs = bench_problem(impls, problem, ceilings, args, device)
+        except Exception as exc:  # e.g. out of memory making the inputs: every impl an error
+            traceback.print_exc()
+            recs = [
+                _error_record(problem, name, "error", exc)
+                for name in impls_for(problem, impls, args)
+            ]
+        for rec in recs:
             if rec["status"] != "ok":
                 print(f"\n{rec['impl']} on {problem.name}: {rec['status']}", flush=True)
             run["records"].append(rec)
