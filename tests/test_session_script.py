@@ -83,6 +83,7 @@ def fake_machine(monkeypatch):
         )
 
     monkeypatch.setattr(tune, "_candidate", candidate)
+    monkeypatch.setattr(tune, "_progress", lambda: cli._PlainProgress)  # the GPU machine: no tqdm
     registry.load_providers()
     costs = {"pearl": 0.95e-4, "triton": 1.0e-4, "grouped_mm": 1.1e-4, "loop": 1.2e-4}
     costs |= {"quack-tuned": 1.3e-4, "pearl-s3": 1.1e-4, "pearl-s4": 1.0e-4}

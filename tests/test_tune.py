@@ -11,7 +11,7 @@ import pytest
 import torch
 from fake_cuda import FakeCuda
 
-from pearl_moe.bench import harness, tune
+from pearl_moe.bench import cli, harness, tune
 from pearl_moe.kernels import autotune
 from pearl_moe.workloads import GroupedProblem
 
@@ -105,6 +105,7 @@ def test_precompile_only_needs_no_gpu(monkeypatch, capsys):
     from pearl_moe.kernels import compile_cache
 
     monkeypatch.setattr(compile_cache, "precompile", precompile)
+    monkeypatch.setattr(tune, "_progress", lambda: cli._PlainProgress)  # as without tqdm
     rc = tune.main(
         ["--precompile-only", "--models", "glm", "--tokens", "1,64", "--limit", "3",
          "--with-ablation"]

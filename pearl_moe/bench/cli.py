@@ -198,17 +198,26 @@ def format_table(run: dict) -> str:
 
 
 class _PlainProgress:
-    """Stand-in for tqdm: one line per finished case."""
+    """Stand-in for tqdm (the GPU machine's image has none): a line per finished item, at most
+    about twenty per bar, with the seconds since the bar started."""
 
     def __init__(self, total: int, desc: str = "", unit: str = ""):
         self.total, self.done, self.desc, self.postfix = total, 0, desc, ""
+        self.unit, self.t0, self.shown = unit, time.monotonic(), 0
 
     def set_postfix_str(self, text: str) -> None:
         self.postfix = text
 
     def update(self, n: int = 1) -> None:
         self.done += n
-        print(f"{self.desc} {self.done}/{self.total} {self.postfix}", flush=True)
+        step = max(1, self.total // 20)
+        if self.done >= self.total or self.done - self.shown >= step:
+            self.shown = self.done
+            print(
+                f"{self.desc} {self.done}/{self.total} {self.unit} "
+                f"{time.monotonic() - self.t0:.0f} s {self.postfix}",
+                flush=True,
+            )
 
     def close(self) -> None:
         pass

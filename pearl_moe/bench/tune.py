@@ -110,8 +110,8 @@ def precompile_with_progress(requests, jobs: int | None, tqdm) -> dict:
     """Compile ``requests`` into the disk cache; returns counts and the failures."""
     from ..kernels import compile_cache
 
-    bar = tqdm(total=len({compile_cache.kernel_key(*r) for r in _resolved(requests)}) or 1)
-    bar.set_description("compile")
+    total = len({compile_cache.kernel_key(*r) for r in _resolved(requests)}) or 1
+    bar = tqdm(total=total, desc="compile", unit="kernel")
     t0 = time.monotonic()
     results = compile_cache.precompile(requests, jobs=jobs, progress=lambda r: bar.update(1))
     bar.close()
