@@ -260,8 +260,9 @@ def get_or_compile(
 
 
 # ------------------------------------------------------------------------------ precompile
-def _portable_compile() -> None:
-    """In a compile worker: make every ``cute.compile`` emit portable x86-64-v2 host code."""
+def _portable_compile():
+    """In a compile worker: make every ``cute.compile`` emit portable x86-64-v2 host code.
+    Returns a function that restores the DSL's own ``cute.compile``."""
     import cutlass.cute as cute
 
     original = cute.compile
@@ -272,6 +273,11 @@ def _portable_compile() -> None:
 
     cute.compile = compile_portable
 
+    def restore():
+        cute.compile = original
+
+    return restore
+
 
 def _worker() -> None:
     """Compile worker: jobs (JSON on stdin) -> cache entries; one JSON line per job on stdout."""
@@ -279,8 +285,7 @@ def _worker() -> None:
 
     jobs = json.loads(sys.stdin.read())
     portable = platform.machine() in ("x86_64", "AMD64")
-    if portable:
-        _portable_compile()
+    restore = _portable_compile() if portable else None
     import importlib
 
     from .ladder import KERNEL_STAGES
@@ -289,16 +294,28 @@ def _worker() -> None:
         package = {"sm_90a": "sm90", "sm_100a": "sm100"}[arch]
         return importlib.import_module(f"pearl_moe.kernels.{package}.{KERNEL_STAGES[stage].module}")
 
+    root = cache_root()
     for job in jobs:
         config = GemmConfig.from_dict(job["config"])
         result = {"key": job["key"], "ok": False}
         t0 = time.perf_counter()
         try:
-            if load(job["key"]) is not None:
+            if root is not None and any(
+                (root / job["key"] / f"{label}.o").is_file() for label in _labels_here()
+            ):
                 result.update(ok=True, cached=True)
             else:
                 module = stage_module(job["arch"], job["stage"])
-                fn = module.compile_kernel(config, job["n"], job["k"], job["experts"], job["sms"])
+                args = (config, job["n"], job["k"], job["experts"], job["sms"])
+                try:
+                    fn = module.compile_kernel(*args)
+                except Exception:
+                    if not portable:
+                        raise
+                    # a DSL build that refuses the portable host target: native host code
+                    restore()
+                    portable = False
+                    fn = module.compile_kernel(*args)
                 seconds = time.perf_counter() - t0
                 meta = _meta(
                     job["arch"], job["stage"], config, job["n"], job["k"], job["experts"],
