@@ -145,7 +145,7 @@ def test_cli_problems_compare_table_and_summarize(tmp_path, fake_registry, monke
     rec = next(r for r in back["records"] if r["impl"] == "pearl")
     assert rec["time"]["rounds"] == 5 and len(rec["time"]["round_median_us"]) == 5
     summary = compare.compare_summary(back, ours="pearl")
-    assert summary["compared"] == 2
+    assert summary["compared"] == 2 and summary["missing"] == []
     for row in summary["rows"]:
         assert row["best"] == "triton"  # 'wrong' was faster but incorrect: never a baseline
         assert row["ratio"] == pytest.approx(0.97, abs=0.005)

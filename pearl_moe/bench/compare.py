@@ -170,6 +170,7 @@ def compare_summary(
         if worst
         else None,
         "above_tie": [r["problem"] for r in rows if r.get("ratio", 0) > tie],
+        "missing": [r["problem"] for r in rows if "ratio" not in r],
         "decode_vs_quack": {
             "quack": quack,
             "max_tokens": decode_max_tokens,
@@ -225,6 +226,11 @@ def format_compare(summary: dict) -> str:
         )
         + f"; above {summary['tie']:.2f}: {len(summary['above_tie'])}"
     )
+    if summary.get("missing"):
+        lines.append(
+            f"not compared ({ours} or every baseline failed or did not run): "
+            + ", ".join(summary["missing"])
+        )
     d = summary["decode_vs_quack"]
     if d["shapes"]:
         lines.append(
