@@ -368,7 +368,10 @@ def main(argv=None) -> int:
             args.compare_s,
         )
     ablation_run = None
-    if "ablation" in phases and ceilings and ablation_impls:
+    if "ablation" in phases and len(ablation_impls) < 2:
+        print(f"ablation skipped: stages here {ablation_impls} (needs two or more)", flush=True)
+        s.log["phases"]["ablation"] = {"ok": False, "skipped": f"stages here: {ablation_impls}"}
+    elif "ablation" in phases and ceilings:
         ablation_run = s.phase(
             "ablation",
             lambda d: bench("ablation", ablation_problems, ablation_impls, [], d),
