@@ -61,7 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=5, help="timed replays per impl per round")
     p.add_argument("--tune-rounds", type=int, default=3)
     p.add_argument("--tune-reps", type=int, default=3)
-    p.add_argument("--limit", type=int, default=16, help="most tuning candidates per shape")
+    p.add_argument("--limit", type=int, default=20, help="most tuning candidates per shape")
     p.add_argument("--jobs", type=int, default=12, help="compile worker processes")
     p.add_argument("--table", default=None, help="use this table instead of tuning (no tune)")
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # tests: "cpu"

@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokens", default=DEFAULT_TOKENS, help="tokens per GPU, comma list")
     p.add_argument("--ep", type=int, default=8, help="expert-parallel degree")
     p.add_argument("--projection", default="gate_up", choices=("gate_up", "down"))
-    p.add_argument("--limit", type=int, default=16, help="most candidates per shape")
+    p.add_argument("--limit", type=int, default=20, help="most candidates per shape")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape")
     p.add_argument("--reps", type=int, default=3, help="timed replays per candidate per round")
     p.add_argument("--launches", type=int, default=10, help="calls captured per CUDA graph")

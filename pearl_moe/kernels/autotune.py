@@ -334,8 +334,34 @@ def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
     return [(m, t) for m, t in shapes if t <= max(n, 64) and (t != 192 or n % 192 == 0)]
 
 
+def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[GemmConfig]:
+    """sm_90a options beyond the post, first at decode: A boxes that end inside A
+    (``shift_a_box``) and tiles of fewer rows than the 64-row wgmma (``tile_m`` 8-32: smaller A
+    entries, more of them in flight). The tile height is the smallest that holds an average
+    expert's rows (and the next one up)."""
+    out = []
+    if per_expert <= 32:
+        heights = [m for m in (8, 16, 32) if m >= per_expert][:2] + [64]
+    elif per_expert <= 256:
+        heights = [64, 128]
+    else:
+        return []
+    direct = {"epilogue": "direct_store", "shift_a_box": True}
+    # at most one row per expert few experts are active: wide tiles fill the SMs in one wave
+    widths = [w for w in ((256, 128) if per_expert <= 1 else (128, 256)) if w <= max(n, 64)]
+    # every tile shape first, then the same shapes with ping-pong, then with wide B entries
+    for extra in ({}, {"acc_slots": 2}, {"b_k_tiles": 2}):
+        for tile_n in widths:
+            for tile_m in heights:
+                try:
+                    out.append(base.with_(tile_m=tile_m, tile_n=tile_n, **direct, **extra))
+                except ValueError:
+                    continue
+    return out
+
+
 def candidates(
-    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 16
+    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 20
 ) -> list[tuple[int, GemmConfig]]:
     """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
 
@@ -363,8 +389,10 @@ def candidates(
     per_expert = rows / experts if experts else 0.0
     ordered: list[GemmConfig] = [heuristic(arch, n, k, experts, rows).config]
     ordered += [stage_config(arch, s) for s in range(3, LAST_STAGE + 1)]
-    shapes = _tile_shapes(per_expert, n) if arch == "sm_90a" else [(128, 128), (128, 256)]
     base = stage_config(arch, 3)
+    if arch == "sm_90a":
+        ordered += _small_tile_candidates(base, per_expert, n)
+    shapes = _tile_shapes(per_expert, n) if arch == "sm_90a" else [(128, 128), (128, 256)]
     for first, last in ((0, 2), (2, len(OPTIONS))):  # tma and direct everywhere, then the rest
         for tile_m, tile_n in shapes:
             for _, fields, m64_only in OPTIONS[first:last]:
