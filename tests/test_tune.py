@@ -35,22 +35,23 @@ def _fresh(monkeypatch):
 
 
 def _args(**kw):
-    base = dict(limit=40, rounds=5, reps=3, launches=4, no_merge=False)
+    base = dict(limit=16, rounds=5, reps=3, launches=4, no_merge=False)
     base.update(kw)
     return types.SimpleNamespace(**base)
 
 
 @pytest.fixture
 def fake_candidates(monkeypatch):
-    """Candidates cost 100-102 us, except 64 x 256 TMA-store tiles (90 us); 64 x 64 tiles compute
-    garbage."""
+    """Candidates cost 100-102 us, except the 64 x 256 tile with A boxes inside A (90 us); 8 x 128
+    tiles compute garbage."""
     fake = FakeCuda(drift=lambda t: 1.0 + 0.2 * t).install(monkeypatch)
 
     def candidate(label, stage, config):
         tile = (config.tile_m, config.tile_n)
-        fast = tile == (64, 256) and config.epilogue == "tma_store"
+        plain = config.acc_slots == 1 and config.b_k_tiles == 1
+        fast = tile == (64, 256) and config.shift_a_box and plain
         cost = 0.9e-4 if fast else 1.0e-4 + 1e-8 * config.tile_n
-        impl = fake.impl(label, cost, broken=tile == (64, 64))
+        impl = fake.impl(label, cost, broken=tile == (8, 128))
         prepare = impl.prepare
 
         def prepare_with_config(A, W, offsets, counts):
@@ -66,14 +67,15 @@ def fake_candidates(monkeypatch):
 def test_tune_picks_the_fastest_correct_candidate(fake_candidates, tmp_path):
     entry = tune.tune_problem(TINY, "sm_90a", _args(), device="cpu")
     assert (entry["config"]["tile_m"], entry["config"]["tile_n"]) == (64, 256)
-    assert entry["stage"] == 3 and entry["bucket"] == autotune.rows_bucket(TINY.rows, 8)
+    assert entry["config"]["shift_a_box"] and entry["stage"] == 4  # first stage that allows it
+    assert entry["bucket"] == autotune.rows_bucket(TINY.rows, 8)
     assert entry["measured_at"] == "Tiny 8 tokens (EP8, balanced)"
     assert entry["median_us"] == pytest.approx(90, rel=0.1)
     assert entry["vs_heuristic"] == pytest.approx(0.9 / 1.0128, abs=0.005)  # heuristic: 64 x 128
     times = list(entry["candidates"].values())
     assert times == sorted(times) and len(times) >= 3
     assert any(
-        "64x64" in label and why.startswith("incorrect") for label, why in entry["rejected"].items()
+        "8x128" in label and why.startswith("incorrect") for label, why in entry["rejected"].items()
     )
 
     table = tune.new_table("H200", "sm_90a", 132, {"date": "x"})
