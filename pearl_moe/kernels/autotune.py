@@ -337,20 +337,28 @@ def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
 def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[GemmConfig]:
     """sm_90a options beyond the post, first at decode: A boxes that end inside A
     (``shift_a_box``) and tiles of fewer rows than the 64-row wgmma (``tile_m`` 8-32: smaller A
-    entries, more of them in flight). The tile height is the smallest that holds an average
-    expert's rows (and the next one up)."""
-    out = []
-    if per_expert <= 32:
-        heights = [m for m in (8, 16, 32) if m >= per_expert][:2] + [64]
+    entries, more of them in flight).
+
+    * tile heights: the smallest box that holds an average expert's rows, the next one up, and
+      32 rows (the pick must also suit skewed routing, where some experts get many rows);
+    * tile widths: 128 and 256, and at most one row per expert also 96 (only the experts some
+      token picked are active, e.g. 6 for DeepSeek V4 Pro at 1 token: 6 x 6144 / 128 = 288
+      tiles are 2.2 waves of 132 SMs, 6 x 6144 / 96 = 384 tiles are 2.9);
+    * options in the order the H200 ablation ranked them: plain, wide B entries, ping-pong.
+    """
+    if per_expert <= 64:
+        heights = [m for m in (8, 16, 32, 64) if m >= per_expert][:2]
+        if per_expert > 1 and 32 not in heights:
+            heights.append(32)  # skewed routing gives some experts many more rows
     elif per_expert <= 256:
         heights = [64, 128]
     else:
         return []
+    widths = (128, 96, 256) if per_expert <= 1 else (128, 256)
+    widths = [w for w in widths if w <= max(n, 64)]
     direct = {"epilogue": "direct_store", "shift_a_box": True}
-    # at most one row per expert few experts are active: wide tiles fill the SMs in one wave
-    widths = [w for w in ((256, 128) if per_expert <= 1 else (128, 256)) if w <= max(n, 64)]
-    # every tile shape first, then the same shapes with ping-pong, then with wide B entries
-    for extra in ({}, {"acc_slots": 2}, {"b_k_tiles": 2}):
+    out = []
+    for extra in ({}, {"b_k_tiles": 2}, {"acc_slots": 2}):
         for tile_n in widths:
             for tile_m in heights:
                 try:
