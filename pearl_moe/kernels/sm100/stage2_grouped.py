@@ -33,7 +33,8 @@ from cutlass.tensor_utils import LayoutEnum, TensorMapManager, TensorMapUpdateMo
 from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
-from .stage1_gemm import GemmKernel, one_accumulator
+from .common import one_accumulator
+from .stage1_gemm import GemmKernel
 
 __all__ = [
     "GroupedGemmKernel",
