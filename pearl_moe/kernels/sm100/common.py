@@ -28,7 +28,7 @@ from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ...budget import smem_budget, tmem_columns
-from ...config import GemmConfig
+from ...config import MAX_MMA_N, GemmConfig
 from ..ladder import stage_problems
 
 __all__ = [
@@ -143,7 +143,15 @@ class Sm100KernelBase:
         self.cta_tile_mnk = (config.cta_tile_m, config.tile_n, config.tile_k)
         self.cluster_shape_mn = (config.cta_group, 1)
         self.ring_depth = config.ring_depth
+        # B ring entries span `b_k_tiles` K tiles (stage 6); with 1 the B ring is the A ring.
+        self.b_k_tiles = config.b_k_tiles
+        self.wide_b = config.b_k_tiles > 1
+        self.b_ring_depth = config.b_ring_depth
+        self.b_tiler_mnk = (config.tile_m, config.tile_n, config.tile_k * config.b_k_tiles)
         self.num_acc_buffers = config.acc_buffers
+        # accumulator pipeline entries: one per buffer and slot (stage 7 splits a buffer in two)
+        self.num_acc_stages = config.acc_buffers * config.acc_slots
+        self.direct_store = config.epilogue == "direct_store"
         self.num_epi_buffers = config.epi_buffers
         self.epi_tile_mn = (config.cta_tile_m, config.epi_tile_n)
         self.num_tmem_cols = tmem_columns(config)
@@ -155,6 +163,8 @@ class Sm100KernelBase:
 
     # ------------------------------------------------------------------ setup (host, traced)
     def _make_tiled_mma(self):
+        # One MMA instruction is at most 256 wide; a 512-wide tile issues two of them ("atoms")
+        # per K block, as MMA_N = 2 in the partitioned shapes.
         return sm100_utils.make_trivial_tiled_mma(
             self.ab_dtype,  # A
             self.ab_dtype,  # B
@@ -162,7 +172,7 @@ class Sm100KernelBase:
             cute.nvgpu.OperandMajorMode.K,
             self.acc_dtype,
             self.cta_group,
-            self.mma_tiler_mnk[:2],
+            (self.mma_tiler_mnk[0], min(self.mma_tiler_mnk[1], MAX_MMA_N)),
         )
 
     def _setup(self, a_dtype, c_dtype, c_layout):
@@ -178,23 +188,63 @@ class Sm100KernelBase:
         self.a_smem_layout = sm100_utils.make_smem_layout_a(
             tiled_mma, self.mma_tiler_mnk, a_dtype, self.ring_depth
         )
-        # (MMA, MMA_N, MMA_K, STAGE)
+        # (MMA, MMA_N, MMA_K, STAGE): one B entry holds `b_k_tiles` K tiles (MMA_K grows with it)
         self.b_smem_layout = sm100_utils.make_smem_layout_b(
-            tiled_mma, self.mma_tiler_mnk, a_dtype, self.ring_depth
+            tiled_mma, self.b_tiler_mnk, a_dtype, self.b_ring_depth
         )
-        # (EPI_M, EPI_N, EPI_STAGE): the bf16 staging buffer the TMA store reads
-        self.c_smem_layout = sm100_utils.make_smem_layout_epi(
-            c_dtype, c_layout, self.epi_tile_mn, self.num_epi_buffers
-        )
+        # (EPI_M, EPI_N, EPI_STAGE): the bf16 staging buffer the TMA store reads (none for direct
+        # stores, whose bytes went to the ring)
+        self.c_smem_layout = None
+        if not self.direct_store:
+            self.c_smem_layout = sm100_utils.make_smem_layout_epi(
+                c_dtype, c_layout, self._epilogue_tile(), self.num_epi_buffers
+            )
         a_bytes = cute.size_in_bytes(
             a_dtype, cute.slice_(self.a_smem_layout, (None, None, None, 0))
         )
         b_bytes = cute.size_in_bytes(
             a_dtype, cute.slice_(self.b_smem_layout, (None, None, None, 0))
         )
-        # Bytes one ring entry's "full" barrier waits for (both CTAs' halves in 2-CTA mode).
-        self.num_tma_load_bytes = (a_bytes + b_bytes) * self.config.cta_group
+        # Bytes one ring entry's "full" barrier waits for (both CTAs' halves in 2-CTA mode). With
+        # wide B entries the B ring has its own barriers and byte count.
+        self.num_a_load_bytes = a_bytes * self.config.cta_group
+        self.num_b_load_bytes = b_bytes * self.config.cta_group
+        self.num_tma_load_bytes = self.num_a_load_bytes
+        if not self.wide_b:
+            self.num_tma_load_bytes = (a_bytes + b_bytes) * self.config.cta_group
+        self._check_tmem_columns(tiled_mma)
         return tiled_mma
+
+    def _epilogue_tile(self):
+        """The (rows, columns) one epilogue step drains from TMEM: ``(cta_tile_m, epi_tile_n)``.
+
+        Built where it is used (host or device code: a layout made on the host cannot be used
+        inside a kernel). Each of the four epilogue warps may read only its own 32-lane quarter of TMEM. With 64 rows
+        per CTA in 2-CTA mode (``tile_m=128``, ``cta_group=2``) the accumulator is folded: rows
+        0-63 of columns ``[0, n/2)`` sit in lanes 0-63 and those of ``[n/2, n)`` in lanes 64-127. A
+        plain ``64 x epi_tile_n`` step would make warps 2 and 3 read lanes 0-63 (outside their
+        quarters). So, as CUTLASS does for this shape (``compute_epilogue_tile_shape``), a step
+        takes ``epi_tile_n / 2`` columns from each half: ``(64, (epi_tile_n/2, 2):(1, n/2))``, and
+        the TMEM load tiles the warps 2 x 2 (two row halves x two column halves).
+        """
+        if self.use_2cta and self.config.cta_tile_m == 64:
+            half = self.config.epi_tile_n // 2
+            cols = cute.make_layout((half, 2), stride=(1, self.config.tile_n // 2))
+            return (cute.make_layout(self.config.cta_tile_m), cols)
+        return self.epi_tile_mn
+
+    def _check_tmem_columns(self, tiled_mma):
+        """The accumulators' TMEM layout must fit the columns the kernel allocates (the budget
+        model's :func:`~pearl_moe.budget.tmem_columns`); checked while tracing."""
+        acc = tiled_mma.make_fragment_C(
+            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_buffers)
+        )
+        needed = sm100_utils.get_num_tmem_alloc_cols(acc)
+        if needed > self.num_tmem_cols:
+            raise ValueError(
+                f"{self.config.describe()}: the accumulators need {needed} TMEM columns, the "
+                f"budget model allocates {self.num_tmem_cols}"
+            )
 
     def _make_tma_atoms(self, tiled_mma, mA, mB):
         """TMA load atoms for A and B (2-CTA forms when the MMA spans a CTA pair)."""
@@ -216,7 +266,7 @@ class Sm100KernelBase:
             b_op,
             mB,
             cute.slice_(self.b_smem_layout, (None, None, None, 0)),
-            self.mma_tiler_mnk,
+            self.b_tiler_mnk,
             tiled_mma,
             self.cluster_layout_vmnk.shape,
         )
@@ -225,20 +275,24 @@ class Sm100KernelBase:
     def _make_tma_store_atom(self, mC):
         epi_smem_one = cute.select(self.c_smem_layout, mode=[0, 1])
         return cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(), mC, epi_smem_one, self.epi_tile_mn
+            cpasync.CopyBulkTensorTileS2GOp(), mC, epi_smem_one, self._epilogue_tile()
         )
 
     def _shared_storage(self):
         """The mbarriers and bookkeeping words, placed after the data buffers.
 
-        ``(2 x ring_depth + 2 x acc_buffers) x 8 B`` of mbarriers plus 64 B of bookkeeping: exactly the
-        "barriers" item of :func:`pearl_moe.budget.smem_budget`.
+        ``(2 x ring_depth [+ 2 x b_ring_depth] + 2 x acc_buffers x acc_slots) x 8 B`` of mbarriers
+        (a full and an empty barrier per entry of each pipeline) plus 64 B of bookkeeping: exactly
+        the "barriers" item of :func:`pearl_moe.budget.smem_budget`.
         """
+        wide_b = self.wide_b
 
         @cute.struct
         class SharedStorage:
             ab_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.ring_depth]
-            acc_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_acc_buffers]
+            if wide_b:  # the B ring's own full/empty barriers (stage 6)
+                b_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.b_ring_depth]
+            acc_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_acc_stages]
             tmem_dealloc_mbar: cutlass.Int64
             tmem_base: cutlass.Int32
             padding: cute.struct.MemRange[cutlass.Int32, BOOKKEEPING_WORDS]
@@ -261,10 +315,12 @@ class Sm100KernelBase:
         sB = smem.allocate_tensor(
             self.ab_dtype, b_smem_layout.outer, byte_alignment=1024, swizzle=b_smem_layout.inner
         )
-        # (EPI_M, EPI_N, EPI_STAGE)
-        sC = smem.allocate_tensor(
-            self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
-        )
+        # (EPI_M, EPI_N, EPI_STAGE); none for direct stores
+        sC = None
+        if c_smem_layout is not None:
+            sC = smem.allocate_tensor(
+                self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
+            )
         storage = smem.allocate(self._shared_storage())
         return sA, sB, sC, storage
 
@@ -283,7 +339,7 @@ class Sm100KernelBase:
         ).make_participants()
         acc_pipeline = pipeline.PipelineUmmaAsync.create(
             barrier_storage=storage.acc_mbar.data_ptr(),
-            num_stages=self.num_acc_buffers,
+            num_stages=self.num_acc_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             # one elected thread per epilogue warp, of both CTAs in 2-CTA mode
             consumer_group=pipeline.CooperativeGroup(
@@ -424,12 +480,14 @@ class Sm100KernelBase:
         tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
         # (MMA, MMA_M, MMA_N, ACC_STAGE)
         tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
-        c_pipeline = pipeline.PipelineTmaStore.create(
-            num_stages=self.num_epi_buffers,
-            producer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
-            ),
-        )
+        c_pipeline = None  # direct stores (stage 4 on) have no store buffer to track
+        if cutlass.const_expr(not self.direct_store):
+            c_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.num_epi_buffers,
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
+                ),
+            )
         return tmem_ptr, tCtAcc, c_pipeline
 
     @cute.jit
@@ -453,22 +511,23 @@ class Sm100KernelBase:
         # ((ATOM_M, MMA_M), (ATOM_N, MMA_N)) for TMEM and this CTA's C tile
         tAcc = transform_partitioned_tensor_layout(tCtAcc)
         gC = transform_partitioned_tensor_layout(tCgC)
+        epi_tile = self._epilogue_tile()
         copy_atom_t2r = sm100_utils.get_tmem_load_op(
             self.cta_tile_mnk,
             self.c_layout,
             self.c_dtype,
             self.acc_dtype,
-            self.epi_tile_mn,
+            epi_tile,
             self.use_2cta,
         )
         # (EPI_TILE_M, EPI_TILE_N, EPI_M, EPI_N)
-        tAcc_epi = cute.flat_divide(tAcc, self.epi_tile_mn)
+        tAcc_epi = cute.flat_divide(tAcc, epi_tile)
         tiled_copy_t2r = tcgen05.make_tmem_copy(copy_atom_t2r, tAcc_epi[(None, None, 0, 0)])
         thr_copy_t2r = tiled_copy_t2r.get_slice(tidx)
         # (T2R, T2R_M, T2R_N, EPI_M, EPI_N)
         tTR_tAcc = thr_copy_t2r.partition_S(tAcc_epi)
         # (EPI_TILE_M, EPI_TILE_N, EPI_M, EPI_N)
-        gC_epi = cute.flat_divide(gC, self.epi_tile_mn)
+        gC_epi = cute.flat_divide(gC, epi_tile)
         # (T2R, T2R_M, T2R_N, EPI_M, EPI_N)
         tTR_gC = thr_copy_t2r.partition_D(gC_epi)
         # (T2R, T2R_M, T2R_N): fp32 slice in registers, then its bf16 copy
@@ -524,8 +583,17 @@ class Sm100KernelBase:
             epi_sync.arrive_and_wait()
 
     def epilogue_end(self, tmem, tmem_ptr, c_pipeline):
-        """Epilogue warps, once: drain the outstanding TMA stores, then free TMEM."""
-        c_pipeline.producer_tail()
+        """Epilogue warps, once: drain the outstanding TMA stores, then free TMEM.
+
+        With direct stores every warp reads TMEM on its own schedule, so the warps meet at a named
+        barrier first: the allocating warp frees TMEM only after the last read of all four.
+        """
+        if cutlass.const_expr(self.direct_store):
+            pipeline.NamedBarrier(
+                barrier_id=EPILOGUE_SYNC_BARRIER, num_threads=32 * len(self.epilogue_warps)
+            ).arrive_and_wait()
+        else:
+            c_pipeline.producer_tail()
         tmem.relinquish_alloc_permit()
         tmem.free(tmem_ptr)
 
