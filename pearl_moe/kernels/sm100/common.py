@@ -73,6 +73,73 @@ def check_config(config: GemmConfig, stage: int) -> list[str]:
     # Options of later stages (direct store, wide B entries, split accumulator, 512-wide tiles)
     # are gated in one place, pearl_moe.kernels.ladder.stage_problems.
     problems += stage_problems(config, stage)
+    if config.arch == "sm_100a":
+        problems += _kernel_problems(config)
+    return problems
+
+
+def _kernel_problems(config: GemmConfig) -> list[str]:
+    """Configurations ``GemmConfig`` accepts (the hardware has the instruction) but these kernels
+    cannot build: each would abort the compiler or read TMEM it must not."""
+    problems = []
+    # B rows one CTA holds per MMA atom. tcgen05.mma itself takes N % 8 == 0 (1-CTA) or
+    # N % 16 == 0 (2-CTA), but the K-major 128B-swizzled SMEM layout of B that CuTe builds
+    # (make_smem_layout_b) aborts the compiler (SIGABRT, DSL 4.8.1) for 24, 40, 56, ... rows: it
+    # takes 8 rows or a multiple of 16. So 128 x 24 and 64 x 24 (1-CTA) and 256 x 48 (2-CTA:
+    # 24 rows per CTA) are out.
+    b_rows = min(config.tile_n, MAX_MMA_N) // config.cta_group
+    if b_rows != 8 and b_rows % 16:
+        problems.append(
+            f"tile_n={config.tile_n} gives each CTA {b_rows} rows of B per MMA "
+            f"(tile_n / cta_group); the swizzled SMEM layout of B needs 8 or a multiple of 16 "
+            f"rows (other sizes abort the CuTe DSL compiler)"
+        )
+    folded = config.cta_group == 2 and config.cta_tile_m == 64  # 2 x 2 epilogue warps
+    epi_n = config.epi_tile_n
+    if folded and (epi_n <= 0 or epi_n % 16):
+        problems.append(
+            f"2-CTA tile_m=128 drains each epi_tile_n slice as two halves of epi_tile_n / 2 "
+            f"columns (one per pair of warps, see Sm100KernelBase._epilogue_tile); "
+            f"epi_tile_n={epi_n} must be a multiple of 16"
+        )
+    if config.epilogue == "direct_store":
+        problems += _direct_store_problems(config)
+    if config.acc_slots == 2:
+        if config.epilogue != "direct_store":
+            problems.append(
+                "acc_slots=2 releases each accumulator slot from the direct-store epilogue; "
+                "it needs epilogue='direct_store'"
+            )
+        if config.b_k_tiles != 1:
+            problems.append(
+                "acc_slots=2 holds A/B ring entries across two atoms; with b_k_tiles > 1 the "
+                "B entries live in their own ring, which the split mainloop does not walk"
+            )
+    return problems
+
+
+def _direct_store_problems(config: GemmConfig) -> list[str]:
+    """The direct-store epilogue drains ``epi_tile_n`` columns per step; each thread gets a run
+    of one row (``epi_tile_n``, or half of it with 16-lane loads or 2 x 2 warps) that must split
+    into whole stores."""
+    problems = []
+    epi_n = config.epi_tile_n
+    if epi_n <= 0 or config.tile_n % epi_n or epi_n & (epi_n - 1):
+        problems.append(
+            f"epi_tile_n={epi_n} must be a power of two that divides tile_n={config.tile_n} "
+            f"(the direct store drains TMEM in epi_tile_n-column steps; tcgen05.ld repeats by "
+            f"powers of two)"
+        )
+        return problems
+    halved = config.cta_tile_m == 64  # 16-lane loads (1-CTA) or 2 x 2 warps (2-CTA)
+    run = epi_n // 2 if halved else epi_n
+    vec = config.direct_store_bits // (8 * config.dtype_bytes)
+    if run % vec or run > 64:
+        problems.append(
+            f"each thread stores {run} consecutive outputs of its row per epi_tile_n={epi_n} "
+            f"step; {config.direct_store_bits}-bit stores need a multiple of {vec}, and more "
+            f"than 64 fp32 per step would not stay in registers"
+        )
     return problems
 
 
@@ -115,6 +182,12 @@ def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
     if n <= 0 or k <= 0 or n % 8 or k % 8:
         problems.append(
             f"n={n} and k={k} must be positive multiples of 8 (16-byte TMA row strides)"
+        )
+    elif config.epilogue == "direct_store" and n % (config.direct_store_bits // 16):
+        problems.append(
+            f"n={n}: {config.direct_store_bits}-bit direct stores need every output row to start "
+            f"{config.direct_store_bits // 8}-byte aligned, i.e. n % "
+            f"{config.direct_store_bits // 16} == 0 (store_bits=128 needs n % 8 == 0)"
         )
     try:
         smem_budget(config.resolved())
@@ -222,8 +295,9 @@ class Sm100KernelBase:
         inside a kernel). Each of the four epilogue warps may read only its own 32-lane quarter of TMEM. With 64 rows
         per CTA in 2-CTA mode (``tile_m=128``, ``cta_group=2``) the accumulator is folded: rows
         0-63 of columns ``[0, n/2)`` sit in lanes 0-63 and those of ``[n/2, n)`` in lanes 64-127. A
-        plain ``64 x epi_tile_n`` step would make warps 2 and 3 read lanes 0-63 (outside their
-        quarters). So, as CUTLASS does for this shape (``compute_epilogue_tile_shape``), a step
+        plain ``64 x epi_tile_n`` step lies in one column half, so warps 0 and 2 (1 and 3) read
+        the same 32 lanes, half of the time outside their own quarter (and write the same SMEM).
+        So, as CUTLASS does for this shape (``compute_epilogue_tile_shape``), a step
         takes ``epi_tile_n / 2`` columns from each half: ``(64, (epi_tile_n/2, 2):(1, n/2))``, and
         the TMEM load tiles the warps 2 x 2 (two row halves x two column halves).
         """

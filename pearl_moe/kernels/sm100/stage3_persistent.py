@@ -52,9 +52,11 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from ...config import GemmConfig
 from ...hardware import B200
 from .. import scheduler
+from ..host import placeholder_ptr
 from .direct_store import DirectStoreEpilogue
 from .split_accumulator import SplitAccumulatorMainloop
 from .stage2_grouped import (
+    TMA_DESCRIPTOR_BYTES,
     GroupedGemmKernel,
     expert_descriptor_ptr,
     fake_arguments,
@@ -353,13 +355,15 @@ def compile_kernel(
     """Compile for fixed ``(n, k, experts)`` and grid size ``sms`` (B200: 148). No GPU needed.
 
     The compiled function takes ``(a_ptr, w_ptr, offsets_ptr, out_ptr, workspace_ptr, rows,
-    stream)``, as stage 2's (:func:`~.stage2_grouped.compile_kernel`); with direct stores the
-    workspace is not used. ``out_align``, set on the compiled function, is the alignment in bytes
-    its output pointer must have (32 for 256-bit direct stores), checked by :func:`launch`.
+    stream)``, as stage 2's (:func:`~.stage2_grouped.compile_kernel`). Two attributes set on the
+    compiled function tell :func:`launch` what it needs: ``out_align``, the alignment in bytes the
+    output pointer must have (32 for 256-bit direct stores), and ``needs_workspace`` (False with
+    direct stores: no per-expert descriptors, the workspace argument is not read).
     """
     kernel = build(config, sms or B200.sms, stage)
     compiled = cute.compile(kernel, *fake_arguments(kernel, n, k, experts))
     compiled.out_align = kernel.config.direct_store_bits // 8 if kernel.direct_store else 16
+    compiled.needs_workspace = not kernel.direct_store
     return compiled
 
 
@@ -390,13 +394,16 @@ def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
             f"out's data pointer must be {align}-byte aligned for this kernel's "
             f"{8 * align}-bit direct stores"
         )
-    ws = workspace_for(A.device, stream, W.shape[0])
+    if getattr(compiled, "needs_workspace", True):
+        workspace = workspace_gmem_ptr(workspace_for(A.device, stream, W.shape[0]))
+    else:
+        workspace = placeholder_ptr(cutlass.Int64, TMA_DESCRIPTOR_BYTES)  # not read
     compiled(
         bf16_ptr(A),
         bf16_ptr(W),
         i32_ptr(end_offsets),
         bf16_ptr(out),
-        workspace_gmem_ptr(ws),
+        workspace,
         A.shape[0],
         stream,
     )

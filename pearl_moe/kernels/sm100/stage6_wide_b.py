@@ -11,7 +11,7 @@ Budget, tile 64 x 128 x 64 (1-CTA, direct store, ``ring_depth`` 8 A entries, 4 B
     A ring      8 x  64 x  64 x 2 B = 8 x  8 KB =  64 KB
     B ring      4 x 128 x 128 x 2 B = 4 x 32 KB = 128 KB   (8 K tiles of B in flight, as of A)
     barriers    (2 x 8 + 2 x 4 + 2 x 2) x 8 B + 64 B = 288 B
-    total       196,896 B of 232,448 (9 A entries would need a fifth B entry: 232,768 B)
+    total       196,896 B of 232,448 (9 A entries would need a fifth B entry: 237,888 B)
     TMEM        256 columns, as stage 5
 
 Compile-verified only: no B200 has ever run this kernel. Same interface as stage 3.
