@@ -11,7 +11,7 @@ What changes from stage 2:
    accumulator gets ``acc_buffers`` TMEM buffers, so the MMA warp fills one while the epilogue
    warps drain the other::
 
-       TMA warp  --A/B ring (stages)-->  MMA warp  --TMEM acc (acc_buffers)-->  epilogue warps
+       TMA warp  --A/B ring (ring_depth)-->  MMA warp  --TMEM acc (acc_buffers)-->  epilogue warps
             ^---------- empty ----------'      ^----------- empty -------------'
 
 3. **2-CTA mode** (``cta_group=2``, a cluster of 2): one ``tcgen05.mma.cta_group::2`` issued by
@@ -20,11 +20,13 @@ What changes from stage 2:
 
 Budget, tile 128 x 256 x 64, 1-CTA, acc_buffers 2 (two 128 x 256 fp32 accumulators)::
 
-    A ring    s x 128 x 64 x 2 B = 16 KB / stage      TMEM  2 x 256 = 512 columns (all of it)
-    B ring    s x 256 x 64 x 2 B = 32 KB / stage      4 stages: 192 KB + 24 KB epilogue + 160 B
+    A ring    r x 128 x 64 x 2 B = 16 KB / entry      TMEM  2 x 256 = 512 columns (all of it)
+    B ring    r x 256 x 64 x 2 B = 32 KB / entry      4 entries: 192 KB + 24 KB epilogue + 160 B
     barriers  (2 x 4 + 2 x 2) x 8 B + 64 B = 160 B    total 221,344 B of 232,448 (5 would not fit)
 Tile 256 x 256 x 64, 2-CTA: each CTA holds A 128 x 64 (16 KB) and half of B (128 x 64, 16 KB) per
-stage, exactly the 1-CTA 128 x 128 ring, while one MMA covers four times the output.
+ring entry, exactly the 1-CTA 128 x 128 ring, while one MMA covers four times the output. Tile
+128 x n, 2-CTA (64 rows per CTA): the epilogue tiles its warps 2 x 2
+(:meth:`~.common.Sm100KernelBase._epilogue_tile`), each warp in its own TMEM quarter.
 
 The work on one tile is the shared pieces of :mod:`.common` (``load_k_tiles``, ``mma_k_loop``,
 ``epilogue_tile``, with ``allocate_smem``, ``tma_partition_ab``, ``mma_fragments``,
