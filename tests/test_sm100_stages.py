@@ -171,19 +171,26 @@ def test_fuzzed_accepted_configs_compile(arch, count):
 # ---------------------------------------------------------------------- launch
 def test_launch_refuses_an_output_the_stores_cannot_reach():
     torch = pytest.importorskip("torch")
-    import types
-
-    from pearl_moe.kernels.sm100 import stage4_direct_store
+    from pearl_moe.kernels.sm100 import (
+        stage4_direct_store,
+        stage5_64_row_tiles,
+        stage6_wide_b,
+        stage7_split_accumulator,
+    )
 
     calls = []
-    compiled = types.SimpleNamespace(out_align=32, needs_workspace=False)
-    compiled.__call__ = lambda *args: calls.append(args)
     A = torch.zeros(8, 64, dtype=torch.bfloat16)
     W = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
     ends = torch.tensor([3, 8], dtype=torch.int32)
     flat = torch.zeros(8 * 32 + 16, dtype=torch.bfloat16)
     skip = (-flat.data_ptr() % 32) // 2 + 8  # 16 bytes past a 32-byte boundary
     out = flat[skip : skip + 8 * 32].view(8, 32)
-    with pytest.raises(ValueError, match="32-byte aligned"):
-        stage4_direct_store.launch(compiled, A, W, ends, out, None, None)
+    for module in (
+        stage4_direct_store,
+        stage5_64_row_tiles,
+        stage6_wide_b,
+        stage7_split_accumulator,
+    ):
+        with pytest.raises(ValueError, match="32-byte aligned"):
+            module.launch(lambda *args: calls.append(args), A, W, ends, out, None, None)
     assert calls == []

@@ -54,11 +54,9 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from ...config import GemmConfig
 from ...hardware import B200
 from .. import scheduler
-from ..host import placeholder_ptr
 from .direct_store import DirectStoreEpilogue
 from .split_accumulator import SplitAccumulatorMainloop
 from .stage2_grouped import (
-    TMA_DESCRIPTOR_BYTES,
     GroupedGemmKernel,
     expert_descriptor_ptr,
     fake_arguments,
@@ -357,16 +355,11 @@ def compile_kernel(
     """Compile for fixed ``(n, k, experts)`` and grid size ``sms`` (B200: 148). No GPU needed.
 
     The compiled function takes ``(a_ptr, w_ptr, offsets_ptr, out_ptr, workspace_ptr, rows,
-    stream)``, as stage 2's (:func:`~.stage2_grouped.compile_kernel`). Two attributes set on the
-    compiled function tell :func:`launch` what it needs: ``out_align``, the alignment in bytes the
-    output pointer must have (32 for 256-bit direct stores), and ``needs_workspace`` (False with
-    direct stores: no per-expert descriptors, the workspace argument is not read).
+    stream)``, as stage 2's (:func:`~.stage2_grouped.compile_kernel`); with direct stores the
+    workspace is passed but not read.
     """
     kernel = build(config, sms or B200.sms, stage)
-    compiled = cute.compile(kernel, *fake_arguments(kernel, n, k, experts))
-    compiled.out_align = kernel.config.direct_store_bits // 8 if kernel.direct_store else 16
-    compiled.needs_workspace = not kernel.direct_store
-    return compiled
+    return cute.compile(kernel, *fake_arguments(kernel, n, k, experts))
 
 
 def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int, stage: int = 3):
@@ -378,34 +371,35 @@ def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int, stage
     return compile_kernel(config, n, k, experts, stage=stage)
 
 
-def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
-    """Descriptor kernel (TMA-store epilogue only) + one persistent launch; the scheduler reads
-    the offsets on the device. Raises ``ValueError`` before launching when ``out`` is not aligned
-    as the compiled kernel assumes (``compiled.out_align``: 32 bytes for 256-bit direct stores).
+def launch(
+    compiled, A, W, end_offsets, out, host_offsets, stream, *, out_align=16, get_workspace=None
+):
+    """Descriptor kernel (TMA-store epilogue) + one persistent launch; the scheduler reads the
+    offsets on the device.
 
     Mirrors :func:`pearl_moe.kernels.sm90.stage3_persistent.launch`, plus the workspace pointer
-    (shared with stage 2, :func:`~.stage2_grouped.workspace_for`). Not run yet: no B200 here (the
-    compile is verified on a CPU, ``tests/test_sm100_interface.py``).
+    (:func:`~.stage2_grouped.workspace_for`, shared with stage 2; ``get_workspace`` replaces it).
+    ``out_align``: the alignment in bytes the output must have; stages 4-7 pass 32 (256-bit
+    direct stores assume it) and a misaligned ``out`` is a ``ValueError`` before anything is
+    launched. (The requirement travels with the stage, not with the compiled function: a
+    compiled kernel loaded from the disk cache carries no Python attributes.) Not run yet: no
+    B200 here (the compile is verified on a CPU, ``tests/test_sm100_interface.py``).
     """
     from ..host import bf16_ptr, i32_ptr
 
     del host_offsets
-    align = getattr(compiled, "out_align", 16)
-    if out.data_ptr() % align:
+    if out.data_ptr() % out_align:
         raise ValueError(
-            f"out's data pointer must be {align}-byte aligned for this kernel's "
-            f"{8 * align}-bit direct stores"
+            f"out's data pointer must be {out_align}-byte aligned for this stage's "
+            f"{8 * out_align}-bit stores"
         )
-    if getattr(compiled, "needs_workspace", True):
-        workspace = workspace_gmem_ptr(workspace_for(A.device, stream, W.shape[0]))
-    else:
-        workspace = placeholder_ptr(cutlass.Int64, TMA_DESCRIPTOR_BYTES)  # not read
+    workspace = (get_workspace or workspace_for)(A.device, stream, W.shape[0])
     compiled(
         bf16_ptr(A),
         bf16_ptr(W),
         i32_ptr(end_offsets),
         bf16_ptr(out),
-        workspace,
+        workspace_gmem_ptr(workspace),
         A.shape[0],
         stream,
     )

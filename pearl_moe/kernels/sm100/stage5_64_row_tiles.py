@@ -26,6 +26,7 @@ from ...config import GemmConfig
 from ...hardware import B200
 from . import stage3_persistent
 from .common import can_implement as _can_implement
+from .stage2_grouped import workspace_for
 from .stage3_persistent import PersistentGroupedGemmKernel, fake_arguments
 
 __all__ = [
@@ -61,4 +62,10 @@ def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
     return stage3_persistent.compile_fake(config, m, n, k, experts, STAGE)
 
 
-launch = stage3_persistent.launch
+def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
+    """:func:`.stage3_persistent.launch` for a kernel that may store 256 bits at a time: ``out``
+    must be 32-byte aligned (a ``ValueError`` otherwise, before anything is launched)."""
+    stage3_persistent.launch(
+        compiled, A, W, end_offsets, out, host_offsets, stream,
+        out_align=32, get_workspace=workspace_for,
+    )  # fmt: skip
