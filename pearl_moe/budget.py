@@ -2,23 +2,23 @@
 
 Per CTA, shared memory holds::
 
-    A ring      stages   x (tile_m / cta_group) x tile_k x 2 B
+    A ring      ring_depth x (tile_m / cta_group) x tile_k x 2 B
     B ring      b_ring_depth x (tile_n / cta_group) x tile_k x b_k_tiles x 2 B
     epilogue    (tile_m / cta_group) x epi_tile_n x 2 B x epi_buffers   (0 for direct stores)
-    barriers    one 8-byte mbarrier per full/empty signal of every pipeline stage, plus 64 B of
+    barriers    one 8-byte mbarrier per full/empty signal of every ring entry, plus 64 B of
                 bookkeeping (sm_100a: the 2-CTA TMEM-release mbarrier, the TMEM base address and
                 padding; sm_90a: 16 reserved words). The tile scheduler keeps its state in
                 registers, not here.
 
-Worked numbers from the blog (tile 128 x 128 x 64, bf16, 1-CTA): an A stage is 128 x 64 x 2 = 16 KB
-and a B stage 16 KB, so one ring entry is 32 KB. With the 24 KB epilogue buffer six entries fit in
+Worked numbers from the blog (tile 128 x 128 x 64, bf16, 1-CTA): an A ring entry is 128 x 64 x 2 = 16 KB
+and a B entry 16 KB, so one ring entry is 32 KB. With the 24 KB epilogue buffer six entries fit in
 227 KB (6 x 32 + 24 = 216 KB); dropping the buffer makes room for a seventh (7 x 32 = 224 KB).
-With 64-row tiles an A stage is 8 KB. A B stage spanning two K tiles is 32 KB and each TMA box
+With 64-row tiles an A entry is 8 KB. A B entry spanning two K tiles is 32 KB and each TMA copy
 reads 256 contiguous bytes per weight row instead of 128.
 
 Tensor memory (sm_100a) holds the fp32 accumulators: 128 lanes x 512 columns of 32 bits per SM.
 A 128 x 256 accumulator takes 256 columns, so two fit (the epilogue drains one while the MMA fills
-the other); a 128 x 512 accumulator takes all 512, leaving one stage.
+the other); a 128 x 512 accumulator takes all 512, leaving one buffer.
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ class SmemBudget:
         return "\n".join(rows)
 
 
-def _barrier_count(config: GemmConfig, stages: int) -> int:
-    b_ring_depth = -(-stages // config.b_k_tiles)
-    count = 2 * stages  # A/B ring: full + empty per entry
+def _barrier_count(config: GemmConfig, ring_depth: int) -> int:
+    b_ring_depth = -(-ring_depth // config.b_k_tiles)
+    count = 2 * ring_depth  # A/B ring: full + empty per entry
     if config.b_k_tiles > 1:
         count += 2 * b_ring_depth  # the B ring is released on its own pipeline
     if config.arch == "sm_100a":
@@ -96,28 +96,32 @@ def _barrier_count(config: GemmConfig, stages: int) -> int:
     return count
 
 
-def _items(config: GemmConfig, stages: int) -> tuple[tuple[str, int], ...]:
-    b_ring_depth = -(-stages // config.b_k_tiles)
+def _items(config: GemmConfig, ring_depth: int) -> tuple[tuple[str, int], ...]:
+    b_ring_depth = -(-ring_depth // config.b_k_tiles)
+    a_ring = ring_depth * config.a_entry_bytes
+    if config.arch == "sm_90a" and config.tile_m < 64:
+        # the last entry is followed by the rest of a 64-row wgmma operand (read, then dropped)
+        a_ring += (64 - config.tile_m) * config.tile_k * config.dtype_bytes
     items = [
-        ("A ring", stages * config.a_entry_bytes),
+        ("A ring", a_ring),
         ("B ring", b_ring_depth * config.b_entry_bytes),
         ("epilogue", config.epilogue_bytes),
-        ("barriers", _barrier_count(config, stages) * MBARRIER_BYTES + BOOKKEEPING_BYTES),
+        ("barriers", _barrier_count(config, ring_depth) * MBARRIER_BYTES + BOOKKEEPING_BYTES),
     ]
     return tuple(items)
 
 
 def smem_budget(config: GemmConfig, gpu: GpuSpec | str | None = None) -> SmemBudget:
-    """Itemized shared memory of ``config`` (its ``stages`` resolved to the most that fit if None).
+    """Itemized shared memory of ``config`` (its ``ring_depth`` resolved to the most that fit if None).
 
     Raises ``ValueError`` when the configuration does not fit the GPU's per-block limit.
     """
     gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
-    stages = config.ring_depth if config.ring_depth is not None else max_ring_depth(config, gpu)
-    budget = SmemBudget(config, gpu, _items(config, stages))
+    depth = config.ring_depth if config.ring_depth is not None else max_ring_depth(config, gpu)
+    budget = SmemBudget(config, gpu, _items(config, depth))
     if not budget.fits:
         raise ValueError(
-            f"{config.describe()} needs {budget.total} B of shared memory with {stages} stages; "
+            f"{config.describe()} needs {budget.total} B of shared memory with {depth} ring entries; "
             f"{gpu.name} allows {budget.limit} B per block"
         )
     return budget
@@ -127,13 +131,13 @@ def max_ring_depth(config: GemmConfig, gpu: GpuSpec | str | None = None) -> int:
     """The deepest A/B ring that fits the GPU's per-block shared memory (at least 2)."""
     gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
     best = 0
-    stages = 1
-    while sum(size for _, size in _items(config, stages + 1)) <= gpu.smem_per_block:
-        stages += 1
-        best = stages
+    depth = 1
+    while sum(size for _, size in _items(config, depth + 1)) <= gpu.smem_per_block:
+        depth += 1
+        best = depth
     if best < 2:
         raise ValueError(
-            f"{config.describe()}: not even two pipeline stages fit in {gpu.name}'s "
+            f"{config.describe()}: not even two ring entries fit in {gpu.name}'s "
             f"{gpu.smem_per_block} B of shared memory per block"
         )
     return best
@@ -162,7 +166,7 @@ def tmem_columns(config: GemmConfig) -> int:
 
 
 def resolve(config: GemmConfig, gpu: GpuSpec | str | None = None) -> GemmConfig:
-    """Fill ``stages`` (deepest that fits) and ``acc_buffers`` (most that fit TMEM)."""
+    """Fill ``ring_depth`` (deepest that fits) and ``acc_buffers`` (most that fit TMEM)."""
     gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
     changes = {}
     if config.arch == "sm_100a" and config.acc_buffers is None:

@@ -23,6 +23,11 @@ Terms used throughout:
   first half back while it still reads the second. On Hopper the accumulator lives in a consumer
   warpgroup's registers: ``acc_slots=2`` there means two consumer warpgroups that take alternate
   tiles (ping-pong), so one stores its tile while the other multiplies.
+* ``tile_m`` below 64 (8, 16, 32; sm_90a only) keeps the 64-row wgmma but loads an A box of
+  ``tile_m`` rows per ring entry; the wgmma's other rows read whatever follows in shared memory and
+  are dropped. At decode an expert has a handful of rows: smaller A entries, more of them.
+* ``shift_a_box`` starts each A box early enough that it ends inside A (TMA boxes that cross the
+  tensor's end are slow); the epilogue then skips the rows before the tile.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -70,6 +75,7 @@ class GemmConfig:
     acc_buffers: int | None = None
     acc_slots: int = 1
     store_bits: int | None = None  # direct stores: None = the widest the arch has
+    shift_a_box: bool = False  # start A boxes early enough to end inside A (needs direct_store)
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -98,6 +104,11 @@ class GemmConfig:
                 yield f"epi_buffers must be at least 1, got {self.epi_buffers}"
         if self.acc_slots not in (1, 2):
             yield f"acc_slots must be 1 or 2, got {self.acc_slots}"
+        if self.shift_a_box and self.epilogue != "direct_store":
+            yield (
+                "shift_a_box moves the A box up to the tensor's end, so the epilogue must skip the "
+                "rows before the tile: it needs epilogue='direct_store'"
+            )
         if self.store_bits is not None:
             if self.epilogue != "direct_store":
                 yield "store_bits is the width of direct stores: it needs epilogue='direct_store'"
@@ -113,6 +124,8 @@ class GemmConfig:
             yield from self._sm90_problems()
 
     def _sm100_problems(self):
+        if self.shift_a_box:
+            yield "shift_a_box is implemented by the sm_90a kernels only"
         if self.cta_group not in (1, 2):
             yield f"cta_group must be 1 or 2, got {self.cta_group}"
             return
@@ -151,16 +164,24 @@ class GemmConfig:
     def _sm90_problems(self):
         if self.cta_group != 1:
             yield "cta_group=2 is a Blackwell (sm_100a) feature; Hopper wgmma is 1-CTA"
-        if self.tile_m not in (64, 128, 256):
-            yield f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), got {self.tile_m}"
+        if self.tile_m not in (8, 16, 32, 64, 128, 256):
+            yield (
+                f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), or 8, 16 or 32 "
+                f"(a 64-row wgmma over a smaller A box), got {self.tile_m}"
+            )
+        if self.tile_m < 64 and self.epilogue != "direct_store":
+            yield (
+                f"a {self.tile_m}-row tile computes 64 accumulator rows and keeps {self.tile_m}: "
+                "only the direct store can drop the others (epilogue='direct_store')"
+            )
         if self.tile_n < 8 or self.tile_n > MAX_MMA_N or self.tile_n % 8:
             yield f"wgmma has N from 8 to {MAX_MMA_N} in steps of 8; tile_n={self.tile_n}"
         if self.acc_buffers not in (None, 1):
             yield "accumulator buffers are a tensor-memory feature of sm_100a"
-        if self.acc_slots == 2 and self.tile_m != 64:
+        if self.acc_slots == 2 and self.tile_m > 64:
             yield (
                 "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate 64-row "
-                f"tiles (ping-pong): tile_m must be 64, got {self.tile_m}"
+                f"tiles (ping-pong): tile_m must be at most 64, got {self.tile_m}"
             )
 
     # ------------------------------------------------------------------ derived
@@ -245,6 +266,8 @@ class GemmConfig:
         ]
         if self.b_k_tiles > 1:
             parts.append(f"B{self.b_k_tiles}")
+        if self.shift_a_box:
+            parts.append("shiftA")
         if self.epilogue == "direct_store":
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:

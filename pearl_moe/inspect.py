@@ -497,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epilogue", choices=EPILOGUES, default=None)
     p.add_argument("--store-bits", type=int, default=None, choices=(128, 256))
     p.add_argument("--b-k-tiles", type=int, default=None, help="K tiles per B ring entry")
+    p.add_argument(
+        "--shift-a-box", action="store_true", default=None, help="keep A boxes inside A (sm_90a)"
+    )
     p.add_argument("--acc-buffers", type=int, default=None)
     p.add_argument("--acc-slots", type=int, default=None, choices=(1, 2))
     p.add_argument("--epi-tile-n", type=int, default=None)
@@ -525,6 +528,7 @@ def config_from_args(args) -> GemmConfig:
             "epilogue",
             "store_bits",
             "b_k_tiles",
+            "shift_a_box",
             "acc_buffers",
             "acc_slots",
             "epi_tile_n",

@@ -1,9 +1,10 @@
 """Compile every sm_90a stage on the CPU and check the SASS against the design and budget model.
 
 The sm_90a kernels live in ``pearl_moe.kernels.sm90.stage{N}_*`` (documented interface:
-``build(config)``, ``compile_fake(config, m, n, k, experts)``). All three stages exist, so a missing
-module, an import error or a compile error fails (these kernels ran on the H200; they must keep
-compiling).
+``build(config)``, ``compile_fake(config, m, n, k, experts)``). Every stage exists, so a missing
+module, an import error or a compile error fails (these kernels run on the H200; they must keep
+compiling). Stages 4-7 are compiled with the course's configuration for them
+(:func:`pearl_moe.kernels.ladder.stage_config`) plus a few variants of their options.
 """
 
 from __future__ import annotations
@@ -12,27 +13,33 @@ import pytest
 
 from pearl_moe.config import GemmConfig
 from pearl_moe.inspect import compile_many
+from pearl_moe.kernels.ladder import stage_config
 
+BASE = GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6)
 CASES = {
-    "s1-128x128x64": (
-        1,
-        GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6),
-    ),
-    "s2-128x128x64": (
-        2,
-        GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6),
-    ),
-    "s3-128x128x64": (
-        3,
-        GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6),
-    ),
+    "s1-128x128x64": (1, BASE),
+    "s2-128x128x64": (2, BASE),
+    "s3-128x128x64": (3, BASE),
+    **{f"s{s}-course": (s, stage_config("sm_90a", s)) for s in (4, 5, 6, 7)},
+    # options in other combinations than the course's ladder
+    "s4-64x256-direct": (4, stage_config("sm_90a", 4).with_(tile_m=64, tile_n=256)),
+    "s6-128x128-wideB": (6, stage_config("sm_90a", 6).with_(tile_m=128)),
+    "s7-pingpong-narrowB": (7, stage_config("sm_90a", 7).with_(b_k_tiles=1)),
+    "s5-16rows-shiftA": (5, stage_config("sm_90a", 5).with_(tile_m=16, shift_a_box=True)),
+    "s7-32rows": (7, stage_config("sm_90a", 7).with_(tile_m=32)),
 }
+DIRECT = [name for name, (_, cfg) in CASES.items() if cfg.epilogue == "direct_store"]
+TMA_STORE = [name for name in CASES if name not in DIRECT]
 
 
 @pytest.fixture(scope="module")
 def reports():
     compiled = compile_many([(stage, cfg, None, None, None, None) for stage, cfg in CASES.values()])
     return dict(zip(CASES, compiled, strict=True))
+
+
+def _count(report, *prefixes) -> int:
+    return sum(n for op, n in report.opcodes.items() if op.split(".")[0] in prefixes)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -42,8 +49,48 @@ def test_wgmma_and_tma_instructions(reports, name):
     assert fam["UTC*MMA (tcgen05.mma)"] == 0, "tcgen05 instruction in a Hopper kernel"
     assert fam["LDTM (tcgen05.ld)"] == 0
     assert fam["UTMALDG (TMA load)"] > 0
-    assert fam["UTMASTG (TMA store)"] > 0, "TMA-store epilogue missing"
     assert fam["STG.E.ENL2.256"] == 0, "256-bit stores do not exist on sm_90"
+
+
+@pytest.mark.parametrize("name", TMA_STORE)
+def test_tma_store_epilogue(reports, name):
+    fam = reports[name].families
+    assert fam["UTMASTG (TMA store)"] > 0, "TMA-store epilogue missing"
+    assert fam["STG.E.128"] == 0
+
+
+@pytest.mark.parametrize("name", DIRECT)
+def test_direct_store_uses_16_byte_stores_and_no_tma_store(reports, name):
+    report = reports[name]
+    fam = report.families
+    assert fam["UTMASTG (TMA store)"] == 0, "a direct-store kernel must not TMA-store"
+    assert fam["STSM (stmatrix)"] == 0, "the direct store stages nothing in shared memory"
+    assert fam["STG.E.128"] > 0, "no 16-byte global stores"
+    assert fam["STG (other)"] == 0, f"narrower global stores: {report.opcodes}"
+    # one quad transpose (3 shuffles) per 16-byte store; in ping-pong the compiler keeps two
+    # copies of the shuffles but merges some stores, so count exactly only with one consumer
+    shuffles = _count(report, "SHFL")
+    assert shuffles > 0 and shuffles % 3 == 0
+    if report.gemm_config.acc_slots == 1:
+        assert shuffles == 3 * fam["STG.E.128"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_no_register_spills(reports, name):
+    report = reports[name]
+    assert _count(report, "STL", "LDL") == 0, f"{report.label} spills registers to local memory"
+
+
+def test_wide_b_entries_issue_two_tma_boxes_per_copy(reports):
+    narrow, wide = reports["s5-course"], reports["s6-course"]
+    # one A box plus one B box, against one A box plus the B copy's two 128-byte-wide boxes
+    assert narrow.families["UTMALDG (TMA load)"] == 2
+    assert wide.families["UTMALDG (TMA load)"] == 3
+
+
+def test_pingpong_hands_the_mainloop_over_on_named_barriers(reports):
+    assert _count(reports["s7-course"], "BAR") > _count(reports["s6-course"], "BAR")
+    assert any(op.startswith("BAR.ARV") for op in reports["s7-course"].opcodes)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -55,3 +102,9 @@ def test_smem_matches_budget_model_and_no_tmem(reports, name):
         f"budget model says {report.model_smem_bytes} B"
     )
     assert report.tmem_columns == 0
+
+
+def test_direct_store_adds_a_ring_entry(reports):
+    assert reports["s3-128x128x64"].gemm_config.ring_depth == 6
+    assert reports["s4-course"].gemm_config.ring_depth == 7
+    assert reports["s4-course"].smem_bytes <= 232_448

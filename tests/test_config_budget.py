@@ -118,9 +118,9 @@ def test_configurations_that_cannot_exist(kwargs, message):
         GemmConfig(**kwargs)
 
 
-def test_too_large_tiles_do_not_fit_two_stages():
+def test_too_large_tiles_do_not_fit_two_ring_entries():
     huge = GemmConfig(tile_m=256, tile_n=512, cta_group=2, tile_k=256)
-    with pytest.raises(ValueError, match="not even two pipeline stages"):
+    with pytest.raises(ValueError, match="not even two ring entries"):
         max_ring_depth(huge)
 
 

@@ -19,21 +19,43 @@ pytestmark = [
 ]
 
 from pearl_moe.kernels import grouped_gemm  # noqa: E402
+from pearl_moe.kernels.ladder import stage_config  # noqa: E402
 from pearl_moe.kernels.verify import random_inputs, run_checked  # noqa: E402
 from pearl_moe.workloads import MODELS, make_problem  # noqa: E402
 
-STAGES = (1, 2, 3)
+STAGES = (1, 2, 3, 4, 5, 6, 7)
+GROUPED = STAGES[1:]
+#: The options of stages 4-7 in other combinations than the course's ladder (stage, changes).
+VARIANTS = {
+    "s4-64x256": (4, dict(tile_m=64, tile_n=256)),
+    "s4-128x64": (4, dict(tile_n=64)),
+    "s6-128x128-wideB": (6, dict(tile_m=128)),
+    "s6-64x256-wideB": (6, dict(tile_n=256)),
+    "s7-narrowB": (7, dict(b_k_tiles=1)),
+    "s7-64x256": (7, dict(tile_n=256)),
+    "s7-ring3": (7, dict(ring_depth=3)),
+    # beyond the post: A boxes kept inside A, and tiles of fewer rows than the 64-row wgmma
+    "s4-shiftA": (4, dict(shift_a_box=True)),
+    "s5-16rows": (5, dict(tile_m=16)),
+    "s5-8rows-shiftA": (5, dict(tile_m=8, shift_a_box=True)),
+    "s6-16rows-shiftA": (6, dict(tile_m=16, shift_a_box=True)),
+    "s7-32rows-shiftA": (7, dict(tile_m=32, shift_a_box=True)),
+}
 TOKENS = (1, 16, 64, 256, 1024)
 ROUTINGS = ("balanced", "random", "skewed")
 
 
-def _check(stage, counts, n, k, W=None, seed=0, cu_seqlens=False):
+def _check(stage, counts, n, k, W=None, seed=0, cu_seqlens=False, config=None):
     A, W, offs = random_inputs(counts, n, k, W=W, seed=seed)
     host = offs.tolist()
     if cu_seqlens:
         offs = torch.cat([torch.zeros(1, dtype=torch.int32, device=offs.device), offs])
     res = run_checked(
-        lambda A, W, o, out: grouped_gemm(A, W, o, out=out, stage=stage), A, W, offs, host
+        lambda A, W, o, out: grouped_gemm(A, W, o, out=out, stage=stage, config=config),
+        A,
+        W,
+        offs,
+        host,
     )
     assert res["ok"], res
     return res
@@ -82,7 +104,23 @@ def test_edge_cases(stage, counts, n, k):
     _check(stage, counts, n, k, seed=sum(counts))
 
 
-@pytest.mark.parametrize("stage", (2, 3))
+EDGE_CASES = [
+    ((0, 37, 0, 0, 200, 0, 1, 0), 2816, 4096),
+    ((5, 127, 129, 0, 3), 136, 200),
+    ((1,), 4096, 6144),
+    ((300, 0, 0, 0), 1024, 1024),
+]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("counts, n, k", EDGE_CASES)
+def test_option_variants(variant, counts, n, k):
+    stage, changes = VARIANTS[variant]
+    config = stage_config("sm_90a", stage).with_(**changes)
+    _check(stage, counts, n, k, seed=len(counts), config=config)
+
+
+@pytest.mark.parametrize("stage", GROUPED)
 def test_cu_seqlens_and_graph_capture(stage):
     counts = (17, 0, 64, 3)
     A, W, offs = random_inputs(counts, 512, 256, seed=3)
@@ -107,3 +145,31 @@ def test_bad_offsets_raise_before_launch():
         grouped_gemm(A, W, torch.tensor([4, 7], dtype=torch.int32, device="cuda"))
     torch.cuda.synchronize()  # the context is still usable
     assert grouped_gemm(A, W, offs).isfinite().all()
+
+
+#: Offsets that violate the contract, for 4 experts and 30 rows: with ``check=False`` nothing looks
+#: at them on the host, so the kernels clamp them on the device (pearl_moe.kernels.scheduler).
+BAD_OFFSETS = [
+    [-5, 10, 20, 30],  # negative first offset
+    [20, 10, 30, 30],  # decreasing
+    [10, 20, 30, 1000],  # past the rows
+    [0, 0, 0, 0],  # ends before the rows
+    [-100, -50, 2**31 - 1, 5],
+    [40, 50, 60, 70],  # all past the rows
+]
+
+
+@pytest.mark.parametrize("stage", GROUPED)
+@pytest.mark.parametrize("bad", BAD_OFFSETS)
+def test_unchecked_bad_offsets_write_only_inside_out(stage, bad):
+    """A guard band of NaN-free sentinel rows around ``out`` must survive any offsets."""
+    rows, n, k, guard = 30, 256, 320, 64
+    A, W, _ = random_inputs((10, 10, 5, 5), n, k, seed=7)
+    sentinel = 3.0
+    buf = torch.full((guard + rows + guard, n), sentinel, dtype=torch.bfloat16, device="cuda")
+    out = buf[guard : guard + rows]
+    offs = torch.tensor(bad, dtype=torch.int32, device="cuda")
+    grouped_gemm(A, W, offs, out=out, stage=stage, check=False)
+    torch.cuda.synchronize()
+    assert (buf[:guard] == sentinel).all(), "rows before out were written"
+    assert (buf[guard + rows :] == sentinel).all(), "rows after out were written"

@@ -108,6 +108,10 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
 
     if config.epilogue == "direct_store":
         later(4, "the direct register-to-global store")
+    if config.shift_a_box:
+        later(4, "shifting A boxes inside A (with the direct store)")
+    if config.tile_m < 64:
+        later(5, f"a {config.tile_m}-row tile (smaller than the 64-row MMA)")
     if config.arch == "sm_100a" and config.cta_group == 1 and config.tile_m == 64:
         later(5, "the 1-CTA 64-row tile")
     if config.b_k_tiles > 1:

@@ -63,9 +63,10 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
     problems = stage_problems(config, stage)
     if config.arch != "sm_90a":
         problems.append(f"sm90 kernels need arch='sm_90a', got {config.arch!r}")
-    if config.tile_m not in (64, 128):
+    if config.tile_m not in (8, 16, 32, 64, 128):
         problems.append(
-            f"sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64 or 128, got {config.tile_m}"
+            "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64 or 128 (or 8, 16, 32 rows "
+            f"of A under a 64-row wgmma), got {config.tile_m}"
         )
     if config.tile_k % 64:
         problems.append(
@@ -73,8 +74,15 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
         )
     if config.tile_n % 16 or config.tile_n > 256:
         problems.append(f"tile_n must be a multiple of 16 up to 256, got {config.tile_n}")
-    if config.b_k_tiles != 1:
-        problems.append("wide B stages (b_k_tiles > 1) are not implemented on sm90")
+    if config.b_k_tiles not in (1, 2):
+        problems.append(
+            f"sm90 B ring entries span 1 or 2 K tiles, got b_k_tiles={config.b_k_tiles}"
+        )
+    if config.acc_slots == 2 and config.epilogue != "direct_store":
+        problems.append(
+            "the ping-pong consumers (acc_slots=2) store directly from registers: the two "
+            "warpgroups would otherwise share one SMEM epilogue buffer (use epilogue='direct_store')"
+        )
     if config.epi_tile_n <= 0 or config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
         problems.append(f"epi_tile_n={config.epi_tile_n} must be a multiple of 8 dividing tile_n")
     if n % 8 or k % 8:
@@ -89,9 +97,13 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
 class Sm90KernelBase:
     """Configuration shared by the sm_90a stages (pure Python; no device code here)."""
 
+    #: The last course stage whose options this kernel class implements (stage 3's persistent
+    #: kernel carries the options of stages 4-7).
+    max_stage = 1
+
     def __init__(self, config: GemmConfig):
         config = config.resolved()
-        problems = can_implement(config, 8, 8)
+        problems = can_implement(config, 8, 8, self.max_stage)
         if problems:
             raise ValueError("; ".join(problems))
         self.config = config
@@ -103,9 +115,21 @@ class Sm90KernelBase:
         self.ring_depth = config.ring_depth
         self.epi_buffers = config.epi_buffers
         self.epi_tile = (self.tile_m, config.epi_tile_n)
-        # One consumer warpgroup per 64 accumulator rows (wgmma's M is 64).
-        self.num_mma_warpgroups = self.tile_m // 64
-        self.num_mma_threads = self.num_mma_warpgroups * WARPGROUP_THREADS
+        # Options of stages 4, 6 and 7 (all off in stages 1-3's configurations).
+        self.direct_store = config.epilogue == "direct_store"
+        self.b_k_tiles = config.b_k_tiles
+        self.wide_b = config.b_k_tiles > 1
+        self.b_ring_depth = config.b_ring_depth
+        self.pingpong = config.acc_slots == 2
+        # One wgmma warpgroup per 64 accumulator rows (wgmma's M is 64) computes a tile; in
+        # ping-pong two warpgroups each own a whole 64-row tile and take alternate tiles. A tile
+        # of fewer rows still runs a 64-row wgmma (its extra accumulator rows are dropped).
+        self.mma_m = max(self.tile_m, 64)
+        self.num_mma_warpgroups = self.mma_m // 64
+        self.shift_a_box = config.shift_a_box
+        self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
+        self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups
+        self.num_mma_threads = self.num_consumer_warpgroups * WARPGROUP_THREADS
         self.smem_bytes = smem_budget(config).total
 
     # ------------------------------------------------------------------ host-side setup
@@ -121,12 +145,30 @@ class Sm90KernelBase:
             (self.num_mma_warpgroups, 1, 1),
             tiler_mn=(64, self.tile_n),
         )
-        # (tile_m, tile_k, stages), (tile_n, tile_k, stages), (tile_m, epi_n, epi_buffers)
+        # (tile_m, tile_k, ring_depth), (tile_n, tile_k * b_k_tiles, b_ring_depth),
+        # (tile_m, epi_n, epi_buffers)
         self.a_smem_layout = sm90_utils.make_smem_layout_a(
             row, self.tile_shape_mnk, self.ab_dtype, self.ring_depth
         )
+        # (mma_m, tile_k, ring_depth): what the wgmma reads. Below 64 rows an A entry is tile_m
+        # rows apart from the next, but the wgmma reads 64 rows from its start: rows past tile_m
+        # are the following entries (or the B ring after the last one), computed and dropped.
+        self.a_mma_layout = self.a_smem_layout
+        if self.tile_m < 64:
+            one = sm90_utils.make_smem_layout_a(
+                row, (64, self.tile_n, self.tile_k), self.ab_dtype, 1
+            )
+            outer = cute.append(
+                cute.slice_(one.outer, (None, None, 0)),
+                cute.make_layout(self.ring_depth, stride=self.tile_m * self.tile_k),
+            )
+            self.a_mma_layout = cute.make_composed_layout(one.inner, 0, outer)
+        # with b_k_tiles=2 one B entry holds two K tiles (two 128-byte swizzle atoms along K)
         self.b_smem_layout = sm90_utils.make_smem_layout_b(
-            row, self.tile_shape_mnk, self.ab_dtype, self.ring_depth
+            row,
+            (self.tile_m, self.tile_n, self.tile_k * self.b_k_tiles),
+            self.ab_dtype,
+            self.b_ring_depth,
         )
         self.epi_smem_layout = sm90_utils.make_smem_layout_epi(
             self.c_dtype, row, self.epi_tile, self.epi_buffers
@@ -145,32 +187,59 @@ class Sm90KernelBase:
         )
 
     # ------------------------------------------------------------------ device-side helpers
-    def _allocate_smem(self, a_layout, b_layout, epi_layout):
-        """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers)."""
+    def _allocate_smem(self, a_layout, b_layout, epi_layout, a_mma_layout=None):
+        """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers).
+
+        ``sC`` is None with direct stores (no epilogue buffer); with wide B entries the barrier
+        block also holds the B ring's full/empty pairs (``2 x b_ring_depth`` more mbarriers).
+        """
         smem = SmemAllocator()
-        # (tile_m, tile_k, stages)
-        sA = smem.allocate_tensor(self.ab_dtype, a_layout.outer, 1024, a_layout.inner)
-        # (tile_n, tile_k, stages)
+        # (mma_m, tile_k, ring_depth): the wgmma's view (``a_mma_layout``, the same as the TMA's
+        # ``a_layout`` at 64 rows and more); the TMA writes tile_m rows of each entry
+        a_mma_layout = a_layout if a_mma_layout is None else a_mma_layout
+        sA = smem.allocate_tensor(self.ab_dtype, a_mma_layout.outer, 1024, a_mma_layout.inner)
+        # (tile_n, tile_k * b_k_tiles, b_ring_depth)
         sB = smem.allocate_tensor(self.ab_dtype, b_layout.outer, 1024, b_layout.inner)
-        # (tile_m, epi_n, epi_buffers)
-        sC = smem.allocate_tensor(self.c_dtype, epi_layout.outer, 1024, epi_layout.inner)
-        barriers = smem.allocate_array(cutlass.Int64, 2 * self.ring_depth, byte_alignment=8)
+        sC = None
+        if cutlass.const_expr(not self.direct_store):
+            # (tile_m, epi_n, epi_buffers)
+            sC = smem.allocate_tensor(self.c_dtype, epi_layout.outer, 1024, epi_layout.inner)
+        count = 2 * self.ring_depth + (2 * self.b_ring_depth if self.wide_b else 0)
+        barriers = smem.allocate_array(cutlass.Int64, count, byte_alignment=8)
         smem.allocate_array(cutlass.Int32, _BOOKKEEPING_WORDS, byte_alignment=4)
         return sA, sB, sC, barriers
 
+    def _a_box_view(self, sA, a_layout):
+        """(tile_m, tile_k, ring_depth): the part of each A entry the TMA writes."""
+        if cutlass.const_expr(self.tile_m >= 64):
+            return sA
+        return cute.make_tensor(sA.iterator, a_layout.outer)
+
     def _make_ab_pipeline(self, barriers, consumer_warps: int, a_layout, b_layout):
-        """Full/empty mbarrier ring: TMA arrives with a byte count, consumer warps release."""
-        a_one = cute.slice_(a_layout, (None, None, 0))
-        b_one = cute.slice_(b_layout, (None, None, 0))
-        tma_bytes = cute.size_in_bytes(self.ab_dtype, a_one) + cute.size_in_bytes(
-            self.ab_dtype, b_one
+        """Full/empty mbarrier ring: TMA arrives with a byte count, consumer warps release.
+
+        One ring entry holds a K tile of A and of B. With wide B entries (``b_k_tiles=2``) this
+        ring holds A only and :meth:`_make_b_pipeline` gives B a ring of its own.
+        """
+        tma_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_layout, (None, None, 0)))
+        if cutlass.const_expr(not self.wide_b):
+            tma_bytes += cute.size_in_bytes(self.ab_dtype, cute.slice_(b_layout, (None, None, 0)))
+        return self._tma_pipeline(barriers, self.ring_depth, consumer_warps, tma_bytes)
+
+    def _make_b_pipeline(self, barriers, consumer_warps: int, b_layout):
+        """The ring of wide B entries; its mbarriers follow the A ring's in the barrier block."""
+        b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_layout, (None, None, 0)))
+        return self._tma_pipeline(
+            barriers + 2 * self.ring_depth, self.b_ring_depth, consumer_warps, b_bytes
         )
+
+    def _tma_pipeline(self, barriers, entries: int, consumer_warps: int, tx_bytes: int):
         return pipeline.PipelineTmaAsync.create(
             barrier_storage=barriers,
-            num_stages=self.ring_depth,
+            num_stages=entries,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
-            tx_count=tma_bytes,
+            tx_count=tx_bytes,
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
         )
 
@@ -184,15 +253,21 @@ class Sm90KernelBase:
         ab_pipeline.producer_commit(state)
 
     @cute.jit
-    def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, stage_index):
-        """All wgmma instructions of one k tile (tile_k / 16 of them), committed as one group."""
+    def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, a_index, b_index=None, b_kblock0=0):
+        """All wgmma instructions of one k tile (tile_k / 16 of them), committed as one group.
+
+        ``a_index`` / ``b_index`` pick the ring entries (the same entry unless B has a ring of
+        its own); ``b_kblock0`` is this K tile's first k block inside a wide B entry.
+        """
+        if cutlass.const_expr(b_index is None):
+            b_index = a_index
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
             cute.gemm(
                 tiled_mma,
                 acc,
-                tCrA[(None, None, kb, stage_index)],
-                tCrB[(None, None, kb, stage_index)],
+                tCrA[(None, None, kb, a_index)],
+                tCrB[(None, None, b_kblock0 + kb, b_index)],
                 acc,
             )
         cute.nvgpu.warpgroup.commit_group()

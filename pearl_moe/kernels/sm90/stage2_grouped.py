@@ -40,6 +40,8 @@ __all__ = ["Sm90GroupedGemm", "build", "compile_kernel", "compile_fake", "launch
 class Sm90GroupedGemm(Sm90DenseGemm):
     """``out[rows_e] = A[rows_e] @ W[e]^T`` for all experts ``e`` in one launch."""
 
+    max_stage = 2
+
     # ------------------------------------------------------------------ host side
     @cute.jit
     def __call__(

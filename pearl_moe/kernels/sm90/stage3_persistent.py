@@ -31,14 +31,26 @@ import cutlass.pipeline as pipeline
 from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
+from ..ladder import LAST_STAGE
 from .common import WARPGROUP_THREADS
+from .direct_store import DirectStoreEpilogue
+from .pingpong import PingPongTurns
 from .stage2_grouped import Sm90GroupedGemm
+from .wide_b import WideBLoads
 
 __all__ = ["Sm90PersistentGroupedGemm", "build", "compile_kernel", "compile_fake", "launch"]
 
 
-class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
-    """Stage 2's math and epilogue inside a persistent, warp-specialized loop."""
+class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, Sm90GroupedGemm):
+    """Stage 2's math and epilogue inside a persistent, warp-specialized loop.
+
+    The options of stages 4-7 are switched at compile time by the config: the epilogue
+    (``_store_tile``: TMA store or :meth:`_store_direct`), the B ring (``_load_tile`` /
+    ``_mma_tile``: one K tile per entry or :class:`WideBLoads`), and the consumers (one tile
+    at a time, or :class:`PingPongTurns`).
+    """
+
+    max_stage = LAST_STAGE
 
     def __init__(self, config: GemmConfig, sms: int = 132):
         super().__init__(config)
@@ -68,15 +80,21 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
         mA, mW, mOffs, mC3 = self._grouped_tensors(
             a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts
         )
+        # (rows, n): out as it is, for the direct store
+        mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
         tma_atom_a, tma_a = self._tma_load_atom(mA, self.a_smem_layout, (self.tile_m, self.tile_k))
-        tma_atom_b, tma_b = self._tma_load_atom(mW, self.b_smem_layout, (self.tile_n, self.tile_k))
+        tma_atom_b, tma_b = self._tma_load_atom(
+            mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles)
+        )
         tma_atom_c, tma_c3 = self._tma_store_atom(mC3)
         self.experts = experts
         self.n_tiles = (n + self.tile_n - 1) // self.tile_n
         self.k_tiles = (k + self.tile_k - 1) // self.tile_k
+        self.b_entries_per_tile = (self.k_tiles + self.b_k_tiles - 1) // self.b_k_tiles
         self.kernel(
-            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mOffs,
+            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mC, mOffs,
             self.tiled_mma, self.a_smem_layout, self.b_smem_layout, self.epi_smem_layout,
+            self.a_mma_layout,
         ).launch(
             grid=(self.sms, 1, 1),
             block=[self.threads_per_cta, 1, 1],
@@ -94,11 +112,13 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
         mW_nke: cute.Tensor,
         tma_atom_c: cute.CopyAtom,
         mC3: cute.Tensor,
+        mC_mn: cute.Tensor,
         mOffs: cute.Tensor,
         tiled_mma: cute.TiledMma,
         a_smem_layout: cute.ComposedLayout,
         b_smem_layout: cute.ComposedLayout,
         epi_smem_layout: cute.ComposedLayout,
+        a_mma_layout: cute.ComposedLayout,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -108,12 +128,21 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
         if warp_idx == self.load_warp:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
+            if cutlass.const_expr(not self.direct_store):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
-        ab_pipeline = self._make_ab_pipeline(
-            barriers, self.num_mma_threads // 32, a_smem_layout, b_smem_layout
+        sA, sB, sC, barriers = self._allocate_smem(
+            a_smem_layout, b_smem_layout, epi_smem_layout, a_mma_layout
         )
+        # Each ring entry is released by the warps of the one tile that read it.
+        ab_pipeline = self._make_ab_pipeline(
+            barriers, self.mma_threads_per_tile // 32, a_smem_layout, b_smem_layout
+        )
+        b_pipeline = ab_pipeline
+        if cutlass.const_expr(self.wide_b):
+            b_pipeline = self._make_b_pipeline(
+                barriers, self.mma_threads_per_tile // 32, b_smem_layout
+            )
         # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
         sched = scheduler.TileScheduler(
             mOffs, cute.size(mA_mk, mode=[0]), self.experts, self.tile_m, self.n_tiles, ctas
@@ -123,102 +152,186 @@ class Sm90PersistentGroupedGemm(Sm90GroupedGemm):
         if warpgroup < self.producer_warpgroups:
             cute.arch.setmaxregister_decrease(self.producer_registers)
             if warp_idx == self.load_warp:
-                load_state = pipeline.make_pipeline_state(
+                a_state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.ring_depth
+                )
+                b_state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, self.b_ring_depth
                 )
                 tile, expert, first = sched.first_tile(cta)
                 while expert < self.experts:
                     m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
-                    # (tile_m, tile_k, k_tiles)
+                    # (tile_m, tile_k, k_tiles): A rows from a_row0 (the tile's first row, or
+                    # earlier so that the box ends inside A)
                     gA = cute.local_tile(
-                        cute.domain_offset((row0, 0), mA_mk), (self.tile_m, self.tile_k), (0, None)
+                        cute.domain_offset((self._a_box_row(row0, sched.rows), 0), mA_mk),
+                        (self.tile_m, self.tile_k),
+                        (0, None),
                     )
-                    # (tile_n, tile_k, k_tiles)
+                    # (tile_n, tile_k * b_k_tiles, k_tiles / b_k_tiles)
                     gB = cute.local_tile(
-                        mW_nke[(None, None, expert)], (self.tile_n, self.tile_k), (n_tile, None)
+                        mW_nke[(None, None, expert)],
+                        (self.tile_n, self.tile_k * self.b_k_tiles),
+                        (n_tile, None),
                     )
-                    # (TMA, stages), (TMA, k_tiles)
+                    # (TMA, ring_depth), (TMA, k_tiles)
                     tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
                         tma_atom_a, 0, cute.make_layout(1),
-                        cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2),
+                        cute.group_modes(self._a_box_view(sA, a_smem_layout), 0, 2), cute.group_modes(gA, 0, 2),
                     )  # fmt: skip
-                    # (TMA, stages), (TMA, k_tiles)
+                    # (TMA, b_ring_depth), (TMA, k_tiles / b_k_tiles)
                     tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
                         tma_atom_b, 0, cute.make_layout(1),
                         cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2),
                     )  # fmt: skip
-                    load_state.reset_count()
-                    for _ in cutlass.range(self.k_tiles, unroll=1):
-                        self._issue_loads(
-                            ab_pipeline, load_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
-                        )
-                        load_state.advance()
+                    if cutlass.const_expr(self.wide_b):
+                        a_state, b_state = self._load_tile_wide_b(
+                            ab_pipeline, b_pipeline, a_state, b_state,
+                            tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB,
+                        )  # fmt: skip
+                    else:
+                        a_state.reset_count()
+                        for _ in cutlass.range(self.k_tiles, unroll=1):
+                            self._issue_loads(
+                                ab_pipeline, a_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
+                            )
+                            a_state.advance()
                     tile, expert, first = sched.next_tile(tile, expert, first)
-                ab_pipeline.producer_tail(load_state)
+                ab_pipeline.producer_tail(a_state)
+                if cutlass.const_expr(self.wide_b):
+                    b_pipeline.producer_tail(b_state)
 
         # ============ MMA consumer + epilogue warpgroups ============
         if warpgroup >= self.producer_warpgroups:
             cute.arch.setmaxregister_increase(self.consumer_registers)
-            mma_tidx = tidx - self.producer_warpgroups * WARPGROUP_THREADS
-            thr_mma = tiled_mma.get_slice(
-                (warpgroup - self.producer_warpgroups) * WARPGROUP_THREADS
-            )
-            # (MMA, MMA_M, MMA_K, stages)
+            consumer_tidx = tidx - self.producer_warpgroups * WARPGROUP_THREADS
+            # Ping-pong: each consumer warpgroup owns whole tiles (slot 0 or 1); otherwise the
+            # consumer warpgroups share every tile (slot 0) and split its rows.
+            slot = cutlass.Int32(0)
+            mma_tidx = consumer_tidx
+            if cutlass.const_expr(self.pingpong):
+                slot = consumer_tidx // WARPGROUP_THREADS
+                mma_tidx = consumer_tidx % WARPGROUP_THREADS
+            thr_mma = tiled_mma.get_slice(mma_tidx // WARPGROUP_THREADS * WARPGROUP_THREADS)
+            # (MMA, MMA_M, MMA_K, ring_depth)
             tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
-            # (MMA, MMA_N, MMA_K, stages)
+            # (MMA, MMA_N, MMA_K * b_k_tiles, b_ring_depth)
             tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
             # (MMA, MMA_M, MMA_N)
             acc = cute.make_rmem_tensor(
-                thr_mma.partition_shape_C((self.tile_m, self.tile_n)), self.acc_dtype
+                thr_mma.partition_shape_C((self.mma_m, self.tile_n)), self.acc_dtype
             )
-            store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_buffers,
-                producer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.num_mma_threads
-                ),
-            )
-            epi_barrier = pipeline.NamedBarrier(
-                barrier_id=self.epilogue_barrier_id, num_threads=self.num_mma_threads
-            )
-            slices = self.tile_n // self.epi_tile[1]
-            read_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, self.ring_depth
-            )
-            release_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, self.ring_depth
+            store_pipeline = None
+            epi_barrier = None
+            if cutlass.const_expr(not self.direct_store):
+                store_pipeline = pipeline.PipelineTmaStore.create(
+                    num_stages=self.epi_buffers,
+                    producer_group=pipeline.CooperativeGroup(
+                        pipeline.Agent.Thread, self.num_mma_threads
+                    ),
+                )
+                epi_barrier = pipeline.NamedBarrier(
+                    barrier_id=self.epilogue_barrier_id, num_threads=self.num_mma_threads
+                )
+            consumer = pipeline.PipelineUserType.Consumer
+            states = (
+                pipeline.make_pipeline_state(consumer, self.ring_depth),  # A (or A/B) read
+                pipeline.make_pipeline_state(consumer, self.ring_depth),  # A (or A/B) release
+                pipeline.make_pipeline_state(consumer, self.b_ring_depth),  # wide B read
+                pipeline.make_pipeline_state(consumer, self.b_ring_depth),  # wide B release
             )
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tiles_done = cutlass.Int32(0)
             tile, expert, first = sched.first_tile(cta)
             while expert < self.experts:
                 m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
-                acc.fill(0.0)
-                for kt in cutlass.range(self.k_tiles, unroll=1):
-                    ab_pipeline.consumer_wait(read_state)
-                    self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, read_state.index)
-                    read_state.advance()
-                    cute.nvgpu.warpgroup.wait_group(1)
-                    if kt > 0:
-                        ab_pipeline.consumer_release(release_state)
-                        release_state.advance()
-                cute.nvgpu.warpgroup.wait_group(0)
-                ab_pipeline.consumer_release(release_state)
-                release_state.advance()
-
-                # (tile_m, tile_n): rows past the expert's end fall outside the clipped view
-                gC = cute.local_tile(
-                    cute.domain_offset((self.tile_m - valid, 0), mC3[(None, None, row0 + valid)]),
-                    (self.tile_m, self.tile_n),
-                    (0, n_tile),
-                )
-                self._epilogue(
-                    tiled_mma, acc, sC, tma_atom_c, gC, mma_tidx, store_pipeline, epi_barrier,
-                    warp_idx == self.store_warp, tiles_done * slices,
-                )  # fmt: skip
+                next_tile, next_expert, next_first = sched.next_tile(tile, expert, first)
+                mine = True  # ping-pong: every other tile belongs to the other warpgroup
+                if cutlass.const_expr(self.pingpong):
+                    mine = tiles_done % 2 == slot
+                if mine:
+                    if cutlass.const_expr(self.pingpong):
+                        if tiles_done > 0:
+                            self._wait_turn(slot)
+                    acc.fill(0.0)
+                    states = self._mma_tile(
+                        tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline, states
+                    )
+                    if cutlass.const_expr(self.pingpong):
+                        if next_expert < self.experts:
+                            self._give_turn(slot)
+                    self._store_tile(
+                        tiled_mma, acc, sC, tma_atom_c, mC3, mC_mn, row0, valid, n_tile,
+                        self._a_box_row(row0, sched.rows), mma_tidx, store_pipeline, epi_barrier,
+                        warp_idx == self.store_warp, tiles_done,
+                    )  # fmt: skip
+                else:
+                    states = self._skip_tile(states)
                 tiles_done = tiles_done + 1
-                tile, expert, first = sched.next_tile(tile, expert, first)
-            if warp_idx == self.store_warp:
-                store_pipeline.producer_tail()
+                tile, expert, first = next_tile, next_expert, next_first
+            if cutlass.const_expr(not self.direct_store):
+                if warp_idx == self.store_warp:
+                    store_pipeline.producer_tail()
+
+    # ------------------------------------------------------------------ one tile, per option
+    @cute.jit
+    def _a_box_row(self, row0, rows):
+        """First row of the tile's A box: ``row0``, or with ``shift_a_box`` the latest start
+        that keeps the whole box inside A (TMA boxes that cross the tensor's end are slow)."""
+        a_row0 = row0
+        if cutlass.const_expr(self.shift_a_box):
+            a_row0 = cutlass.max(cutlass.min(row0, rows - self.tile_m), 0)
+        return a_row0
+
+    @cute.jit
+    def _mma_tile(self, tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline, states):
+        """All K tiles of one tile into ``acc``, releasing each ring entry once its wgmma is done."""
+        a_read, a_release, b_read, b_release = states
+        if cutlass.const_expr(self.wide_b):
+            a_read, a_release, b_read, b_release = self._mma_tile_wide_b(
+                tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline,
+                a_read, a_release, b_read, b_release,
+            )  # fmt: skip
+        else:
+            for kt in cutlass.range(self.k_tiles, unroll=1):
+                ab_pipeline.consumer_wait(a_read)
+                self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, a_read.index)
+                a_read.advance()
+                # Keep one k tile of wgmma in flight; the previous one is done: release its entry.
+                cute.nvgpu.warpgroup.wait_group(1)
+                if kt > 0:
+                    ab_pipeline.consumer_release(a_release)
+                    a_release.advance()
+            cute.nvgpu.warpgroup.wait_group(0)
+            ab_pipeline.consumer_release(a_release)
+            a_release.advance()
+        return a_read, a_release, b_read, b_release
+
+    @cute.jit
+    def _store_tile(
+        self, tiled_mma, acc, sC, tma_atom_c, mC3, mC_mn, row0, valid, n_tile, a_row0, mma_tidx,
+        store_pipeline, epi_barrier, is_store_warp, tiles_done,
+    ):  # fmt: skip
+        """The epilogue of one tile: straight from registers (stage 4 on) or through SMEM + TMA.
+
+        Accumulator row ``r`` holds A row ``a_row0 + r``; the tile's rows are ``[row0, row0 +
+        valid)``.
+        """
+        if cutlass.const_expr(self.direct_store):
+            self._store_direct(
+                tiled_mma, acc, mC_mn, a_row0, row0 - a_row0, valid, n_tile, mma_tidx
+            )
+        else:
+            # (tile_m, tile_n): rows past the expert's end fall outside the clipped view
+            gC = cute.local_tile(
+                cute.domain_offset((self.tile_m - valid, 0), mC3[(None, None, row0 + valid)]),
+                (self.tile_m, self.tile_n),
+                (0, n_tile),
+            )
+            self._epilogue(
+                tiled_mma, acc, sC, tma_atom_c, gC, mma_tidx, store_pipeline, epi_barrier,
+                is_store_warp, tiles_done * (self.tile_n // self.epi_tile[1]),
+            )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- host launcher

@@ -1,0 +1,104 @@
+"""Stage 4's epilogue on sm_90a: wgmma accumulator registers -> bf16 -> global memory, 16 bytes a store.
+
+Where the accumulator lives
+---------------------------
+A ``m64nNk16`` wgmma leaves a 64 x N fp32 tile in the registers of one warpgroup. Thread ``t``
+(warp ``w = t / 32`` of the warpgroup, lane ``l``) holds, for each 8-column group ``j`` of the tile,
+two neighbouring columns ``2 (l % 4)`` and ``+1`` in two rows, ``16 w + l / 4`` and ``+ 8``::
+
+    acc[(c, h, j)]  ->  row 16 w + l / 4 + 8 h,   column 8 j + 2 (l % 4) + c      c, h in {0, 1}
+
+So after the conversion to bf16 a thread owns only 4 contiguous bytes of any row, and the four
+threads of a quad (``l / 4`` equal) hold the 16 bytes of one 8-column group between them.
+
+Regrouping for 16-byte stores
+-----------------------------
+Hopper's widest global store is 128 bits (``STG.E.128``). Per row half ``h`` and per block of four
+column groups ``4 g .. 4 g + 3``, each thread of a quad holds one 32-bit word (two bf16) of each
+group. A 4 x 4 transpose inside the quad gives thread ``q = l % 4`` all four words of group
+``4 g + q``: in round ``i`` (1..3) every thread sends, with ``shfl.bfly`` by ``i``, the word the
+partner ``q ^ i`` needs and receives the word of group ``4 g + q`` that the partner holds. Then one
+16-byte store per thread writes eight contiguous bf16 of a row. Three shuffles and a few selects
+per 16 bytes; no shared memory, no barrier.
+
+Rows past the expert's end (``valid``) and columns past ``n`` are skipped per store; the shuffles
+run in every lane regardless (a shuffle inside a divergent branch would read lanes that left).
+Alignment: ``out`` is 16-byte aligned (the API checks) and ``n`` is a multiple of 8, so every
+row starts on a 16-byte boundary and every 8-column group does too.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64
+
+__all__ = ["DirectStoreEpilogue"]
+
+
+@cute.jit
+def _pick(words, index):
+    """``words[index]`` for a run-time ``index`` in 0..3, as two levels of selects (no local memory)."""
+    low = cutlass.select_((index & 1) != 0, words[1], words[0])
+    high = cutlass.select_((index & 1) != 0, words[3], words[2])
+    return Int32(cutlass.select_((index & 2) != 0, high, low))
+
+
+@cute.jit
+def quad_transpose(words, q):
+    """4 x 4 transpose of 32-bit words across the 4 lanes of a quad.
+
+    ``words[p']`` is this lane's word of column group ``p'``; returns ``out`` with ``out[p]`` =
+    lane ``p``'s word of group ``q`` (``q`` = this lane's index in the quad).
+    """
+    received = [_pick(words, q)]  # round 0: our own word of our group
+    for i in cutlass.range_constexpr(1, 4):
+        # the partner q ^ i wants our word of its group, q ^ i
+        received.append(Int32(cute.arch.shuffle_sync_bfly(_pick(words, q ^ i), offset=i)))
+    # received[i] came from lane q ^ i; put lane p's word in slot p, i.e. out[p] = received[p ^ q]
+    swap1 = [Int32(cutlass.select_((q & 1) != 0, received[s ^ 1], received[s])) for s in range(4)]
+    return [Int32(cutlass.select_((q & 2) != 0, swap1[s ^ 2], swap1[s])) for s in range(4)]
+
+
+class DirectStoreEpilogue:
+    """The direct-store epilogue, mixed into the persistent sm_90a kernel (``epilogue='direct_store'``)."""
+
+    @cute.jit
+    def _store_direct(self, tiled_mma, acc, mC_mn, a_row0, first, valid, n_tile, mma_tidx):
+        """Store one tile's accumulator (this warpgroup's 64 rows) straight to ``out``.
+
+        ``mC_mn`` is ``out`` as (rows, n). Accumulator row ``r`` is output row ``a_row0 + r``;
+        rows ``first .. first + valid - 1`` belong to the tile (``first`` > 0 when the A box
+        was moved up to end inside A). Columns start at ``n_tile * tile_n``.
+        """
+        # (MMA, MMA_M, MMA_N): the (row, column) inside the tile of every accumulator value
+        tCcC = tiled_mma.get_slice(mma_tidx).partition_C(
+            cute.make_identity_tensor((self.mma_m, self.tile_n))
+        )
+        # (MMA, MMA_M, MMA_N) in bf16, then the same registers as 32-bit words: word (h, j) holds
+        # columns 8 j + 2 (l % 4) + {0, 1} of row half h
+        rC = cute.make_rmem_tensor(acc.layout, self.c_dtype)
+        rC.store(acc.load().to(self.c_dtype))
+        rW = cute.recast_tensor(rC, Int32)
+        q = (mma_tidx % 32) % 4
+        n = cute.size(mC_mn, mode=[1])
+        col_tile = n_tile * self.tile_n
+        base = mC_mn.iterator.toint()
+        for h in cutlass.range_constexpr(2):
+            row = tCcC[((0, h, 0), 0, 0)][0]  # this thread's row (inside the tile) in half h
+            for g in cutlass.range_constexpr(self.tile_n // 32):
+                words = [rW[h + 2 * (4 * g + p)] for p in range(4)]
+                out = quad_transpose(words, q)
+                col = col_tile + 32 * g + 8 * q
+                if row >= first and row < first + valid and col < n:
+                    offset = (Int64(a_row0 + row) * n + col) * 2  # bytes
+                    dst = cute.make_tensor(
+                        cute.make_ptr(
+                            Int32, base + offset, cute.AddressSpace.gmem, assumed_align=16
+                        ),
+                        cute.make_layout(4),
+                    )
+                    src = cute.make_rmem_tensor(cute.make_layout(4), Int32)
+                    for p in cutlass.range_constexpr(4):
+                        src[p] = out[p]
+                    cute.autovec_copy(src, dst)

@@ -1,0 +1,65 @@
+"""Stage 7 on sm_90a: two consumer warpgroups in ping-pong, so one stores while the other multiplies.
+
+Blackwell's stage 7 splits the TMEM accumulator into two slots so the epilogue of one tile overlaps
+the MMA of the next. Hopper has no TMEM: the accumulator lives in the registers of the warpgroup
+that issued the wgmma. The analog is two accumulators in two consumer warpgroups (``acc_slots=2``,
+64-row tiles): warpgroup 0 takes the CTA's tiles 0, 2, 4, ..., warpgroup 1 tiles 1, 3, 5, ...
+While one converts and stores its tile, the other already runs the next tile's wgmma::
+
+    WG 0:  [ MMA tile 0 ][ store 0 ]            [ MMA tile 2 ][ store 2 ] ...
+    WG 1:               [ MMA tile 1 ][ store 1 ]             [ MMA tile 3 ] ...
+
+Both warpgroups read the one A/B ring in order. A warpgroup skips the other's tiles by advancing
+its ring position over their K tiles without waiting. The mainloops take turns through two
+named barriers ("your turn"): a warpgroup starts waiting on ring entries of its next tile only
+after the other has consumed every entry of the tile before. Without this hand-over a warpgroup
+could wait for an entry two fills ahead of the producer, and an mbarrier's phase bit (parity)
+cannot tell fill ``f`` from fill ``f - 2``: it would read the older tile's data.
+
+Register budget: 128 producer threads at 40 registers + 256 consumer threads at 232 registers =
+64,512 of the SM's 65,536; each consumer thread keeps a 64 x tile_n / 128 fp32 accumulator
+(64 registers at tile_n = 128). The epilogue is the direct store of stage 4 (no shared buffer the
+two warpgroups would have to share).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+__all__ = ["PingPongTurns", "TURN_BARRIER_BASE"]
+
+#: Named barriers 2 and 3 ("warpgroup 0's turn", "warpgroup 1's turn"); 1 is the epilogue's.
+TURN_BARRIER_BASE = 2
+
+
+class PingPongTurns:
+    """The mainloop hand-over between the two consumer warpgroups (``acc_slots=2``)."""
+
+    @cute.jit
+    def _wait_turn(self, slot):
+        """Block warpgroup ``slot`` until the other warpgroup hands the mainloop over."""
+        cute.arch.barrier(
+            barrier_id=TURN_BARRIER_BASE + slot, number_of_threads=2 * self.mma_threads_per_tile
+        )
+
+    @cute.jit
+    def _give_turn(self, slot):
+        """Warpgroup ``slot`` has consumed its tile's ring entries: the other may start."""
+        cute.arch.barrier_arrive(
+            barrier_id=TURN_BARRIER_BASE + 1 - slot,
+            number_of_threads=2 * self.mma_threads_per_tile,
+        )
+
+    @cute.jit
+    def _skip_tile(self, states):
+        """Advance every consumer ring position over a tile the other warpgroup computes."""
+        a_read, a_release, b_read, b_release = states
+        for _ in cutlass.range(self.k_tiles, unroll=1):
+            a_read.advance()
+            a_release.advance()
+        if cutlass.const_expr(self.wide_b):
+            for _ in cutlass.range(self.b_entries_per_tile, unroll=1):
+                b_read.advance()
+                b_release.advance()
+        return a_read, a_release, b_read, b_release
