@@ -94,6 +94,16 @@ def _kernel_problems(config: GemmConfig) -> list[str]:
             f"(tile_n / cta_group); the swizzled SMEM layout of B needs 8 or a multiple of 16 "
             f"rows (other sizes abort the CuTe DSL compiler)"
         )
+    # Every SMEM buffer starts 1024-byte aligned (the 128B swizzle repeats every 1024 B); an A or
+    # B ring entry of another size leaves padding between the buffers that the budget model does
+    # not count (and 8-row B tiles of 96-byte K rows, tile_k=48, abort the compiler).
+    for operand, entry in (("A", config.a_entry_bytes), ("B", config.b_entry_bytes)):
+        if entry % 1024:
+            problems.append(
+                f"an {operand} ring entry of {entry} B is not a multiple of 1024 B (each SMEM "
+                f"buffer is 1024-byte aligned for the swizzle): use a larger tile_k or "
+                f"{'tile_m' if operand == 'A' else 'tile_n'}"
+            )
     folded = config.cta_group == 2 and config.cta_tile_m == 64  # 2 x 2 epilogue warps
     epi_n = config.epi_tile_n
     if folded and (epi_n <= 0 or epi_n % 16):
