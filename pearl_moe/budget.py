@@ -42,7 +42,7 @@ __all__ = [
 
 MBARRIER_BYTES = 8
 #: Bytes after the mbarriers in every kernel: on sm_100a the 2-CTA TMEM-release mbarrier (8 B), the
-#: TMEM base address (4 B) and padding (``sm100.stage1_gemm.BOOKKEEPING_WORDS``); on sm_90a 16
+#: TMEM base address (4 B) and padding (``sm100.common.BOOKKEEPING_WORDS``); on sm_90a 16
 #: reserved 32-bit words (``sm90.common._BOOKKEEPING_WORDS``).
 BOOKKEEPING_BYTES = 64
 

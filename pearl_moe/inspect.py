@@ -60,13 +60,16 @@ FAMILIES: dict[str, str] = {
     "LDTM (tcgen05.ld)": r"^LDTM",
     "UTMALDG (TMA load)": r"^UTMALDG",
     "UTMASTG (TMA store)": r"^UTMASTG",
+    # global stores with their cache modifiers (e.g. .NA: no L1 allocation) in any order
     "STG.E.128": r"^STG\.E(\.[A-Z0-9]+)*\.128$",
-    "STG.E.ENL2.256": r"^STG\.E\.ENL2\.256",
-    "STG (other)": r"^STG(?!\.E(\.[A-Z0-9]+)*\.128$)(?!\.E\.ENL2\.256)",
+    "STG.E.ENL2.256": r"^STG\.E(\.[A-Z0-9]+)*\.ENL2\.256$",
+    "STG (other)": r"^STG(?!\.E(\.[A-Z0-9]+)*\.128$)(?!\.E(\.[A-Z0-9]+)*\.ENL2\.256$)",
     "STS (SMEM store)": r"^STS",
     "STSM (stmatrix)": r"^STSM",
     "SYNCS (mbarrier)": r"^SYNCS",
     "BAR (named barrier)": r"^BAR",
+    # register spills: local-memory stores and loads (none in a kernel that fits its registers)
+    "STL/LDL (spills)": r"^(STL|LDL)",
 }
 
 _SASS_LINE = re.compile(

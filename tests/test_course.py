@@ -68,9 +68,9 @@ def test_source_of_a_method_without_importing_cutlass():
     import sys
 
     had = "cutlass" in sys.modules
-    code, where = get_source("pearl_moe.kernels.sm100.stage1_gemm:GemmKernel.mma_k_loop")
+    code, where = get_source("pearl_moe.kernels.sm100.common:Sm100KernelBase.mma_k_loop")
     assert code.startswith("@cute.jit\ndef mma_k_loop(")
-    assert where.startswith("pearl_moe/kernels/sm100/stage1_gemm.py:")
+    assert where.startswith("pearl_moe/kernels/sm100/common.py:")
     assert ("cutlass" in sys.modules) == had
 
 

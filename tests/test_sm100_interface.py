@@ -38,6 +38,11 @@ CASES = {
         3,
         {"tile_m": 256, "tile_n": 256, "tile_k": 64, "cta_group": 2, "ring_depth": 6},
     ),
+    # stages 4-7: options of the stage-3 kernel, with the API's default config for each stage
+    "s4-default": (4, None),
+    "s5-default": (5, None),
+    "s6-default": (6, None),
+    "s7-default-2cta": (7, None),
 }
 
 WORKER = textwrap.dedent(
@@ -68,7 +73,7 @@ WORKER = textwrap.dedent(
 
     reports = {}
     for name, (stage, kwargs) in cases.items():
-        config = GemmConfig(**kwargs).resolved() if kwargs else api.default_config("sm_100a")
+        config = GemmConfig(**kwargs).resolved() if kwargs else api.default_config("sm_100a", stage)
         compiled = api._compiled("sm_100a", stage, config, n, k, experts, sms)
         sass = compiled.artifacts.SASS or ""
         host = [
@@ -91,6 +96,7 @@ WORKER = textwrap.dedent(
             "launch_rows": [c[-2] for c in calls],
             "marshalled": marshalled,
             "ptx_cta_group_2": "tcgen05.mma.cta_group::2" in (compiled.artifacts.PTX or ""),
+            "direct_store": config.epilogue == "direct_store",
         }
     print("REPORTS=" + json.dumps(reports))
     """
@@ -134,7 +140,12 @@ def test_compile_kernel_emits_tcgen05_mma_and_tma(reports, name):
     fam = reports[name]["families"]
     assert fam["UTC*MMA (tcgen05.mma)"] > 0, "no tcgen05 MMA (UTC*MMA) in the SASS"
     assert fam["UTMALDG (TMA load)"] > 0, "no TMA load (UTMALDG) in the SASS"
-    assert fam["UTMASTG (TMA store)"] > 0
+    if reports[name]["direct_store"]:
+        # stages 4-7 store from registers: 256-bit stores, the output assumed 32-byte aligned
+        assert fam["UTMASTG (TMA store)"] == 0
+        assert fam["STG.E.ENL2.256"] > 0
+    else:
+        assert fam["UTMASTG (TMA store)"] > 0
     assert fam["HGMMA (wgmma)"] == 0
 
 
@@ -175,4 +186,5 @@ def test_launch_arguments_match_the_compiled_function(reports, name):
 
 def test_two_cta_config_compiles_cta_group_2(reports):
     assert reports["s3-256x256x64-2cta"]["ptx_cta_group_2"]
+    assert reports["s7-default-2cta"]["ptx_cta_group_2"]
     assert not reports["s3-128x256x64-1cta"]["ptx_cta_group_2"]

@@ -3,19 +3,19 @@
 This is the smallest complete Blackwell GEMM the course builds on. One CTA computes one
 ``tile_m x tile_n`` tile of C with three kinds of warps::
 
-    TMA producer warp --(A/B ring, `stages` deep, full/empty mbarriers)--> MMA warp
+    TMA producer warp --(A/B ring, `ring_depth` entries, full/empty mbarriers)--> MMA warp
     MMA warp          --(accumulator in TMEM, full/empty mbarriers)------> epilogue warps
     epilogue warps    --(TMEM -> registers -> SMEM buffer, `epi_buffers` deep)--> TMA store
 
 * The TMA warp streams K tiles of A (``tile_m x tile_k``) and B (``tile_n x tile_k``) into a ring
-  of shared-memory stages; each stage's "full" barrier counts the bytes the TMA will deliver.
+  of shared-memory entries; each entry's "full" barrier counts the bytes the TMA will deliver.
 * One thread of the MMA warp issues ``tcgen05.mma`` (UMMA): operands come straight from shared
   memory, the fp32 accumulator lives in tensor memory (TMEM), not in registers.
 * Four epilogue warps (one per 32-lane quarter of TMEM) read the accumulator with
   ``tcgen05.ld`` in ``epi_tile_n``-column slices, convert to bf16, write the slice into a
   shared-memory buffer and let one thread TMA-store it.
 
-Budget (tile 128 x 128 x 64, bf16, 6 stages), the arithmetic :mod:`pearl_moe.budget` does::
+Budget (tile 128 x 128 x 64, bf16, a ring of 6 entries), the arithmetic :mod:`pearl_moe.budget` does::
 
     A ring    6 x 128 x 64 x 2 B             =  96 KB
     B ring    6 x 128 x 64 x 2 B             =  96 KB
@@ -24,28 +24,27 @@ Budget (tile 128 x 128 x 64, bf16, 6 stages), the arithmetic :mod:`pearl_moe.bud
     total                                    ~ 216.2 KB of 227 KB
     TMEM      128 fp32 columns (one 128 x 128 accumulator, allocation rounded to a power of 2)
 
-The device code is written as one method per piece so the later stages reuse it: ``kernel`` picks
-the CTA's tile and hands it to :meth:`GemmKernel.tile_roles` (the three roles for one tile), which
-is built from ``allocate_smem``, ``tma_partition_ab``, ``mma_fragments``, ``load_k_tiles``,
-``mma_k_loop``, ``epilogue_begin``, ``epilogue_tile`` and ``epilogue_end``. Stage 2 only changes
-where the tile comes from (and calls ``tile_roles`` unchanged); stage 3 calls the same pieces from
-its persistent tile loops.
+The pieces every stage shares (SMEM layouts, TMA atoms, pipelines, the K loop, the epilogue)
+live in :mod:`.common` (:class:`~.common.Sm100KernelBase`). This module adds the stage-1 kernel:
+``kernel`` picks the CTA's tile from the grid and hands it to :meth:`GemmKernel.tile_roles` (the
+three roles for one tile), built from ``allocate_smem``, ``tma_partition_ab``, ``mma_fragments``,
+``load_k_tiles``, ``mma_k_loop``, ``epilogue_begin``, ``epilogue_tile`` and ``epilogue_end``.
+Stage 2 only changes where the tile comes from (and calls ``tile_roles`` unchanged); stage 3 calls
+the same pieces from its persistent tile loops.
+
+Compile-verified only: no B200 has ever run this kernel (``tests/test_compile_sm100.py``).
 """
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils.blackwell_helpers as sm100_utils
-from cutlass.cute.nvgpu import cpasync, tcgen05
-from cutlass.memory import SmemAllocator, TmemAllocator
+from cutlass.cute.nvgpu import cpasync
 from cutlass.tensor_utils import LayoutEnum
-from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
-from ...budget import smem_budget, tmem_columns
 from ...config import GemmConfig
 from ..host import launch_per_expert, placeholder_ptr
-from ..ladder import stage_problems
+from .common import Sm100KernelBase, can_implement, check_config, one_accumulator
 
 __all__ = [
     "GemmKernel",
@@ -58,59 +57,10 @@ __all__ = [
     "launch",
     "one_accumulator",
     "placeholder_ptr",
-    "stage_config",
 ]
 
-#: Every warp role of the sm_100a kernels, in warp-index order.
-EPILOGUE_WARPS = (0, 1, 2, 3)
-MMA_WARP = 4
-TMA_WARP = 5
-THREADS_PER_CTA = 32 * (len(EPILOGUE_WARPS) + 2)
 
-#: Named barriers (id 0 is __syncthreads).
-EPILOGUE_SYNC_BARRIER = 1
-TMEM_ALLOC_BARRIER = 2
-
-#: Bytes of bookkeeping after the mbarriers: the 2-CTA TMEM-release mbarrier (8 B), the TMEM base
-#: address (4 B) and padding to the 64 B that ``pearl_moe.budget.BOOKKEEPING_BYTES`` models.
-BOOKKEEPING_WORDS = 13  # 32-bit padding words after the 12 bytes above: 12 + 13 x 4 = 64
-
-
-def check_config(config: GemmConfig, stage: int) -> list[str]:
-    """Reasons ``config`` cannot run as stage ``stage`` of the sm_100a kernels (empty if it can)."""
-    problems = []
-    if config.arch != "sm_100a":
-        problems.append(f"the sm100 kernels compile for sm_100a, config says {config.arch}")
-    if stage < 3 and config.cta_group != 1:
-        problems.append(f"stage {stage} is a 1-CTA kernel; cta_group=2 arrives in stage 3")
-    if stage < 3 and config.acc_buffers not in (None, 1):
-        problems.append(
-            f"stage {stage} computes one tile per CTA and keeps one accumulator "
-            f"(acc_buffers=1), config has {config.acc_buffers}"
-        )
-    # Options of later stages (direct store, wide B entries, split accumulator, 512-wide tiles)
-    # are gated in one place, pearl_moe.kernels.ladder.stage_problems.
-    problems += stage_problems(config, stage)
-    return problems
-
-
-def stage_config(config: GemmConfig, stage: int) -> GemmConfig:
-    """``config`` with the defaults a stage implies filled in, then resolved for the B200.
-
-    Stages 1 and 2 hold exactly one accumulator (``acc_buffers=1``); stage 3 keeps what the config
-    asks for (or as many as fit). ``ring_depth=None`` becomes the deepest ring that fits.
-    """
-    if stage < 3 and config.acc_buffers is None:
-        config = config.with_(acc_buffers=1)
-    problems = check_config(config, stage)
-    if problems:
-        raise ValueError(
-            f"{config.describe()} cannot run as sm_100a stage {stage}: " + "; ".join(problems)
-        )
-    return config.resolved()
-
-
-class GemmKernel:
+class GemmKernel(Sm100KernelBase):
     """Stage 1: ``C (m, n) = A (m, k) @ B (n, k)^T`` in bf16 with an fp32 TMEM accumulator.
 
     A and B are K-major (rows of ``k`` contiguous elements, as ``nn.Linear`` stores weights), C is
@@ -118,118 +68,6 @@ class GemmKernel:
     """
 
     stage = 1
-
-    def __init__(self, config: GemmConfig):
-        config = stage_config(config, self.stage)
-        self.config = config
-        self.use_2cta = config.cta_group == 2
-        self.cta_group = tcgen05.CtaGroup.TWO if self.use_2cta else tcgen05.CtaGroup.ONE
-        # The MMA tile (both CTAs of a pair together) and the part one CTA owns.
-        self.mma_tiler_mnk = (config.tile_m, config.tile_n, config.tile_k)
-        self.cta_tile_mnk = (config.cta_tile_m, config.tile_n, config.tile_k)
-        self.cluster_shape_mn = (config.cta_group, 1)
-        self.ring_depth = config.ring_depth
-        self.num_acc_buffers = config.acc_buffers
-        self.num_epi_buffers = config.epi_buffers
-        self.epi_tile_mn = (config.cta_tile_m, config.epi_tile_n)
-        self.num_tmem_cols = tmem_columns(config)
-        self.acc_dtype = cutlass.Float32
-        self.epilogue_warps = EPILOGUE_WARPS
-        self.mma_warp = MMA_WARP
-        self.tma_warp = TMA_WARP
-        self.threads_per_cta = THREADS_PER_CTA
-
-    # ------------------------------------------------------------------ setup (host, traced)
-    def _make_tiled_mma(self):
-        return sm100_utils.make_trivial_tiled_mma(
-            self.ab_dtype,  # A
-            self.ab_dtype,  # B
-            cute.nvgpu.OperandMajorMode.K,
-            cute.nvgpu.OperandMajorMode.K,
-            self.acc_dtype,
-            self.cta_group,
-            self.mma_tiler_mnk[:2],
-        )
-
-    def _setup(self, a_dtype, c_dtype, c_layout):
-        """Derive everything that depends on the operand types: MMA, SMEM layouts, epilogue tile."""
-        self.ab_dtype = a_dtype
-        self.c_dtype = c_dtype
-        self.c_layout = c_layout
-        tiled_mma = self._make_tiled_mma()
-        self.cluster_layout_vmnk = cute.tiled_divide(
-            cute.make_layout((*self.cluster_shape_mn, 1)), (tiled_mma.thr_id.shape,)
-        )
-        # (MMA, MMA_M, MMA_K, STAGE): `stages` K tiles of A, swizzled for UMMA
-        self.a_smem_layout = sm100_utils.make_smem_layout_a(
-            tiled_mma, self.mma_tiler_mnk, a_dtype, self.ring_depth
-        )
-        # (MMA, MMA_N, MMA_K, STAGE)
-        self.b_smem_layout = sm100_utils.make_smem_layout_b(
-            tiled_mma, self.mma_tiler_mnk, a_dtype, self.ring_depth
-        )
-        # (EPI_M, EPI_N, EPI_STAGE): the bf16 staging buffer the TMA store reads
-        self.c_smem_layout = sm100_utils.make_smem_layout_epi(
-            c_dtype, c_layout, self.epi_tile_mn, self.num_epi_buffers
-        )
-        a_bytes = cute.size_in_bytes(
-            a_dtype, cute.slice_(self.a_smem_layout, (None, None, None, 0))
-        )
-        b_bytes = cute.size_in_bytes(
-            a_dtype, cute.slice_(self.b_smem_layout, (None, None, None, 0))
-        )
-        # Bytes one ring entry's "full" barrier waits for (both CTAs' halves in 2-CTA mode).
-        self.num_tma_load_bytes = (a_bytes + b_bytes) * self.config.cta_group
-        return tiled_mma
-
-    def _make_tma_atoms(self, tiled_mma, mA, mB):
-        """TMA load atoms for A and B (2-CTA forms when the MMA spans a CTA pair)."""
-        a_op = sm100_utils.cluster_shape_to_tma_atom_A(
-            (*self.cluster_shape_mn, 1), tiled_mma.thr_id
-        )
-        b_op = sm100_utils.cluster_shape_to_tma_atom_B(
-            (*self.cluster_shape_mn, 1), tiled_mma.thr_id
-        )
-        tma_atom_a, tma_tensor_a = cute.nvgpu.make_tiled_tma_atom_A(
-            a_op,
-            mA,
-            cute.slice_(self.a_smem_layout, (None, None, None, 0)),
-            self.mma_tiler_mnk,
-            tiled_mma,
-            self.cluster_layout_vmnk.shape,
-        )
-        tma_atom_b, tma_tensor_b = cute.nvgpu.make_tiled_tma_atom_B(
-            b_op,
-            mB,
-            cute.slice_(self.b_smem_layout, (None, None, None, 0)),
-            self.mma_tiler_mnk,
-            tiled_mma,
-            self.cluster_layout_vmnk.shape,
-        )
-        return tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b
-
-    def _make_tma_store_atom(self, mC):
-        epi_smem_one = cute.select(self.c_smem_layout, mode=[0, 1])
-        return cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(), mC, epi_smem_one, self.epi_tile_mn
-        )
-
-    def _shared_storage(self):
-        """The mbarriers and bookkeeping words, placed after the data buffers.
-
-        ``(2 x stages + 2 x acc_buffers) x 8 B`` of mbarriers plus 64 B of bookkeeping: exactly the
-        "barriers" item of :func:`pearl_moe.budget.smem_budget`.
-        """
-
-        @cute.struct
-        class SharedStorage:
-            ab_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.ring_depth]
-            acc_mbar: cute.struct.MemRange[cutlass.Int64, 2 * self.num_acc_buffers]
-            tmem_dealloc_mbar: cutlass.Int64
-            tmem_base: cutlass.Int32
-            padding: cute.struct.MemRange[cutlass.Int32, BOOKKEEPING_WORDS]
-
-        return SharedStorage
 
     # ------------------------------------------------------------------ host entry point
     @cute.jit
@@ -399,300 +237,6 @@ class GemmKernel:
                 acc_pipeline.consumer_release(acc_state)
             self.epilogue_end(tmem, tmem_ptr, c_pipeline)
 
-    # ------------------------------------------------------------------ device pieces
-    def allocate_smem(self, a_smem_layout, b_smem_layout, c_smem_layout):
-        """The A/B rings, the epilogue buffer and the barrier block, in that order.
-
-        Data buffers first (1024-byte aligned for the 128 B swizzle), then the barrier block, so
-        the total is exactly the sum of the budget items (``A ring + B ring + epilogue + barriers``).
-        """
-        smem = SmemAllocator()
-        # (MMA, MMA_M, MMA_K, STAGE)
-        sA = smem.allocate_tensor(
-            self.ab_dtype, a_smem_layout.outer, byte_alignment=1024, swizzle=a_smem_layout.inner
-        )
-        # (MMA, MMA_N, MMA_K, STAGE)
-        sB = smem.allocate_tensor(
-            self.ab_dtype, b_smem_layout.outer, byte_alignment=1024, swizzle=b_smem_layout.inner
-        )
-        # (EPI_M, EPI_N, EPI_STAGE)
-        sC = smem.allocate_tensor(
-            self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
-        )
-        storage = smem.allocate(self._shared_storage())
-        return sA, sB, sC, storage
-
-    def _make_pipelines(self, storage, cluster_layout_vmnk=None, defer_sync=False):
-        """A/B ring (TMA -> UMMA), accumulator hand-off (UMMA -> epilogue) and the TMEM allocator."""
-        # One TMA thread arrives on each "full" barrier: no multicast in our (cta_group, 1) clusters;
-        # in 2-CTA mode the pair's loads land on the leader's barrier, counted in tx bytes.
-        ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
-            barrier_storage=storage.ab_mbar.data_ptr(),
-            num_stages=self.ring_depth,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
-            tx_count=self.num_tma_load_bytes,
-            cta_layout_vmnk=cluster_layout_vmnk,
-            defer_sync=defer_sync,
-        ).make_participants()
-        acc_pipeline = pipeline.PipelineUmmaAsync.create(
-            barrier_storage=storage.acc_mbar.data_ptr(),
-            num_stages=self.num_acc_buffers,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            # one elected thread per epilogue warp, of both CTAs in 2-CTA mode
-            consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, len(self.epilogue_warps) * self.config.cta_group
-            ),
-            cta_layout_vmnk=cluster_layout_vmnk,
-            defer_sync=defer_sync,
-        )
-        tmem = TmemAllocator(
-            storage.tmem_base.ptr,
-            barrier_for_retrieve=pipeline.NamedBarrier(
-                barrier_id=TMEM_ALLOC_BARRIER,
-                num_threads=32 * (len(self.epilogue_warps) + 1),
-            ),
-            allocator_warp_id=self.epilogue_warps[0],
-            is_two_cta=self.use_2cta,
-            two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc_mbar.ptr,
-        )
-        return ab_producer, ab_consumer, acc_pipeline, tmem
-
-    def mma_fragments(self, tiled_mma, sA, sB):
-        """UMMA views of the A/B rings and the layout of the TMEM accumulators (not allocated yet)."""
-        # (MMA, MMA_M, MMA_K, STAGE)
-        tCrA = tiled_mma.make_fragment_A(sA)
-        # (MMA, MMA_N, MMA_K, STAGE)
-        tCrB = tiled_mma.make_fragment_B(sB)
-        # (MMA, MMA_M, MMA_N, ACC_STAGE): layout only until TMEM is allocated
-        tCtAcc_fake = tiled_mma.make_fragment_C(
-            cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_buffers)
-        )
-        return tCrA, tCrB, tCtAcc_fake
-
-    def tma_partition_ab(
-        self,
-        tma_atom_a,
-        sA,
-        tCgA,
-        tma_atom_b,
-        sB,
-        tCgB,
-        cluster_layout_vmnk=None,
-        cluster_coord=None,
-    ):
-        """TMA views of one tile's A and B K tiles and of the rings they land in.
-
-        Without a cluster (stages 1, 2) each CTA loads its whole tile; with one (stage 3) the
-        coordinates in ``cluster_layout_vmnk`` pick this CTA's part of the multicast.
-        """
-        a_cta, a_cta_layout = 0, cute.make_layout(1)
-        b_cta, b_cta_layout = 0, cute.make_layout(1)
-        if cluster_layout_vmnk is not None:
-            a_cta = cluster_coord[2]
-            a_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, 0, None, 0)).shape)
-            b_cta = cluster_coord[1]
-            b_cta_layout = cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, None, 0, 0)).shape)
-        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-        tAsA, tAgA = cpasync.tma_partition(
-            tma_atom_a,
-            a_cta,
-            a_cta_layout,
-            cute.group_modes(sA, 0, 3),
-            cute.group_modes(tCgA, 0, 3),
-        )
-        # ((ATOM_V, REST_V), STAGE) and ((ATOM_V, REST_V), RestK)
-        tBsB, tBgB = cpasync.tma_partition(
-            tma_atom_b,
-            b_cta,
-            b_cta_layout,
-            cute.group_modes(sB, 0, 3),
-            cute.group_modes(tCgB, 0, 3),
-        )
-        return tAsA, tAgA, tBsB, tBgB
-
-    @cute.jit
-    def load_k_tiles(
-        self,
-        tma_atom_a: cute.CopyAtom,
-        tAgA: cute.Tensor,
-        tAsA: cute.Tensor,
-        tma_atom_b: cute.CopyAtom,
-        tBgB: cute.Tensor,
-        tBsB: cute.Tensor,
-        ab_producer,
-        k_tile_cnt,
-        a_mcast_mask=None,
-        b_mcast_mask=None,
-    ):
-        """TMA-load every K tile of one output tile into the A/B ring (one thread of the TMA warp).
-
-        Each ring entry's "full" barrier counts the bytes of both loads; the masks (stage 3,
-        2-CTA) make the pair's loads signal the leader CTA's barrier. Returns ``ab_producer``, whose
-        ring position the caller must carry to its next tile (see :meth:`mma_k_loop`).
-        """
-        for k_tile in cutlass.range(k_tile_cnt, unroll=1):
-            slot = ab_producer.acquire_and_advance()
-            cute.copy(
-                tma_atom_a,
-                tAgA[(None, k_tile)],
-                tAsA[(None, slot.index)],
-                tma_bar_ptr=slot.barrier,
-                mcast_mask=a_mcast_mask,
-            )
-            cute.copy(
-                tma_atom_b,
-                tBgB[(None, k_tile)],
-                tBsB[(None, slot.index)],
-                tma_bar_ptr=slot.barrier,
-                mcast_mask=b_mcast_mask,
-            )
-        return ab_producer
-
-    @cute.jit
-    def mma_k_loop(self, tiled_mma, tCtAcc, tCrA, tCrB, ab_consumer, k_tile_cnt):
-        """Accumulate every K tile of one output tile into ``tCtAcc`` (one thread issues UMMAs)."""
-        tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
-        num_k_blocks = cute.size(tCrA, mode=[2])
-        for _k_tile in cutlass.range(k_tile_cnt, unroll=1):
-            slot = ab_consumer.wait_and_advance()
-            for k_block in cutlass.range(num_k_blocks, unroll_full=True):
-                coord = (None, None, k_block, slot.index)
-                cute.gemm(tiled_mma, tCtAcc, tCrA[coord], tCrB[coord], tCtAcc)
-                tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
-            slot.release()  # tcgen05.commit: the stage is free once these UMMAs have read it
-        # The ACCUMULATE flag lives in the TiledMma value and the ring position in the consumer:
-        # hand both back so the caller's control flow (stage 3's tile loop) carries them. A helper
-        # cannot rebind the caller's variables, and a loop only carries the names it assigns or
-        # calls methods on, not objects it merely passes to a helper.
-        return tiled_mma, ab_consumer
-
-    def epilogue_begin(self, tmem, tCtAcc_fake):
-        """Epilogue warps, once: allocate TMEM, make the accumulators and the TMA-store pipeline.
-
-        The first epilogue warp allocates ``num_tmem_cols`` columns and publishes the address; the
-        MMA warp waits on the same named barrier (``tmem.wait_for_alloc``) before using it.
-        """
-        tmem.allocate(self.num_tmem_cols)
-        tmem.wait_for_alloc()
-        tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
-        # (MMA, MMA_M, MMA_N, ACC_STAGE)
-        tCtAcc = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
-        c_pipeline = pipeline.PipelineTmaStore.create(
-            num_stages=self.num_epi_buffers,
-            producer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, 32 * len(self.epilogue_warps)
-            ),
-        )
-        return tmem_ptr, tCtAcc, c_pipeline
-
-    @cute.jit
-    def epilogue_tile(
-        self,
-        tidx,
-        warp_idx,
-        tma_atom_c: cute.CopyAtom,
-        tCtAcc: cute.Tensor,
-        sC: cute.Tensor,
-        tCgC: cute.Tensor,
-        c_pipeline,
-        subtile_base,
-        tma_desc_ptr,
-    ):
-        """TMEM -> registers -> SMEM -> TMA store of one accumulator, ``epi_tile_n`` columns at a time.
-
-        ``subtile_base`` counts slices stored before this tile, so the staging buffer keeps rotating
-        across tiles; ``tma_desc_ptr`` (or None) points the store at a per-expert descriptor.
-        """
-        # ((ATOM_M, MMA_M), (ATOM_N, MMA_N)) for TMEM and this CTA's C tile
-        tAcc = transform_partitioned_tensor_layout(tCtAcc)
-        gC = transform_partitioned_tensor_layout(tCgC)
-        copy_atom_t2r = sm100_utils.get_tmem_load_op(
-            self.cta_tile_mnk,
-            self.c_layout,
-            self.c_dtype,
-            self.acc_dtype,
-            self.epi_tile_mn,
-            self.use_2cta,
-        )
-        # (EPI_TILE_M, EPI_TILE_N, EPI_M, EPI_N)
-        tAcc_epi = cute.flat_divide(tAcc, self.epi_tile_mn)
-        tiled_copy_t2r = tcgen05.make_tmem_copy(copy_atom_t2r, tAcc_epi[(None, None, 0, 0)])
-        thr_copy_t2r = tiled_copy_t2r.get_slice(tidx)
-        # (T2R, T2R_M, T2R_N, EPI_M, EPI_N)
-        tTR_tAcc = thr_copy_t2r.partition_S(tAcc_epi)
-        # (EPI_TILE_M, EPI_TILE_N, EPI_M, EPI_N)
-        gC_epi = cute.flat_divide(gC, self.epi_tile_mn)
-        # (T2R, T2R_M, T2R_N, EPI_M, EPI_N)
-        tTR_gC = thr_copy_t2r.partition_D(gC_epi)
-        # (T2R, T2R_M, T2R_N): fp32 slice in registers, then its bf16 copy
-        tTR_rAcc = cute.make_rmem_tensor(tTR_gC[(None, None, None, 0, 0)].shape, self.acc_dtype)
-        tTR_rC = cute.make_rmem_tensor(tTR_rAcc.shape, self.c_dtype)
-
-        copy_atom_r2s = sm100_utils.get_smem_store_op(
-            self.c_layout, self.c_dtype, self.acc_dtype, tiled_copy_t2r
-        )
-        tiled_copy_r2s = cute.make_tiled_copy_D(copy_atom_r2s, tiled_copy_t2r)
-        thr_copy_r2s = tiled_copy_r2s.get_slice(tidx)
-        # (R2S, R2S_M, R2S_N, EPI_STAGE)
-        tRS_sC = thr_copy_r2s.partition_D(sC)
-        # (R2S, R2S_M, R2S_N)
-        tRS_rC = tiled_copy_r2s.retile(tTR_rC)
-
-        # ((ATOM_V, REST_V), EPI_STAGE) and ((ATOM_V, REST_V), EPI_M, EPI_N)
-        bSG_sC, bSG_gC = cpasync.tma_partition(
-            tma_atom_c,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sC, 0, 2),
-            cute.group_modes(gC_epi, 0, 2),
-        )
-        # (T2R, T2R_M, T2R_N, EPI_SUBTILES) and ((ATOM_V, REST_V), EPI_SUBTILES)
-        tTR_tAcc = cute.group_modes(tTR_tAcc, 3, cute.rank(tTR_tAcc))
-        bSG_gC = cute.group_modes(bSG_gC, 1, cute.rank(bSG_gC))
-
-        epi_sync = pipeline.NamedBarrier(
-            barrier_id=EPILOGUE_SYNC_BARRIER, num_threads=32 * len(self.epilogue_warps)
-        )
-        subtile_cnt = cute.size(tTR_tAcc.shape, mode=[3])
-        for subtile in cutlass.range(subtile_cnt):
-            cute.copy(tiled_copy_t2r, tTR_tAcc[(None, None, None, subtile)], tTR_rAcc)
-            tRS_rC.store(tiled_copy_r2s.retile(tTR_rAcc).load().to(self.c_dtype))
-            buf = (subtile_base + subtile) % self.num_epi_buffers
-            cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
-            # make the generic-proxy SMEM writes visible to the TMA (async proxy), then sync
-            cute.arch.fence_proxy("async.shared", space="cta")
-            epi_sync.arrive_and_wait()
-            if warp_idx == self.epilogue_warps[0]:
-                if cutlass.const_expr(tma_desc_ptr is None):
-                    cute.copy(tma_atom_c, bSG_sC[(None, buf)], bSG_gC[(None, subtile)])
-                else:
-                    cute.copy(
-                        tma_atom_c,
-                        bSG_sC[(None, buf)],
-                        bSG_gC[(None, subtile)],
-                        tma_desc_ptr=tma_desc_ptr,
-                    )
-                c_pipeline.producer_commit()
-                c_pipeline.producer_acquire()  # the next buffer's old store has drained
-            epi_sync.arrive_and_wait()
-
-    def epilogue_end(self, tmem, tmem_ptr, c_pipeline):
-        """Epilogue warps, once: drain the outstanding TMA stores, then free TMEM."""
-        c_pipeline.producer_tail()
-        tmem.relinquish_alloc_permit()
-        tmem.free(tmem_ptr)
-
-    # ------------------------------------------------------------------ checks
-    @classmethod
-    def can_implement(cls, config: GemmConfig, m: int, n: int, k: int) -> bool:
-        """True when this stage (``cls.stage``) can run ``m`` rows of ``(m, k) @ (n, k)^T``.
-
-        ``m`` must be positive (a launch with no rows has an empty grid); the reasons behind a
-        ``False`` come from the module-level :func:`can_implement`.
-        """
-        return m > 0 and not can_implement(config, cls.stage, n, k)
-
 
 # ---------------------------------------------------------------------- module interface
 def build(config: GemmConfig) -> GemmKernel:
@@ -707,37 +251,6 @@ def fake_arguments(kernel: GemmKernel, n: int, k: int):
     """
     del kernel
     return placeholder_ptr(), placeholder_ptr(), placeholder_ptr(), 1, n, k, cuda.CUstream(0)
-
-
-def one_accumulator(config: GemmConfig) -> GemmConfig:
-    """``config`` with ``acc_buffers=1``, the only value stages 1 and 2 take.
-
-    :func:`pearl_moe.kernels.grouped_gemm` resolves every config first, and resolving turns
-    ``acc_buffers=None`` into "as many as fit" (2 at 128 x 128), a stage-3 knob. ``build`` rejects
-    that (a teaching error for ``inspect``); the API path pins it back to the one accumulator.
-    """
-    return config if config.acc_buffers in (None, 1) else config.with_(acc_buffers=1)
-
-
-def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
-    """Reasons sm_100a stage ``stage`` cannot run ``config`` at ``(n, k)`` (empty list: it can).
-
-    What :func:`pearl_moe.kernels.api.grouped_gemm` checks before compiling anything. Stages 1
-    and 2 are checked with the one accumulator their ``compile_kernel`` pins
-    (:func:`one_accumulator`); the ring must fit the B200's shared memory.
-    """
-    if stage < 3:
-        config = one_accumulator(config)
-    problems = check_config(config, stage)
-    if n <= 0 or k <= 0 or n % 8 or k % 8:
-        problems.append(
-            f"n={n} and k={k} must be positive multiples of 8 (16-byte TMA row strides)"
-        )
-    try:
-        smem_budget(config.resolved())
-    except ValueError as err:
-        problems.append(str(err))
-    return problems
 
 
 def compile_kernel(config: GemmConfig, n: int, k: int, experts: int = 1, sms: int | None = None):

@@ -33,7 +33,8 @@ from cutlass.tensor_utils import LayoutEnum, TensorMapManager, TensorMapUpdateMo
 from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
-from .stage1_gemm import GemmKernel, one_accumulator
+from .common import one_accumulator
+from .stage1_gemm import GemmKernel
 
 __all__ = [
     "GroupedGemmKernel",
@@ -150,8 +151,9 @@ class GroupedGemmKernel(GemmKernel):
     def _grouped_prologue(
         self, a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts, stream
     ):
-        """Host side shared by stages 2 and 3: the global views, the MMA and TMA atoms, and the
-        pre-kernel (one warp per expert) that writes each expert's clipped C descriptor.
+        """Host side shared by stages 2-7: the global views, the MMA and TMA atoms, and the
+        pre-kernel (one warp per expert) that writes each expert's clipped C descriptor (not
+        with direct stores, which get ``(None, mC)`` in place of the C atom and TMA tensor).
 
         Returns ``(tiled_mma, (tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c), mA, mC,
         mOffs, mWorkspace)``.
@@ -162,10 +164,14 @@ class GroupedGemmKernel(GemmKernel):
         )
         tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
         tma_atom_a, tma_a, tma_atom_b, tma_b = self._make_tma_atoms(tiled_mma, mA, mB_nkl)
-        tma_atom_c, tma_c = self._make_tma_store_atom(mC)
-        self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
-            grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
-        )
+        # Direct stores (stage 4 on) guard rows themselves: no C TMA atom, no descriptors, and the
+        # epilogue gets the output tensor itself.
+        tma_atom_c, tma_c = None, mC
+        if cutlass.const_expr(not self.direct_store):
+            tma_atom_c, tma_c = self._make_tma_store_atom(mC)
+            self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
+                grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
+            )
         tma = (tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c)
         return tiled_mma, tma, mA, mC, mOffs, mWorkspace
 
@@ -203,7 +209,7 @@ class GroupedGemmKernel(GemmKernel):
             rows,
             mC,
             cute.select(c_smem_layout, mode=[0, 1]),
-            self.epi_tile_mn,
+            self._epilogue_tile(),
         )
 
     @cute.kernel
