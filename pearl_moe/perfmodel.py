@@ -83,6 +83,7 @@ __all__ = [
     "mma_ceiling",
     "l2_throughput",
     "STAGE_KINDS",
+    "stage_projection",
 ]
 
 #: How each course stage launches its work (stages 4-7 are options of the stage-3 kernel).
@@ -108,7 +109,7 @@ class ModelParams:
     launch_overhead_s: float = 0.81e-6  # one kernel launch replayed from a CUDA graph
     # -- assumed (not identifiable from the committed runs)
     epilogue_s: float = 0.5e-6  # consumer time to store one 128 x 128 bf16 tile (32 KB)
-    hbm_efficiency: float = 0.89  # measured H200 read ceiling / datasheet (4.28 / 4.8 TB/s)
+    hbm_efficiency: float = 0.88  # measured H200 read ceiling / datasheet (4.24 / 4.8 TB/s)
     mma_efficiency: float = 0.81  # measured H200 dense bf16 ceiling / datasheet (801 / 989)
     narrow_store_l2_factor: float = 2.0  # L2 work of output written with 128-bit direct stores
 
@@ -491,3 +492,28 @@ def bytes_in_flight(
         a_padding_l2=pad * scale,
         a_zero_fill=zero * scale,
     )
+
+
+def stage_projection(
+    models=("GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"),
+    tokens=(16, 64, 256, 4096),
+    gpu: GpuSpec | str = "B200",
+    stages=range(3, 8),
+    params: ModelParams | None = None,
+    ep: int = 8,
+) -> dict[tuple[str, int], dict[int, Prediction]]:
+    """Modeled latency of each course stage (its ladder configuration) per ``(model, tokens)``."""
+    from .kernels.ladder import stage_config
+    from .workloads import get_model, make_problem
+
+    gpu = get_gpu(gpu)
+    out: dict[tuple[str, int], dict[int, Prediction]] = {}
+    for model in models:
+        name = get_model(model).name
+        for t in tokens:
+            problem = make_problem(name, t, ep=ep)
+            out[(name, t)] = {
+                s: predict(problem, stage_config(gpu.arch, s), gpu, stage=s, params=params)
+                for s in stages
+            }
+    return out
