@@ -41,6 +41,7 @@ __all__ = [
     "plot_roofline",
     "plot_calibration",
     "plot_stage_projection",
+    "plot_ring_depth_sweep",
     "figure_png",
 ]
 
@@ -539,5 +540,34 @@ def plot_stage_projection(
         ax.legend(ncol=len(stages) + 1, fontsize=7, loc="upper left")
         ax.set_title(
             f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement): stages side by side"
+        )
+    return fig
+
+
+def plot_ring_depth_sweep(
+    series: Mapping[str, Sequence[tuple[int, float]]],
+    floor: float | None = None,
+    gpu: str = "B200",
+    title: str = "",
+    ax: Axes | None = None,
+) -> Figure:
+    """Modeled latency against ring depth, one line per configuration: ``series[label] =
+    [(ring_depth, seconds), ...]`` from :func:`pearl_moe.perfmodel.predict`. Titled as modeled."""
+    with style():
+        fig, ax = _axes(ax, (6.0, 3.4))
+        for i, (label, points) in enumerate(series.items()):
+            d, t = zip(*sorted(points), strict=True)
+            ax.plot(d, np.array(t) * 1e6, ":o", ms=4, color=OKABE_ITO[i % len(OKABE_ITO)],
+                    label=label)  # fmt: skip
+        if floor:
+            ax.axhline(floor * 1e6, color="#555555", ls="--", label="floor (datasheet)")
+        ax.set_xlabel("ring depth (A/B entries per SM)")
+        ax.set_ylabel("latency (us)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+        ax.set_title(
+            f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement)"
+            + (f": {title}" if title else ""),
+            fontsize=9,
         )
     return fig
