@@ -287,7 +287,7 @@ def plot_smem_budget(
         ax.set_ylim(0, max(limits) / 1024 * 1.35)
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper center", ncol=3, fontsize=7)
-        ax.set_title("Shared-memory budget")
+        ax.set_title("Shared-memory budget (budget model; the compiled kernels match it)")
     return fig
 
 
@@ -359,7 +359,8 @@ def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
         ax.set_xlabel(f"TMEM column (of {total}; 128 lanes x 32 bit each)")
         split = ", split into 2 slots" if config.acc_slots == 2 else ""
         ax.set_title(
-            f"{config.tile_m}x{config.tile_n} {config.cta_group}-CTA: {config.acc_buffers} "
+            f"TMEM budget model, {config.tile_m}x{config.tile_n} {config.cta_group}-CTA: "
+            f"{config.acc_buffers} "
             f"accumulator stage(s){split}, {allocated} columns allocated",
             fontsize=9,
         )
