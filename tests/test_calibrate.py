@@ -71,3 +71,31 @@ def test_thresholds_are_options(capsys):
     assert calibrate.main(["--max-error", "0.5", "--min-spearman", "0.5"]) == 0
     assert calibrate.main(["--max-error", "0.001"]) == 1
     capsys.readouterr()
+
+
+def test_ablation_records_are_read_and_modeled(tmp_path):
+    """Runs of kind 'ablation' (stages 3-7, variants such as pearl-s5:ring_depth=7) need no code
+    change: the stage comes from the record, the configuration from config.gemm_config."""
+    run = json.loads((calibrate.RESULTS / "H200" / "stage_sweep.json").read_text())
+    run["kind"] = "ablation"
+    rec = dict(run["records"][-1])
+    rec["impl"] = "pearl-s5:ring_depth=7"
+    rec["config"] = {
+        "stage": 5,
+        "gemm_config": dict(
+            arch="sm_90a", tile_m=64, tile_n=128, tile_k=64, ring_depth=7,
+            epilogue="direct_store", shift_a_box=True,
+        ),
+    }  # fmt: skip
+    broken = dict(rec, impl="pearl-s6", config={"stage": 6})  # no configuration recorded
+    run["records"] = [rec, broken]
+    (tmp_path / "H200").mkdir()
+    (tmp_path / "H200" / "ablation.json").write_text(json.dumps(run))
+    records, excluded = calibrate.load_records(root=tmp_path)
+    assert [(r.kind, r.impl, r.stage) for r in records] == [
+        ("ablation", "pearl-s5:ring_depth=7", 5)
+    ]
+    assert records[0].config.shift_a_box and records[0].config.epilogue == "direct_store"
+    assert len(excluded) == 1 and "no gemm_config" in excluded[0][3]
+    (row,) = calibrate.evaluate(records)
+    assert row["modeled_s"] > 0 and row["stage"] == 5
