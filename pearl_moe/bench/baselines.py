@@ -10,8 +10,16 @@ Registered names:
   during ``prepare``, outside the timed region;
 * ``triton``: :mod:`pearl_moe.bench.triton_grouped`, with its tile configuration picked per problem
   by timing a few candidates during ``prepare``;
-* ``pearl``, ``pearl-s1`` ... ``pearl-s7``: ``pearl_moe.kernels.grouped_gemm(..., stage=N)``, imported
-  only when asked (unavailable if that kernel stage does not exist).
+* ``flashinfer``: FlashInfer's segment GEMM (``SegmentGEMMWrapper``, sm90 backend: a CUTLASS 3.x
+  pointer-array grouped GEMM, one fixed 128 x 128 x 128 tile) where FlashInfer is installed. It
+  cannot be installed on the lent GPU machine (see :data:`FLASHINFER_WHY_NOT`);
+* ``pearl``: ``pearl_moe.kernels.grouped_gemm(A, W, offsets)`` as users call it: no stage, no config,
+  so the call picks both (:func:`pearl_moe.kernels.autotune.pick`); the record says what it picked;
+* ``pearl-s1`` ... ``pearl-s7``: ``grouped_gemm(..., stage=N)`` with the course's configuration of
+  stage N (:func:`pearl_moe.kernels.api.default_config`), imported only when asked (unavailable if
+  that kernel stage does not exist);
+* ``pearl-sN:field=value+...``: stage N's configuration with some fields changed (a family of names,
+  :func:`pearl_variant`).
 
 quack, triton and our kernels are imported inside the factories; a missing package raises
 :class:`ImplementationUnavailable` with the reason.
@@ -24,9 +32,15 @@ import functools
 import time
 
 from ..config import LEGACY_FIELD_NAMES
-from .harness import Implementation, ImplementationUnavailable, Prepared, register
+from .registry import (
+    Implementation,
+    ImplementationUnavailable,
+    Prepared,
+    register,
+    register_family,
+)
 
-__all__ = ["DEFAULT_IMPLS", "PEARL_STAGES"]
+__all__ = ["DEFAULT_IMPLS", "PEARL_STAGES", "FLASHINFER_WHY_NOT"]
 
 
 # ------------------------------------------------------------------------- per-expert loop
@@ -224,6 +238,66 @@ def _triton() -> Implementation:
     )
 
 
+# ------------------------------------------------------------------------------ flashinfer
+#: Why the FlashInfer baseline is not measured on the project's lent H200 (checked 2026-11-30).
+FLASHINFER_WHY_NOT = (
+    "FlashInfer cannot be installed on the lent GPU machine: it has no network, and what a call "
+    "carries is 64 MiB, ~58 MiB of which is the CuTe DSL bundle. The flashinfer-python 0.7.4 wheel "
+    "alone is 101 MB (its Python files 25 MB zipped, the CUDA sources and CUTLASS/CCCL headers it "
+    "JIT-compiles another 54 MB), and `import flashinfer` needs packages that machine lacks (cuda-tile, "
+    "nccl4py, nccl-extensions, nvidia-cudnn-frontend, nvidia-ml-py, einops, tabulate, click, "
+    "ninja). Its bf16 grouped GEMM on sm_90 (SegmentGEMMWrapper, backend sm90) is compiled with "
+    "nvcc on first use: a CUTLASS 3.x pointer-array grouped GEMM with one fixed 128x128x128 tile, "
+    "2x1 cluster, cooperative schedule -- the same CUTLASS family as torch grouped_mm, which is "
+    "measured."
+)
+
+
+def _flashinfer() -> Implementation:
+    try:
+        from flashinfer.gemm import SegmentGEMMWrapper
+    except Exception as exc:
+        raise ImplementationUnavailable(
+            f"flashinfer is not importable here ({type(exc).__name__}: {exc}). "
+            + FLASHINFER_WHY_NOT
+        ) from exc
+    try:
+        from importlib.metadata import version
+
+        fi_version = version("flashinfer-python")
+    except Exception:
+        fi_version = None
+    workspaces: dict = {}
+
+    def prepare(A, W, offsets, counts):
+        import torch
+
+        if A.device not in workspaces:  # 128 MiB, as FlashInfer recommends
+            workspaces[A.device] = torch.empty(128 << 20, dtype=torch.int8, device=A.device)
+        seg = SegmentGEMMWrapper(workspaces[A.device], backend="sm90")
+        seg_indptr = _cu_seqlens(offsets).to(torch.int64)
+        experts = W.shape[0]
+        weight_indices = torch.arange(experts, dtype=torch.int64, device=A.device)
+
+        def run(out):
+            return seg.run(
+                A, W, experts, True, out=out, seg_indptr=seg_indptr, weight_indices=weight_indices
+            )
+
+        return Prepared(
+            run,
+            {
+                "flashinfer_version": fi_version,
+                "api": "SegmentGEMMWrapper(backend='sm90').run(weight_column_major=True)",
+                "kernel": "CUTLASS 3.x ptr-array grouped GEMM, 128x128x128 tile, cluster 2x1",
+            },
+        )
+
+    return Implementation(
+        "flashinfer", prepare, {"version": fi_version}, "FlashInfer segment GEMM (sm90 backend)"
+    )
+
+
 # ------------------------------------------------------------------------ our kernels, lazily
 PEARL_STAGES = tuple(range(1, 8))
 
@@ -254,7 +328,9 @@ def _parse_overrides(spec: str) -> dict:
 
 def pearl_variant(name: str) -> Implementation:
     """A pearl kernel with config overrides, named ``pearl-s3:tile_m=64+ring_depth=5``: the stage's
-    default configuration on this GPU with those fields changed (validated by GemmConfig)."""
+    course configuration on this GPU with those fields changed (validated by GemmConfig; a ring
+    depth not given is the deepest that fits the changed tile). ``pearl-sN`` without overrides is
+    stage N (ImplementationUnavailable if the kernels have no stage N)."""
     base, _, spec = name.partition(":")
     if not base.startswith("pearl-s") or not base[len("pearl-s") :].isdigit():
         raise KeyError(f"unknown implementation {name!r}")
@@ -279,19 +355,34 @@ def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = 
 
     def prepare(A, W, offsets, counts):
         from ..kernels.api import _arch_of, default_config
+        from ..kernels.ladder import stage_config
         from ..workloads import counts_to_offsets
 
-        config = default_config(_arch_of(A.device))
-        if overrides:
-            config = config.with_(**overrides).resolved()
+        arch = _arch_of(A.device)
+        if stage is None:  # the default call: record what it picks, then call it without a config
+            from ..kernels.autotune import gpu_name, pick
+
+            choice = pick(arch, W.shape[1], W.shape[2], W.shape[0], A.shape[0], gpu_name(A.device))
+            config, picked = choice.config, choice.stage
+            call_kwargs = {}
+        elif overrides:
+            config = stage_config(arch, stage).with_(**overrides).resolved()
+            picked = stage
+            call_kwargs = {"config": config}
+        else:
+            config = default_config(arch, stage)
+            picked = stage
+            call_kwargs = {"config": config}
         host = counts_to_offsets(counts) if stage == 1 else None
 
         def run(out):
             return kernels.grouped_gemm(
-                A, W, offsets, config=config, out=out, host_offsets=host, **kwargs
+                A, W, offsets, out=out, host_offsets=host, **call_kwargs, **kwargs
             )
 
-        described = {"stage": stage or "default", "config": config.describe()}
+        described = {"stage": picked, "config": config.describe()}
+        if stage is None:
+            described["picked_by"] = choice.source
         return Prepared(run, {**described, "gemm_config": dataclasses.asdict(config)})
 
     config = {"stage": stage if stage is not None else "default", "overrides": overrides or {}}
@@ -304,9 +395,12 @@ register("grouped_mm", _grouped_mm)
 register("quack", functools.partial(_quack, False))
 register("quack-tuned", functools.partial(_quack, True))
 register("triton", _triton)
+register("flashinfer", _flashinfer)
 register("pearl", functools.partial(_pearl, None))
 for _s in PEARL_STAGES:
     register(f"pearl-s{_s}", functools.partial(_pearl, _s))
+# pearl-sN for stages not listed above, and pearl-sN:field=value+... variants
+register_family("pearl-s", pearl_variant, sep="")
 
 #: What `python -m pearl_moe bench` runs by default.
 DEFAULT_IMPLS = ("loop", "grouped_mm", "quack", "triton")

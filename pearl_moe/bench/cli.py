@@ -4,9 +4,20 @@
         --skewed-tokens 64 --impls loop,grouped_mm,quack,triton --out results/H200/baselines.json
 
 For every problem: measure nothing until every implementation has passed its correctness check on
-fresh random inputs; then time each with CUDA-graph replays. The two ceilings (read bandwidth and
-bf16 rate) are measured once at the start of the run, on the same GPU. The JSON file is rewritten
-after every problem, so an interrupted run keeps what it finished.
+fresh random inputs (one reference for all); then time them together in interleaved rounds of
+CUDA-graph replays (A B C, B C A, ...: ``--rounds`` rounds of ``--reps`` replays each), so that ratios
+between implementations of one run resolve differences of 1-2 %. The two ceilings (read bandwidth
+and bf16 rate) are measured once at the start of the run, on the same GPU. The JSON file is
+rewritten after every problem, so an interrupted run keeps what it finished.
+
+    # the default call against every baseline, with the ratio table (our time / best baseline)
+    python -m pearl_moe bench --impls pearl,triton,grouped_mm,loop,quack-tuned \
+        --impl-tokens quack-tuned=64,4096 --tokens 1,16,64,256,1024,4096 --skewed-tokens 64 \
+        --kind compare --compare
+    # the course's ablation: every stage 3..7 against the previous one
+    python -m pearl_moe bench --kind ablation
+    # the summaries of a recorded run, on any machine
+    python -m pearl_moe bench --summarize results/H200/compare.json
 """
 
 from __future__ import annotations
@@ -37,7 +48,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Check, then time, grouped-GEMM implementations on this machine's CUDA GPU.",
     )
     p.add_argument("--models", default="all", help="comma list of model names, or 'all'")
-    p.add_argument("--tokens", default="1,4,16,64,256,1024,4096", help="tokens per GPU, comma list")
+    p.add_argument(
+        "--tokens",
+        default=None,
+        help="tokens per GPU, comma list (default 1,4,16,64,256,1024,4096; ablation: 16,64,256,4096)",
+    )
     p.add_argument("--routing", default="balanced", help="routing for --tokens (comma list)")
     p.add_argument(
         "--skewed-tokens", default="", help="extra skewed-routing problems at these token counts"
@@ -51,11 +66,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ep", type=int, default=8, help="expert-parallel degree")
     p.add_argument("--projection", default="gate_up", choices=("gate_up", "down"))
     p.add_argument(
-        "--impls", default="loop,grouped_mm,quack,triton", help="implementations, comma list"
+        "--impls",
+        default=None,
+        help="implementations, comma list (default loop,grouped_mm,quack,triton; "
+        "ablation: pearl-s3,...,pearl-s7)",
     )
-    p.add_argument("--reps", type=int, default=20, help="timed graph replays per implementation")
+    p.add_argument(
+        "--impl-tokens",
+        action="append",
+        default=[],
+        metavar="IMPL=T1,T2",
+        help="run IMPL only at these token counts (e.g. quack-tuned=64,4096); repeatable",
+    )
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per problem")
+    p.add_argument(
+        "--reps", type=int, default=5, help="timed graph replays per implementation per round"
+    )
+    p.add_argument("--warmup-replays", type=int, default=1, help="untimed replays before each turn")
     p.add_argument("--launches", type=int, default=10, help="calls captured per CUDA graph")
-    p.add_argument("--kind", default="baselines", help="run kind: names the output file")
+    p.add_argument(
+        "--kind",
+        default="baselines",
+        help="run kind: names the output file; 'ablation' also sets the stage ladder defaults",
+    )
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="print (and store) the ratio table: --ours against the best baseline per shape",
+    )
+    p.add_argument("--ours", default="pearl", help="our implementation in --compare")
+    p.add_argument(
+        "--summarize",
+        default=None,
+        metavar="FILE",
+        help="print the comparison and ablation summaries of a recorded run and exit (no GPU)",
+    )
     p.add_argument("--out", default=None, help="output .json file or folder (results/<gpu>/)")
     p.add_argument(
         "--deadline-s",
@@ -63,7 +108,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="start no new problem after this many seconds (what finished is kept)",
     )
-    return p.parse_args(argv)
+    return apply_kind_defaults(p.parse_args(argv))
+
+
+#: What ``--kind ablation`` runs unless told otherwise: every course stage from 3 on, 3 models x 4
+#: token counts.
+ABLATION_IMPLS = "pearl-s3,pearl-s4,pearl-s5,pearl-s6,pearl-s7"
+ABLATION_TOKENS = "16,64,256,4096"
+
+
+def apply_kind_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    ablation = args.kind == "ablation"
+    if args.impls is None:
+        args.impls = ABLATION_IMPLS if ablation else "loop,grouped_mm,quack,triton"
+    if args.tokens is None:
+        args.tokens = ABLATION_TOKENS if ablation else "1,4,16,64,256,1024,4096"
+    return args
+
+
+def impl_token_limits(specs: list[str]) -> dict[str, set[int]]:
+    """``["quack-tuned=64,4096"]`` -> ``{"quack-tuned": {64, 4096}}``."""
+    out: dict[str, set[int]] = {}
+    for spec in specs:
+        name, sep, tokens = spec.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--impl-tokens wants IMPL=T1,T2, got {spec!r}")
+        out.setdefault(name.strip(), set()).update(_ints(tokens))
+    return out
 
 
 def build_problems(args: argparse.Namespace):
@@ -127,47 +198,242 @@ def format_table(run: dict) -> str:
 
 
 class _PlainProgress:
-    """Stand-in for tqdm: one line per finished case."""
+    """Stand-in for tqdm (the GPU machine's image has none): a line per finished item, at most
+    about twenty per bar, with the seconds since the bar started."""
 
     def __init__(self, total: int, desc: str = "", unit: str = ""):
         self.total, self.done, self.desc, self.postfix = total, 0, desc, ""
+        self.unit, self.t0, self.shown = unit, time.monotonic(), 0
 
     def set_postfix_str(self, text: str) -> None:
         self.postfix = text
 
     def update(self, n: int = 1) -> None:
         self.done += n
-        print(f"{self.desc} {self.done}/{self.total} {self.postfix}", flush=True)
+        step = max(1, self.total // 20)
+        if self.done >= self.total or self.done - self.shown >= step:
+            self.shown = self.done
+            print(
+                f"{self.desc} {self.done}/{self.total} {self.unit} "
+                f"{time.monotonic() - self.t0:.0f} s {self.postfix}",
+                flush=True,
+            )
 
     def close(self) -> None:
         pass
 
 
-def _bench_one(impl, problem, ceilings, args) -> dict:
+def load_impls(names: list[str]) -> dict:
+    """``{name: Implementation}``, or the ImplementationUnavailable that says why not."""
+    from . import harness
+
+    impls = {}
+    for name in names:
+        try:
+            impls[name] = harness.get_impl(name)
+        except harness.ImplementationUnavailable as exc:
+            print(f"{name}: unavailable: {exc}", flush=True)
+            impls[name] = exc
+    return impls
+
+
+def _error_record(problem, name: str, status: str, exc) -> dict:
+    from .records import problem_id
+
+    text = str(exc) if status == "unavailable" else f"{type(exc).__name__}: {exc}"
+    return {
+        "problem": problem_id(problem),
+        "impl": name,
+        "status": status,
+        "config": {},
+        "error": text[:500],
+    }
+
+
+def impls_for(problem, impls: dict, args) -> dict:
+    """The implementations that run on ``problem`` (``--impl-tokens`` limits some)."""
+    limits = impl_token_limits(getattr(args, "impl_tokens", []) or [])
+    tokens = problem.meta.get("tokens_per_gpu")
+    return {n: i for n, i in impls.items() if n not in limits or tokens in limits[n]}
+
+
+def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> list[dict]:
+    """Check every implementation of ``problem``, then time those that passed in interleaved
+    rounds (:func:`pearl_moe.bench.harness.time_interleaved`). One record per implementation that
+    applies to the problem (``--impl-tokens`` may leave some out)."""
+
     from . import harness
     from .records import problem_id
 
-    record = {"problem": problem_id(problem), "impl": impl.name, "config": impl.config}
-    result, config = harness.check(impl, problem)
-    record["correctness"] = result.as_dict()
-    record["config"] = config
-    if not result.ok:
-        record["status"] = "incorrect"
-        return record
-    timing, _ = harness.time_impl(impl, problem, reps=args.reps, launches=args.launches)
-    record["time"] = timing.as_dict()
-    if timing.outputs_ok is False:  # the timed graph computed something else: not a result
-        record["status"] = "incorrect"
-        record["correctness"]["ok"] = False
-        record["correctness"]["message"] = f"after timing: {timing.outputs_message}"
-        return record
-    record["metrics"] = harness.metrics(problem, timing.median_s, ceilings)
-    record["status"] = "ok"
-    return record
+    here = impls_for(problem, impls, args)
+    records: dict = {}
+    ready = {}
+    for name, impl in here.items():
+        if isinstance(impl, Exception):
+            records[name] = _error_record(problem, name, "unavailable", impl)
+        else:
+            ready[name] = impl
+    checks = harness.check_many(ready, problem, device) if len(ready) > 1 else {}
+    if len(ready) == 1:  # one implementation: let its exception surface as an error record
+        ((name, impl),) = ready.items()
+        try:
+            checks = {name: harness.check(impl, problem, device)}
+        except Exception as exc:
+            checks = {name: (exc, {})}
+    timed = {}
+    for name, (result, config) in checks.items():
+        if isinstance(result, Exception):
+            traceback.print_exception(type(result), result, result.__traceback__)
+            records[name] = _error_record(problem, name, "error", result)
+            continue
+        rec = {"problem": problem_id(problem), "impl": name, "config": config}
+        rec["correctness"] = result.as_dict()
+        if not result.ok:
+            rec["status"] = "incorrect"
+        else:
+            timed[name] = ready[name]
+        records[name] = rec
+    if timed:
+        try:
+            times = harness.time_interleaved(
+                timed,
+                problem,
+                rounds=args.rounds,
+                reps=args.reps,
+                launches=args.launches,
+                device=device,
+                warmup_replays=getattr(args, "warmup_replays", 1),
+            )
+        except Exception as exc:  # a single implementation raised while capturing
+            traceback.print_exc()
+            times = {name: (exc, {}) for name in timed}
+            harness._sync(device)
+        for name, (timing, config) in times.items():
+            rec = records[name]
+            if isinstance(timing, Exception):
+                records[name] = _error_record(problem, name, "error", timing)
+                continue
+            rec["config"] = config or rec["config"]
+            rec["time"] = timing.as_dict()
+            if timing.outputs_ok is False:  # the timed graph computed something else
+                rec["status"] = "incorrect"
+                rec["correctness"]["ok"] = False
+                rec["correctness"]["message"] = f"after timing: {timing.outputs_message}"
+                continue
+            rec["metrics"] = harness.metrics(problem, timing.median_s, ceilings)
+            rec["status"] = "ok"
+    return [records[name] for name in here]
+
+
+def method_text(args) -> dict:
+    return {
+        "check": "fresh random inputs (A ~ N(0,1), W ~ N(0,1/k)), output poisoned with NaN, "
+        "max abs error vs a float32 reference <= 2 x torch bf16 error + 1e-3, every row written; "
+        "after timing, the graph's output for every input set is checked the same way",
+        "timing": f"each implementation in its own CUDA graph of >= {args.launches} calls over "
+        f"rotating input sets shared by all (enough sets to cycle >= 4x L2); {args.rounds} "
+        f"interleaved rounds (A B C, B C A, ...), each: {args.warmup_replays} untimed replay(s) "
+        f"then {args.reps} timed replays per implementation; time per call = replay time / "
+        "calls; median over all replays, round medians and their spread (range_pct, iqr_pct) "
+        "recorded; ratios between implementations are taken round by round",
+        "clocks": "env.clocks: idle, before any GPU work; env.clocks_under_load: nvidia-smi "
+        "while a bf16 matmul loop ran, after the ceilings and after the last problem",
+        "floor": "max(bytes_moved / read ceiling, flops / bf16 ceiling), bytes_moved = weights of "
+        "experts with rows + A + out",
+    }
+
+
+def load_clocks(when: str) -> dict:
+    from .records import clocks_under_load
+
+    try:
+        return clocks_under_load(when)
+    except Exception as exc:  # never lose a run over a clock reading
+        return {"when": when, "source": f"unavailable ({type(exc).__name__}: {exc})"[:200]}
+
+
+def run_problems(
+    run: dict,
+    problems,
+    impls: dict,
+    ceilings: dict,
+    args,
+    out: Path,
+    deadline: float | None = None,
+    t_start: float | None = None,
+    device="cuda",
+):
+    """Bench every problem into ``run`` (records appended, file rewritten after each problem).
+    ``deadline``: a ``time.monotonic()`` after which no new problem starts (skipped ones listed);
+    ``t_start``: when the run started (``env.elapsed_s`` counts from it; default: now)."""
+    import torch
+
+    from .records import problem_entry, raise_read_ceiling, write_run
+
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # the GPU machine's image may lack tqdm
+        tqdm = _PlainProgress
+    t_start = time.monotonic() if t_start is None else t_start
+    skipped = run["env"].setdefault("skipped_problems", [])
+    bar = tqdm(total=len(problems), desc=run["kind"], unit="problem")
+    for problem in problems:
+        if deadline is not None and time.monotonic() > deadline:
+            skipped.append(problem.name)
+            bar.update(1)
+            continue
+        bar.set_postfix_str(problem.name[:48])
+        run["problems"].append(problem_entry(problem, ceilings))
+        try:
+            recs = bench_problem(impls, problem, ceilings, args, device)
+        except Exception as exc:  # e.g. out of memory making the inputs: every impl an error
+            traceback.print_exc()
+            recs = [
+                _error_record(problem, name, "error", exc)
+                for name in impls_for(problem, impls, args)
+            ]
+        for rec in recs:
+            if rec["status"] != "ok":
+                print(f"\n{rec['impl']} on {problem.name}: {rec['status']}", flush=True)
+            run["records"].append(rec)
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        bar.update(1)
+        run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        write_run(raise_read_ceiling(run), out)
+    bar.close()
+    return run
+
+
+def summaries(run: dict, ours: str = "pearl") -> str:
+    """The comparison (if ``ours`` ran) and the ablation (if stages ran) of ``run``, as text."""
+    from .compare import ablation_summary, compare_summary, format_ablation, format_compare
+
+    parts = []
+    impls = {r["impl"] for r in run["records"]}
+    if ours in impls and len(impls) > 1:
+        parts.append(format_compare(compare_summary(run, ours=ours)))
+    ablation = ablation_summary(run)
+    if len(ablation["chain"]) > 1:
+        parts.append(format_ablation(ablation))
+    return "\n\n".join(parts)
+
+
+def summarize_file(path: str, ours: str = "pearl") -> int:
+    from .records import read_run
+
+    run = read_run(path)
+    text = summaries(run, ours)
+    print(format_table(run))
+    print()
+    print(text or "(no comparison or ablation in this run)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.summarize:
+        return summarize_file(args.summarize, args.ours)
     try:
         import torch
     except ImportError:  # pragma: no cover
@@ -178,30 +444,15 @@ def main(argv: list[str] | None = None) -> int:
             "error: no CUDA GPU is visible to torch on this machine, so nothing can be measured.\n"
             "`python -m pearl_moe bench` checks and times kernels on a CUDA GPU (H100/H200/B200).\n"
             "On a CPU-only machine, read the committed measurements instead:\n"
-            "  python -c 'from pearl_moe import replay; print(replay.table())'",
+            "  python -c 'from pearl_moe import replay; print(replay.table())'\n"
+            "  python -m pearl_moe bench --summarize results/H200/<kind>.json",
             file=sys.stderr,
         )
         return 2
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # the GPU machine's image may lack tqdm
-        tqdm = _PlainProgress
 
     from . import harness
-    from .records import (
-        clocks_under_load,
-        environment,
-        new_run,
-        problem_entry,
-        raise_read_ceiling,
-        write_run,
-    )
-
-    def _load_clocks(when: str) -> dict:
-        try:
-            return clocks_under_load(when)
-        except Exception as exc:  # never lose a run over a clock reading
-            return {"when": when, "source": f"unavailable ({type(exc).__name__}: {exc})"[:200]}
+    from .compare import compare_summary
+    from .records import environment, new_run, raise_read_ceiling, write_run
 
     problems = build_problems(args)
     device_name = torch.cuda.get_device_name()
@@ -215,79 +466,26 @@ def main(argv: list[str] | None = None) -> int:
         f"bf16 {ceilings['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s",
         flush=True,
     )
-    env["clocks_under_load"] = [_load_clocks("after the ceilings (warmed up)")]
+    env["clocks_under_load"] = [load_clocks("after the ceilings (warmed up)")]
     print(f"clocks under load: {env['clocks_under_load'][0]}", flush=True)
     run = new_run(args.kind, env, ceilings)
-    run["method"] = {
-        "check": "fresh random inputs (A ~ N(0,1), W ~ N(0,1/k)), output poisoned with NaN, "
-        "max abs error vs a float32 reference <= 2 x torch bf16 error + 1e-3, every row written; "
-        "after timing, the graph's output for every input set is checked the same way",
-        "timing": f"CUDA graph of >= {args.launches} calls over rotating input sets (enough sets "
-        f"to cycle >= 4x L2), {args.reps} replays; time per call = replay time / calls",
-        "clocks": "env.clocks: idle, before any GPU work; env.clocks_under_load: nvidia-smi "
-        "while a bf16 matmul loop ran, after the ceilings and after the last problem",
-        "floor": "max(bytes_moved / read ceiling, flops / bf16 ceiling), bytes_moved = weights of "
-        "experts with rows + A + out",
-    }
-
-    impls = {}
-    for name in _csv(args.impls):
-        try:
-            impls[name] = harness.get_impl(name)
-        except harness.ImplementationUnavailable as exc:
-            print(f"{name}: unavailable: {exc}", flush=True)
-            impls[name] = exc
-    skipped = []
-    bar = tqdm(total=len(problems) * len(impls), desc="bench", unit="case")
-    for problem in problems:
-        if args.deadline_s is not None and time.monotonic() - t_start > args.deadline_s:
-            skipped.append(problem.name)
-            continue
-        run["problems"].append(problem_entry(problem, ceilings))
-        for name, impl in impls.items():
-            bar.set_postfix_str(f"{problem.name[:40]} | {name}")
-            if isinstance(impl, Exception):
-                from .records import problem_id
-
-                run["records"].append(
-                    {
-                        "problem": problem_id(problem),
-                        "impl": name,
-                        "status": "unavailable",
-                        "config": {},
-                        "error": str(impl),
-                    }
-                )
-            else:
-                try:
-                    rec = _bench_one(impl, problem, ceilings, args)
-                except Exception as exc:
-                    from .records import problem_id
-
-                    traceback.print_exc()
-                    rec = {
-                        "problem": problem_id(problem),
-                        "impl": name,
-                        "status": "error",
-                        "config": {},
-                        "error": f"{type(exc).__name__}: {exc}"[:500],
-                    }
-                    torch.cuda.synchronize()
-                if rec["status"] != "ok":
-                    print(f"\n{name} on {problem.name}: {rec['status']}", flush=True)
-                run["records"].append(rec)
-            bar.update(1)
-            torch.cuda.empty_cache()
-        run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
-        run["env"]["skipped_problems"] = skipped
-        write_run(raise_read_ceiling(run), out)
-    bar.close()
-    run["env"]["clocks_under_load"].append(_load_clocks("after the last problem"))
+    run["method"] = method_text(args)
+    impls = load_impls(_csv(args.impls))
+    deadline = t_start + args.deadline_s if args.deadline_s is not None else None
+    run_problems(run, problems, impls, ceilings, args, out, deadline, t_start)
+    run["env"]["clocks_under_load"].append(load_clocks("after the last problem"))
     run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
-    run["env"]["skipped_problems"] = skipped
+    if args.compare:
+        raise_read_ceiling(run)
+        run["compare"] = compare_summary(run, ours=args.ours)
     write_run(raise_read_ceiling(run), out)
+    skipped = run["env"]["skipped_problems"]
     print()
     print(format_table(run))
+    text = summaries(run, args.ours) if (args.compare or args.kind == "ablation") else ""
+    if text:
+        print()
+        print(text)
     print(f"\nwrote {out}" + (f"; skipped (deadline): {skipped}" if skipped else ""))
     bad = [r for r in run["records"] if r["status"] in ("incorrect", "error")]
     return 1 if bad else 0

@@ -13,18 +13,29 @@ tile configuration) and returns a :class:`Prepared` whose ``run(out)`` is the wo
 
 The order is always: correctness first (fresh random inputs, output poisoned with NaN, compared with
 a float32 reference at a tolerance set by PyTorch's own bf16 error), then timing (warm-up, a CUDA
-graph of several launches over rotating input sets, replays, median/min/max).
+graph of several launches over rotating input sets, replays, median/min/max). Several
+implementations of one problem are timed in interleaved rounds (:func:`time_interleaved`): A B C,
+B C A, C A B ..., so that a drift during the run touches all alike and ratios hold to a few tenths
+of a percent.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..workloads import GroupedProblem
+from .registry import (
+    REGISTRY,
+    Implementation,
+    ImplementationUnavailable,
+    Prepared,
+    get_impl,
+    impl_names,
+    register,
+)
 
 __all__ = [
     "Implementation",
@@ -40,8 +51,14 @@ __all__ = [
     "reference_fp32",
     "torch_bf16_per_expert",
     "check",
+    "check_many",
     "input_sets_for",
+    "sets_for",
+    "interleaved_order",
+    "capture",
+    "time_interleaved",
     "time_impl",
+    "spread_of",
     "verify_outputs",
     "measure_ceilings",
     "floor_seconds",
@@ -52,83 +69,6 @@ __all__ = [
 #: the same inputs (quack's tests use the same factor), plus an absolute floor.
 ERR_FACTOR = 2.0
 ERR_FLOOR = 1e-3
-
-
-class ImplementationUnavailable(RuntimeError):
-    """The implementation's package is missing here (quack, triton, our kernels) or cannot run."""
-
-
-@dataclass
-class Prepared:
-    """An implementation bound to one set of inputs: ``run(out)`` does one forward call.
-
-    ``writes_out`` is False for implementations that cannot write into a given buffer and return a
-    fresh tensor instead (torch ``grouped_mm``); ``config`` is what was actually chosen (autotuners
-    fill it in during ``prepare``).
-    """
-
-    run: Callable[[Any], Any]
-    config: dict
-    writes_out: bool = True
-
-
-@dataclass
-class Implementation:
-    """A named grouped GEMM: ``prepare(A, W, offsets, counts) -> Prepared``.
-
-    ``counts`` is the list of per-expert row counts on the host. Only the per-expert loop uses it: a
-    loop of launches needs the sizes on the host, which in a real MoE layer costs a device-to-host
-    copy; here it is given, so the timed region holds no synchronization.
-    """
-
-    name: str
-    prepare: Callable[..., Prepared]
-    config: dict = field(default_factory=dict)
-    description: str = ""
-
-    def __call__(self, A, W, offsets, out=None, counts=None):
-        """One checked-free call: prepare, run, return the output."""
-        if counts is None:
-            from ..workloads import offsets_to_counts
-
-            counts = offsets_to_counts(offsets)
-        prepared = self.prepare(A, W, offsets, counts)
-        if out is None and prepared.writes_out:
-            import torch
-
-            out = torch.empty((A.shape[0], W.shape[1]), dtype=A.dtype, device=A.device)
-        result = prepared.run(out)
-        return result if result is not None else out
-
-
-#: name -> factory returning an Implementation. Factories run when a name is asked for, so optional
-#: packages (quack, triton, pearl_moe.kernels) are imported only then.
-REGISTRY: dict[str, Callable[[], Implementation]] = {}
-
-
-def register(name: str, factory: Callable[[], Implementation]) -> None:
-    REGISTRY[name] = factory
-
-
-def _load_builtin() -> None:
-    from . import baselines  # noqa: F401  (registers the baselines and the pearl-* entries)
-
-
-def impl_names() -> list[str]:
-    _load_builtin()
-    return list(REGISTRY)
-
-
-def get_impl(name: str) -> Implementation:
-    """The implementation registered as ``name``; ImplementationUnavailable if it cannot load."""
-    _load_builtin()
-    if name not in REGISTRY and ":" in name:  # a pearl kernel with config overrides
-        from .baselines import pearl_variant
-
-        return pearl_variant(name)
-    if name not in REGISTRY:
-        raise KeyError(f"unknown implementation {name!r}; known: {', '.join(REGISTRY)}")
-    return REGISTRY[name]()
 
 
 # ----------------------------------------------------------------------------------- inputs
@@ -264,18 +204,51 @@ def run_poisoned(prepared: Prepared, rows: int, n: int, device):
 
 def check(impl: Implementation, problem: GroupedProblem, device="cuda", seed: int = 1):
     """Correctness of ``impl`` on fresh random inputs of ``problem``; returns (CheckResult, config)."""
+    return check_many({impl.name: impl}, problem, device, seed)[impl.name]
+
+
+def check_many(impls: dict, problem: GroupedProblem, device="cuda", seed: int = 1) -> dict:
+    """:func:`check` of several implementations on one set of fresh random inputs, whose float32
+    reference and PyTorch bf16 answer are computed once. Returns ``{name: (CheckResult, config)}``;
+    an implementation that raises gets the exception in place of its CheckResult (config ``{}``)."""
     A, W, offsets = make_inputs(problem, device, seed)
     counts = list(problem.counts)
     ref = reference_fp32(A, W, counts)
     torch_out = torch_bf16_per_expert(A, W, counts)
-    prepared = impl.prepare(A, W, offsets, counts)
-    out = run_poisoned(prepared, problem.rows, problem.n, device)
-    return compare(out, ref, torch_out), prepared.config
+    results = {}
+    for name, impl in impls.items():
+        try:
+            prepared = impl.prepare(A, W, offsets, counts)
+            out = run_poisoned(prepared, problem.rows, problem.n, device)
+            results[name] = (compare(out, ref, torch_out), prepared.config)
+        except Exception as exc:
+            if len(impls) == 1:
+                raise
+            results[name] = (exc, {})
+            _sync(device)
+        finally:
+            out = prepared = None  # noqa: F841  (free the output before the next one)
+    return results
+
+
+def _sync(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # a sticky CUDA error: the next call reports it
+            pass
 
 
 # ----------------------------------------------------------------------------------- timing
 @dataclass
 class Timing:
+    """Times of one implementation on one problem: every sample is one graph replay divided by the
+    calls it holds. With ``rounds > 1`` the samples were taken in interleaved rounds (each round
+    times every implementation of the problem in turn); ``round_medians_s`` holds the median of
+    each round, in round order, so two implementations of one run can be compared round by round."""
+
     median_s: float
     min_s: float
     max_s: float
@@ -286,6 +259,29 @@ class Timing:
     #: the graph's outputs, checked per input set after the timed replays (None: not checked)
     outputs_ok: bool | None = None
     outputs_message: str = ""
+    rounds: int = 1
+    round_medians_s: list = field(default_factory=list)
+
+    @classmethod
+    def from_rounds(cls, rounds: list[list[float]], launches: int, sets: int) -> Timing:
+        samples = [s for r in rounds for s in r]
+        return cls(
+            statistics.median(samples),
+            min(samples),
+            max(samples),
+            len(samples),
+            launches,
+            sets,
+            samples,
+            rounds=len(rounds),
+            round_medians_s=[statistics.median(r) for r in rounds],
+        )
+
+    @property
+    def spread(self) -> dict:
+        """Spread of the round medians relative to the median: (max - min) and the interquartile
+        range, in percent (0 with a single round)."""
+        return spread_of(self.round_medians_s, self.median_s)
 
     def as_dict(self) -> dict:
         d = {
@@ -296,22 +292,45 @@ class Timing:
             "launches_per_graph": self.launches_per_graph,
             "input_sets": self.input_sets,
         }
+        if self.rounds > 1:
+            d["rounds"] = self.rounds
+            d["round_median_us"] = [t * 1e6 for t in self.round_medians_s]
+            d.update(self.spread)
         if self.outputs_ok is not None:
             d["outputs_ok"] = self.outputs_ok
             d["outputs_message"] = self.outputs_message
         return d
 
 
-def verify_outputs(problem: GroupedProblem, inputs: list, outputs: list) -> tuple[bool, str]:
+def spread_of(values: list[float], center: float) -> dict:
+    """``{"range_pct", "iqr_pct"}``: max - min and Q3 - Q1 of ``values`` in percent of ``center``."""
+    if len(values) < 2 or not center:
+        return {"range_pct": 0.0, "iqr_pct": 0.0}
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return {
+        "range_pct": 100.0 * (max(values) - min(values)) / center,
+        "iqr_pct": 100.0 * (q3 - q1) / center,
+    }
+
+
+def verify_outputs(
+    problem: GroupedProblem, inputs: list, outputs: list, refs: dict | None = None
+) -> tuple[bool, str]:
     """Check what a timed graph left behind: ``outputs[s]`` must be the product of ``inputs[s]``
     (A, W, offsets) within the check's tolerance. This catches a graph that does not rotate through
     its input sets (every output would equal one set's product) or that computes garbage when
-    replayed, which the check before timing (a plain call on other inputs) cannot see."""
+    replayed, which the check before timing (a plain call on other inputs) cannot see.
+
+    ``refs`` (a dict, filled here) keeps each set's reference and PyTorch answer, so several
+    implementations timed on the same input sets compute them once."""
     counts = list(problem.counts)
+    refs = {} if refs is None else refs
     bad = []
     for s, ((A, W, _), out) in enumerate(zip(inputs, outputs, strict=True)):
-        ref = reference_fp32(A, W, counts)
-        res = compare(out, ref, torch_bf16_per_expert(A, W, counts))
+        if s not in refs:
+            refs[s] = (reference_fp32(A, W, counts), torch_bf16_per_expert(A, W, counts))
+        ref, torch_out = refs[s]
+        res = compare(out, ref, torch_out)
         if not res.ok:
             bad.append(f"input set {s}: {res.message}")
     if bad:
@@ -329,6 +348,154 @@ def input_sets_for(
     return max(1, min(max_sets, math.ceil(factor * l2_bytes / bytes_per_call)))
 
 
+def sets_for(problem: GroupedProblem, l2_bytes: int, memory_cap_bytes: int = 40 << 30) -> int:
+    """Input sets to rotate for ``problem``: :func:`input_sets_for`, capped so the sets fit in
+    ``memory_cap_bytes``."""
+    sets = input_sets_for(problem.bytes_moved(), l2_bytes)
+    per_set_bytes = 2 * (problem.rows * problem.k + problem.experts * problem.n * problem.k)
+    per_set_bytes += 2 * problem.rows * problem.n
+    return max(1, min(sets, memory_cap_bytes // max(per_set_bytes, 1)))
+
+
+def interleaved_order(names: list, round_index: int) -> list:
+    """The order implementations are timed in round ``round_index``: A B C, then B C A, C A B ...
+    Every implementation is interleaved with the others (drifts of clock, temperature or the
+    machine's neighbours hit all alike) and takes every position equally often."""
+    if not names:
+        return []
+    r = round_index % len(names)
+    return list(names[r:]) + list(names[:r])
+
+
+@dataclass
+class GraphTimer:
+    """One implementation captured in a CUDA graph of ``launches`` calls over the input sets."""
+
+    name: str
+    graph: Any
+    launches: int
+    sets: int
+    inputs: list
+    outputs: list
+    config: dict
+    rounds: list = field(default_factory=list)
+    failure: Exception | None = None
+
+
+def capture(impl: Implementation, problem: GroupedProblem, inputs: list, launches: int, device):
+    """Prepare ``impl`` on every input set, warm it up (compiles, cuBLAS handles) outside the
+    graph, then capture ``launches`` calls (call ``i`` on set ``i % sets``) in one CUDA graph.
+    Events are recorded on the current stream, the stream ``graph.replay()`` launches on."""
+    import torch
+
+    sets = len(inputs)
+    counts = list(problem.counts)
+    runs = []
+    config = {}
+    for A, W, offsets in inputs:
+        prepared = impl.prepare(A, W, offsets, counts)
+        config = prepared.config
+        out = torch.empty((problem.rows, problem.n), dtype=torch.bfloat16, device=device)
+        runs.append((prepared, out))
+
+    def call(i):
+        prepared, out = runs[i % sets]
+        return prepared.run(out if prepared.writes_out else None)
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for i in range(max(3, sets)):
+            call(i)
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+
+    graph = torch.cuda.CUDAGraph()
+    outputs: list = [None] * sets  # the graph's output tensor for each input set (static)
+    with torch.cuda.graph(graph):
+        for i in range(launches):
+            result = call(i)
+            prepared, out = runs[i % sets]
+            outputs[i % sets] = out if prepared.writes_out else result
+    for _ in range(2):
+        graph.replay()
+    torch.cuda.synchronize(device)
+    return GraphTimer(impl.name, graph, launches, sets, inputs, outputs, config)
+
+
+def time_interleaved(
+    impls: dict,
+    problem: GroupedProblem,
+    rounds: int = 5,
+    reps: int = 5,
+    launches: int = 10,
+    device="cuda",
+    seed: int = 100,
+    memory_cap_bytes: int = 40 << 30,
+    verify: bool = True,
+    warmup_replays: int = 1,
+) -> dict:
+    """Time several implementations of one problem in interleaved rounds.
+
+    All implementations share the same input sets (enough of them to cycle through several times
+    the L2 size, see :func:`sets_for`); each is captured in its own CUDA graph. Then ``rounds``
+    rounds: in each, every implementation in turn (order rotating, :func:`interleaved_order`)
+    gets ``warmup_replays`` untimed replays and ``reps`` timed ones. A drift of the GPU's clock or
+    of its neighbours during the run then touches every implementation alike, and the ratio of
+    two implementations can be taken round by round (:mod:`pearl_moe.bench.compare`).
+
+    Returns ``{name: (Timing, config)}``; an implementation that fails to prepare or capture gets
+    ``(exception, {})`` and the others go on. With ``verify``, each implementation's outputs are
+    checked per input set after the replays (:func:`verify_outputs`; the references are shared).
+    """
+    import torch
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    sets = sets_for(problem, l2, memory_cap_bytes)
+    launches = max(launches, sets)
+    inputs = [make_inputs(problem, device, seed + s) for s in range(sets)]
+    timers: dict = {}
+    results: dict = {}
+    for name, impl in impls.items():
+        try:
+            timers[name] = capture(impl, problem, inputs, launches, device)
+        except Exception as exc:
+            if len(impls) == 1:
+                raise
+            results[name] = (exc, {})
+            _sync(device)
+    names = list(timers)
+    for r in range(rounds):
+        marks = []
+        for name in interleaved_order(names, r):
+            timer = timers[name]
+            for _ in range(warmup_replays):
+                timer.graph.replay()
+            events = []
+            for _ in range(reps):
+                start = torch.cuda.Event(enable_timing=True)
+                stop = torch.cuda.Event(enable_timing=True)
+                start.record()
+                timer.graph.replay()
+                stop.record()
+                events.append((start, stop))
+            marks.append((timer, events))
+        torch.cuda.synchronize(device)
+        for timer, events in marks:
+            timer.rounds.append([a.elapsed_time(b) * 1e-3 / timer.launches for a, b in events])
+    refs: dict = {}
+    for name in names:
+        timer = timers[name]
+        timing = Timing.from_rounds(timer.rounds, timer.launches, timer.sets)
+        if verify:
+            timing.outputs_ok, timing.outputs_message = verify_outputs(
+                problem, inputs, timer.outputs, refs
+            )
+        results[name] = (timing, timer.config)
+    del timers, refs
+    return {name: results[name] for name in impls}
+
+
 def time_impl(
     impl: Implementation,
     problem: GroupedProblem,
@@ -343,63 +510,19 @@ def time_impl(
 
     Input set ``i % sets`` feeds launch ``i`` of the graph. With ``verify``, each set's output
     is checked after the replays (:func:`verify_outputs`); the result is in ``Timing.outputs_ok``.
-    Events are recorded on the current stream, the stream ``graph.replay()`` launches on."""
-    import torch
-
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    sets = input_sets_for(problem.bytes_moved(), l2)
-    per_set_bytes = 2 * (problem.rows * problem.k + problem.experts * problem.n * problem.k)
-    per_set_bytes += 2 * problem.rows * problem.n
-    sets = max(1, min(sets, memory_cap_bytes // max(per_set_bytes, 1)))
-    launches = max(launches, sets)
-    counts = list(problem.counts)
-    runs = []
-    config = {}
-    for s in range(sets):
-        A, W, offsets = make_inputs(problem, device, seed + s)
-        prepared = impl.prepare(A, W, offsets, counts)
-        config = prepared.config
-        out = torch.empty((problem.rows, problem.n), dtype=torch.bfloat16, device=device)
-        runs.append((prepared, out, (A, W, offsets)))
-
-    def call(i):
-        prepared, out, _ = runs[i % sets]
-        return prepared.run(out if prepared.writes_out else None)
-
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):  # warm-up (compiles, cuBLAS handles) outside the graph
-        for i in range(max(3, sets)):
-            call(i)
-    torch.cuda.current_stream(device).wait_stream(side)
-    torch.cuda.synchronize(device)
-
-    graph = torch.cuda.CUDAGraph()
-    outputs: list = [None] * sets  # the graph's output tensor for each input set (static)
-    with torch.cuda.graph(graph):
-        for i in range(launches):
-            result = call(i)
-            prepared, out, _ = runs[i % sets]
-            outputs[i % sets] = out if prepared.writes_out else result
-    for _ in range(2):
-        graph.replay()
-    torch.cuda.synchronize(device)
-    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    stop = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for r in range(reps):
-        start[r].record()
-        graph.replay()
-        stop[r].record()
-    torch.cuda.synchronize(device)
-    samples = [start[r].elapsed_time(stop[r]) * 1e-3 / launches for r in range(reps)]
-    timing = Timing(
-        statistics.median(samples), min(samples), max(samples), reps, launches, sets, samples
-    )
-    if verify:
-        timing.outputs_ok, timing.outputs_message = verify_outputs(
-            problem, [r[2] for r in runs], outputs
-        )
-    del graph, outputs
+    One implementation alone: :func:`time_interleaved` with a single round of ``reps`` replays."""
+    timing, config = time_interleaved(
+        {impl.name: impl},
+        problem,
+        rounds=1,
+        reps=reps,
+        launches=launches,
+        device=device,
+        seed=seed,
+        memory_cap_bytes=memory_cap_bytes,
+        verify=verify,
+        warmup_replays=0,
+    )[impl.name]
     return timing, config
 
 

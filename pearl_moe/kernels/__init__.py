@@ -1,10 +1,14 @@
 """Grouped-GEMM kernels: the public call, shared host setup, the tile scheduler, per-arch stages.
 
-``grouped_gemm(A, W, offsets, config=None, out=None, stage=3, check=True, host_offsets=None)``
+``grouped_gemm(A, W, offsets, config=None, out=None, stage=None, check=True, host_offsets=None)``
 validates its inputs and the configuration (``api.validate``, ``api.can_implement``: every problem
 is a ``ValueError`` before anything is compiled or launched), picks the architecture of A's GPU
 (sm_90 -> ``pearl_moe.kernels.sm90``, sm_100 -> ``pearl_moe.kernels.sm100``) and launches the
-requested stage, compiling once per (arch, stage, config, n, k, experts, SM count).
+requested stage, compiling once per (arch, stage, config, n, k, experts, SM count); compiled
+kernels are kept on disk (``compile_cache``), so a new process loads them instead. With neither
+``stage`` nor ``config``, the stage and configuration are the tuned choice for the GPU and shape
+(``autotune.pick``: a measured table per GPU, else a heuristic); ``stage=N`` alone runs the
+course's stage N with its own configuration.
 
 Stage-module interface (both architectures)
 -------------------------------------------

@@ -6,6 +6,7 @@ import importlib
 
 from ..config import GemmConfig
 from ..workloads import check_dims, check_offsets
+from . import autotune, compile_cache
 from .ladder import KERNEL_STAGES, stage_config
 
 __all__ = [
@@ -148,10 +149,23 @@ def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cu
 
 
 def _compiled(arch: str, stage: int, config: GemmConfig, n: int, k: int, experts: int, sms: int):
+    """The compiled kernel: from this process's memory, else from the disk cache
+    (:mod:`pearl_moe.kernels.compile_cache`: a new process loads in milliseconds what an earlier
+    one compiled), else compiled now and stored there."""
     key = (arch, stage, config, n, k, experts, sms, "bf16")
     fn = _COMPILED.get(key)
     if fn is None:
-        fn = stage_module(arch, stage).compile_kernel(config, n, k, experts, sms)
+        module = stage_module(arch, stage)
+        fn = compile_cache.get_or_compile(
+            arch,
+            stage,
+            config,
+            n,
+            k,
+            experts,
+            sms,
+            lambda: module.compile_kernel(config, n, k, experts, sms),
+        )
         _COMPILED[key] = fn
     return fn
 
@@ -162,11 +176,22 @@ def grouped_gemm(
     offsets,
     config=None,
     out=None,
-    stage: int = 3,
+    stage: int | None = None,
     check: bool = True,
     host_offsets=None,
 ):
     """``out[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``.
+
+    Which kernel runs (``stage``, ``config``):
+
+    * neither given (the default): the tuned choice for this GPU and shape,
+      :func:`pearl_moe.kernels.autotune.pick` (the GPU's measured table, else a heuristic). It is
+      made from what the host knows without a sync (arch, n, k, experts and ``rows / experts``
+      from ``A.shape``), so the call stays capturable in a CUDA graph;
+    * ``stage=N`` alone: the course's kernel stage N with its configuration,
+      :func:`default_config` ``(arch, N)``;
+    * ``config`` alone: the first stage from 3 on that runs it (:func:`autotune.stage_for`);
+    * both: that stage with that configuration.
 
     A (rows, k) bf16, W (E, n, k) bf16, offsets: E int32 end offsets (torch ``grouped_mm``) or
     E + 1 ``cu_seqlens`` with a leading 0. Returns ``out`` (rows, n) bf16. Every problem is a
@@ -177,7 +202,7 @@ def grouped_gemm(
     """
     import torch
 
-    if stage not in STAGE_NAMES:
+    if stage is not None and stage not in STAGE_NAMES:
         raise ValueError(f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}")
     if config is not None and not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
@@ -189,6 +214,10 @@ def grouped_gemm(
     arch = _arch_of(A.device)
     if config is not None and config.arch != arch:
         raise ValueError(f"config is for {config.arch} but the GPU is {arch}")
+    if stage is None and config is None:
+        stage, config = autotune.pick_config(arch, n, k, experts, rows, autotune.gpu_name(A.device))
+    elif stage is None:
+        stage = autotune.stage_for(config.resolved(), n, k)
     config = (config or default_config(arch, stage)).resolved()
     problems = can_implement(arch, stage, config, n, k)
     if problems:

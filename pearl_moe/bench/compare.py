@@ -1,0 +1,340 @@
+"""Ratios inside one recorded run: our kernel against the best baseline, and stage against stage.
+
+Everything here reads a run dict (:mod:`pearl_moe.bench.records`), so it works on a CPU from a
+committed file as well as at the end of a live run::
+
+    python -m pearl_moe bench --summarize results/H200/compare.json
+    python -m pearl_moe bench --summarize results/H200/ablation.json
+
+**Paired ratios.** The implementations of one problem are timed in interleaved rounds
+(:func:`pearl_moe.bench.harness.time_interleaved`), and each record keeps the median of every round
+(``time.round_median_us``). The ratio of two implementations is taken round by round: a drift
+during the run (clock, temperature, a neighbour on the machine) moves both implementations of a
+round alike and cancels in their ratio. What is left is the drift *within* a round, which favours
+whichever of the two was timed first; the order rotates from round to round, so that error changes
+sign, and the estimate is the geometric mean of the per-round ratios with the highest and lowest
+dropped (from 5 rounds on: one bad round cannot move it), not their median (with an odd number of
+rounds the median would take the side that came first more often). The spread is the range of the
+per-round ratios. Records without rounds (runs before this method) fall back to the ratio of the
+medians, with no spread.
+
+* :func:`compare_summary` / :func:`format_compare`: per shape, our time / the best baseline's time
+  (which baseline), % of the floor of both, the geomean ratio and the worst shape, the decode
+  speed-up over tuned quack, and the run's measured read ceiling beside the datasheet's.
+* :func:`ablation_summary` / :func:`format_ablation`: every course stage against the previous one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = [
+    "paired_ratio",
+    "compare_summary",
+    "format_compare",
+    "ablation_summary",
+    "format_ablation",
+    "geomean",
+]
+
+#: A shape counts as lost when ours is slower than the best baseline by more than this factor.
+TIE = 1.03
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v and v > 0]
+    if not values:
+        return float("nan")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def paired_ratio(num: dict, den: dict) -> dict:
+    """Time of record ``num`` over time of record ``den`` (both ``ok``, same problem, same run).
+
+    ``{"ratio", "lo", "hi", "rounds"}``: the trimmed geometric mean of the per-round ratios and
+    their range when both records have the same number (>= 2) of round medians (see the module
+    docstring); else the ratio of the medians.
+    """
+    a = num["time"].get("round_median_us") or []
+    b = den["time"].get("round_median_us") or []
+    if len(a) >= 2 and len(a) == len(b):
+        per_round = [x / y for x, y in zip(a, b, strict=True)]
+        kept = sorted(per_round)[1:-1] if len(per_round) >= 5 else per_round
+        return {
+            "ratio": geomean(kept),
+            "lo": min(per_round),
+            "hi": max(per_round),
+            "rounds": len(per_round),
+        }
+    ratio = num["time"]["median_us"] / den["time"]["median_us"]
+    return {"ratio": ratio, "lo": ratio, "hi": ratio, "rounds": 1}
+
+
+def _ok_records(run: dict) -> dict:
+    return {(r["problem"], r["impl"]): r for r in run["records"] if r.get("status") == "ok"}
+
+
+def _datasheet_read(run: dict) -> tuple[str | None, float | None]:
+    from ..hardware import get_gpu
+
+    try:
+        gpu = get_gpu(run["env"].get("gpu") or "")
+    except ValueError:
+        return None, None
+    return gpu.name, gpu.hbm_bytes_per_s
+
+
+def _ceilings(run: dict) -> dict:
+    c = run["ceilings"]
+    name, sheet = _datasheet_read(run)
+    out = {
+        "read_tb_s": c["read_bytes_per_s"] / 1e12,
+        "read_probe_tb_s": c.get("read_probe_bytes_per_s", c["read_bytes_per_s"]) / 1e12,
+        "read_source": c.get("read_ceiling_source", ""),
+        "bf16_tflop_s": c["bf16_flops_per_s"] / 1e12,
+        "datasheet_gpu": name,
+        "datasheet_read_tb_s": sheet / 1e12 if sheet else None,
+    }
+    if sheet:
+        out["read_pct_of_datasheet"] = 100.0 * c["read_bytes_per_s"] / sheet
+    return out
+
+
+def _is_ours(name: str) -> bool:
+    return name == "pearl" or name.startswith("pearl-")
+
+
+def compare_summary(
+    run: dict,
+    ours: str = "pearl",
+    baselines: list[str] | None = None,
+    decode_max_tokens: int = 256,
+    quack: str = "quack-tuned",
+    tie: float = TIE,
+) -> dict:
+    """Our implementation against the best baseline on every problem of ``run``.
+
+    ``baselines`` defaults to every implementation in the run that is not one of ours (``pearl``,
+    ``pearl-*``). Per problem: ``ratio`` (paired, :func:`paired_ratio`) of ours over the fastest
+    baseline by median, which one it was, and % of floor of both. Overall: geomean and worst ratio,
+    shapes above ``tie``, and at decode (``tokens_per_gpu <= decode_max_tokens``) the geomean
+    speed-up over ``quack`` where both ran."""
+    recs = _ok_records(run)
+    impls = list(dict.fromkeys(r["impl"] for r in run["records"]))
+    if baselines is None:
+        baselines = [i for i in impls if not _is_ours(i)]
+    rows = []
+    for p in run["problems"]:
+        pid = p["id"]
+        row = {
+            "problem": pid,
+            "model": p.get("model"),
+            "tokens": p.get("tokens_per_gpu"),
+            "routing": p.get("routing"),
+            "floor_us": p.get("floor_us"),
+        }
+        mine = recs.get((pid, ours))
+        rivals = [recs[(pid, b)] for b in baselines if (pid, b) in recs]
+        if mine is not None:
+            row["ours_us"] = mine["time"]["median_us"]
+            row["ours_pct_floor"] = mine["metrics"]["pct_of_floor"]
+            row["ours_spread_pct"] = mine["time"].get("range_pct")
+            row["ours_config"] = mine.get("config", {}).get("config")
+        if rivals:
+            best = min(rivals, key=lambda r: r["time"]["median_us"])
+            row["best"] = best["impl"]
+            row["best_us"] = best["time"]["median_us"]
+            row["best_pct_floor"] = best["metrics"]["pct_of_floor"]
+        if mine is not None and rivals:
+            row.update(paired_ratio(mine, best))
+        q = recs.get((pid, quack))
+        if mine is not None and q is not None:
+            row["vs_quack"] = paired_ratio(q, mine)["ratio"]  # > 1: ours is faster
+        rows.append(row)
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    worst = max((r for r in rows if "ratio" in r), key=lambda r: r["ratio"], default=None)
+    decode = [
+        r["vs_quack"]
+        for r in rows
+        if "vs_quack" in r and r["tokens"] is not None and r["tokens"] <= decode_max_tokens
+    ]
+    return {
+        "ours": ours,
+        "baselines": baselines,
+        "tie": tie,
+        "rows": rows,
+        "compared": len(ratios),
+        "geomean_ratio": geomean(ratios),
+        "worst": {"problem": worst["problem"], "ratio": worst["ratio"], "best": worst["best"]}
+        if worst
+        else None,
+        "above_tie": [r["problem"] for r in rows if r.get("ratio", 0) > tie],
+        "missing": [r["problem"] for r in rows if "ratio" not in r],
+        "decode_vs_quack": {
+            "quack": quack,
+            "max_tokens": decode_max_tokens,
+            "shapes": len(decode),
+            "geomean_speedup": geomean(decode),
+        },
+        "ceilings": _ceilings(run),
+    }
+
+
+def _short(model: str | None) -> str:
+    return {"GLM 5.3": "GLM 5.3", "DeepSeek V4 Pro": "V4 Pro", "Kimi K3": "Kimi K3"}.get(
+        model or "", (model or "?")[:14]
+    )
+
+
+def format_compare(summary: dict) -> str:
+    """The ratio table: one line per shape, then the totals and the ceilings."""
+    ours = summary["ours"]
+    head = (
+        f"{'model':<9}{'tok':>5} {'routing':<9}{'floor':>8}{ours + ' us':>12}{'%fl':>5}"
+        f"{'best baseline':>24}{'%fl':>5}{'ratio':>7}  {'rounds lo-hi':<13}{'vs quack-t':>10}"
+    )
+    lines = [f"ratio = {ours} / best baseline, same run (paired per round); <1: ours faster", head]
+    lines.append("-" * len(head))
+    for r in summary["rows"]:
+        line = f"{_short(r['model']):<9}{r['tokens'] or 0:>5} {r['routing'] or '':<9}"
+        line += f"{r['floor_us'] or float('nan'):>8.1f}"
+        line += (
+            f"{r['ours_us']:>12.1f}{r['ours_pct_floor']:>5.0f}" if "ours_us" in r else f"{'-':>17}"
+        )
+        if "best_us" in r:
+            line += (
+                f"{r['best'] + ' ' + format(r['best_us'], '.1f'):>24}{r['best_pct_floor']:>5.0f}"
+            )
+        else:
+            line += f"{'-':>29}"
+        if "ratio" in r:
+            flag = " !" if r["ratio"] > summary["tie"] else ""
+            line += f"{r['ratio']:>7.3f}  {r['lo']:.3f}-{r['hi']:.3f}{flag:<2}"
+        else:
+            line += f"{'-':>7}  {'':<13}"
+        line += f"{r['vs_quack']:>9.2f}x" if "vs_quack" in r else ""
+        lines.append(line)
+    lines.append("")
+    worst = summary["worst"]
+    lines.append(
+        f"{summary['compared']} shapes compared: geomean ratio {summary['geomean_ratio']:.3f}"
+        + (
+            f", worst {worst['ratio']:.3f} ({worst['problem']}, vs {worst['best']})"
+            if worst
+            else ""
+        )
+        + f"; above {summary['tie']:.2f}: {len(summary['above_tie'])}"
+    )
+    if summary.get("missing"):
+        lines.append(
+            f"not compared ({ours} or every baseline failed or did not run): "
+            + ", ".join(summary["missing"])
+        )
+    d = summary["decode_vs_quack"]
+    if d["shapes"]:
+        lines.append(
+            f"decode (<= {d['max_tokens']} tokens): {d['geomean_speedup']:.2f}x faster than "
+            f"{d['quack']} (geomean over {d['shapes']} shapes where both ran)"
+        )
+    else:
+        lines.append(f"decode: no shape where both {ours} and {d['quack']} ran")
+    c = summary["ceilings"]
+    sheet = (
+        f"; datasheet {c['datasheet_gpu']} {c['datasheet_read_tb_s']:.2f} TB/s "
+        f"(measured = {c['read_pct_of_datasheet']:.0f}% of it)"
+        if c.get("datasheet_read_tb_s")
+        else ""
+    )
+    lines.append(
+        f"read ceiling of this run {c['read_tb_s']:.2f} TB/s (probes {c['read_probe_tb_s']:.2f})"
+        f"{sheet}; bf16 {c['bf16_tflop_s']:.0f} TFLOP/s"
+    )
+    return "\n".join(lines)
+
+
+_STAGE = re.compile(r"^pearl-s(\d+)$")
+
+
+def ablation_summary(run: dict, chain: list[str] | None = None) -> dict:
+    """Each course stage against the previous one that ran, on every problem of ``run``.
+
+    ``chain`` defaults to the ``pearl-sN`` implementations of the run with N >= 3, in stage order.
+    Per problem and stage: median, spread (``range_pct`` of the round medians), the paired ratio
+    to the previous stage that ran on that problem (< 1: the stage made it faster), and the
+    configuration. Per step: the geomean of those ratios over problems."""
+    recs = _ok_records(run)
+    if chain is None:
+        stages = sorted({int(m.group(1)) for r in run["records"] if (m := _STAGE.match(r["impl"]))})
+        chain = [f"pearl-s{s}" for s in stages if s >= 3]
+    status = {(r["problem"], r["impl"]): r.get("status") for r in run["records"]}
+    rows = []
+    steps: dict = {}
+    for p in run["problems"]:
+        pid = p["id"]
+        cells = []
+        prev = None
+        for impl in chain:
+            rec = recs.get((pid, impl))
+            cell = {"impl": impl, "status": status.get((pid, impl), "-")}
+            if rec is not None:
+                cell["median_us"] = rec["time"]["median_us"]
+                cell["spread_pct"] = rec["time"].get("range_pct")
+                cell["pct_floor"] = rec["metrics"]["pct_of_floor"]
+                cell["config"] = rec.get("config", {}).get("config")
+                if prev is not None:
+                    pr = paired_ratio(rec, prev)
+                    cell.update(vs=prev["impl"], **pr)
+                    steps.setdefault((prev["impl"], impl), []).append(pr["ratio"])
+                prev = rec
+            cells.append(cell)
+        rows.append(
+            {
+                "problem": pid,
+                "model": p.get("model"),
+                "tokens": p.get("tokens_per_gpu"),
+                "routing": p.get("routing"),
+                "floor_us": p.get("floor_us"),
+                "cells": cells,
+            }
+        )
+    return {
+        "chain": chain,
+        "rows": rows,
+        "steps": [
+            {"from": a, "to": b, "shapes": len(v), "geomean_ratio": geomean(v)}
+            for (a, b), v in steps.items()
+        ],
+    }
+
+
+def format_ablation(summary: dict) -> str:
+    chain = summary["chain"]
+    head = f"{'model':<9}{'tok':>5} {'routing':<9}{'floor':>8}" + "".join(f"{c:>22}" for c in chain)
+    lines = [
+        "each stage: median us (ratio to the previous stage that ran, paired per round; "
+        "<1 faster) [round range %]",
+        head,
+        "-" * len(head),
+    ]
+    for r in summary["rows"]:
+        line = f"{_short(r['model']):<9}{r['tokens'] or 0:>5} {r.get('routing') or '':<9}"
+        line += f"{r['floor_us'] or float('nan'):>8.1f}"
+        for cell in r["cells"]:
+            if "median_us" in cell:
+                text = f"{cell['median_us']:.1f}"
+                if "ratio" in cell:
+                    text += f" ({cell['ratio']:.3f})"
+                if cell.get("spread_pct") is not None:
+                    text += f" [{cell['spread_pct']:.1f}]"
+            else:
+                text = cell["status"]
+            line += f"{text:>22}"
+        lines.append(line)
+    lines.append("")
+    for s in summary["steps"]:
+        lines.append(
+            f"{s['from']} -> {s['to']}: geomean ratio {s['geomean_ratio']:.3f} "
+            f"over {s['shapes']} shapes"
+        )
+    return "\n".join(lines)

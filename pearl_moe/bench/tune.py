@@ -1,0 +1,372 @@
+"""``python -m pearl_moe tune``: measure candidate kernel configurations on this GPU and write the
+table that :func:`pearl_moe.kernels.autotune.pick` reads.
+
+    python -m pearl_moe tune                                  # 3 models x 6 token counts, H200
+    python -m pearl_moe tune --models glm --tokens 1,64 --out /tmp/H200.json
+    python -m pearl_moe tune --precompile-only --arch sm_90a --sms 132   # on a CPU, no GPU
+
+For every (model, tokens) shape: the pruned candidates of :func:`autotune.candidates` (about 10-16;
+fewer while course stages 4-7 are missing), all compiled first in parallel worker processes into
+the disk cache (:func:`pearl_moe.kernels.compile_cache.precompile`; compiling needs no GPU), then
+checked against the float32 reference and timed together in interleaved rounds of CUDA-graph
+replays (:func:`pearl_moe.bench.harness.time_interleaved`). The fastest correct candidate by median
+becomes the entry for ``(n, k, experts, rows-per-expert bucket)``; every candidate's time is kept
+beside it. The table is rewritten after each shape and merged with an existing file of the same
+GPU (entries of other shapes stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..workloads import MODELS, get_model, make_problem
+
+__all__ = ["main", "parse_args", "compile_requests", "tune_problem", "merge_entries"]
+
+DEFAULT_TOKENS = "1,16,64,256,1024,4096"
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m pearl_moe tune",
+        description="Measure candidate configurations of our kernel on this GPU; write the table "
+        "grouped_gemm's default reads (pearl_moe/tuning/<GPU>.json).",
+    )
+    p.add_argument("--models", default="all", help="comma list of model names, or 'all'")
+    p.add_argument("--tokens", default=DEFAULT_TOKENS, help="tokens per GPU, comma list")
+    p.add_argument("--ep", type=int, default=8, help="expert-parallel degree")
+    p.add_argument("--projection", default="gate_up", choices=("gate_up", "down"))
+    p.add_argument("--limit", type=int, default=20, help="most candidates per shape")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape")
+    p.add_argument("--reps", type=int, default=3, help="timed replays per candidate per round")
+    p.add_argument("--launches", type=int, default=10, help="calls captured per CUDA graph")
+    p.add_argument(
+        "--jobs", type=int, default=None, help="compile worker processes (default: CPUs)"
+    )
+    p.add_argument("--out", default=None, help="table file (default pearl_moe/tuning/<GPU>.json)")
+    p.add_argument("--no-merge", action="store_true", help="replace the file instead of merging")
+    p.add_argument("--deadline-s", type=float, default=None, help="start no shape after this")
+    p.add_argument(
+        "--cache-dir", default=None, help="kernel disk cache folder ($PEARL_MOE_KERNEL_CACHE)"
+    )
+    p.add_argument(
+        "--precompile-only",
+        action="store_true",
+        help="compile every candidate into the disk cache and exit (no GPU needed)",
+    )
+    p.add_argument("--arch", default=None, help="with --precompile-only: sm_90a or sm_100a")
+    p.add_argument("--sms", type=int, default=None, help="with --precompile-only: SM count")
+    p.add_argument(
+        "--with-ablation",
+        action="store_true",
+        help="with --precompile-only: also the course configurations of stages 3-7",
+    )
+    return p.parse_args(argv)
+
+
+def build_problems(args) -> list:
+    names = list(MODELS) if args.models == "all" else [get_model(m).name for m in _csv(args.models)]
+    tokens = [int(t) for t in _csv(args.tokens)]
+    return [make_problem(m, t, args.ep, "balanced", args.projection) for m in names for t in tokens]
+
+
+def _shape(problem) -> tuple[int, int, int, int]:
+    return problem.n, problem.k, problem.experts, problem.rows
+
+
+def compile_requests(
+    problems, arch: str, sms: int, limit: int = 16, ablation: bool = False
+) -> list[tuple]:
+    """``(arch, stage, config, n, k, experts, sms)`` for every candidate of every problem (and,
+    with ``ablation``, the course configuration of every stage 3-7 that exists here)."""
+    from ..kernels import autotune
+    from ..kernels.api import default_config
+    from ..kernels.ladder import LAST_STAGE
+
+    requests = []
+    for p in problems:
+        n, k, experts, rows = _shape(p)
+        if limit > 0:
+            for stage, config in autotune.candidates(arch, n, k, experts, rows, limit):
+                requests.append((arch, stage, config, n, k, experts, sms))
+        if ablation:
+            for stage in range(3, LAST_STAGE + 1):
+                if autotune.stage_available(arch, stage):
+                    requests.append((arch, stage, default_config(arch, stage), n, k, experts, sms))
+    return list(dict.fromkeys(requests))
+
+
+def precompile_with_progress(requests, jobs: int | None, tqdm) -> dict:
+    """Compile ``requests`` into the disk cache; returns counts and the failures."""
+    from ..kernels import compile_cache
+
+    total = len({compile_cache.kernel_key(*r) for r in _resolved(requests)}) or 1
+    bar = tqdm(total=total, desc="compile", unit="kernel")
+    t0 = time.monotonic()
+    results = compile_cache.precompile(requests, jobs=jobs, progress=lambda r: bar.update(1))
+    bar.close()
+    failed = {r["key"]: r.get("error", "")[:300] for r in results if not r["ok"]}
+    return {
+        "requests": len(requests),
+        "compiled": sum(1 for r in results if r["ok"] and not r.get("cached")),
+        "cached": sum(1 for r in results if r.get("cached")),
+        "failed": failed,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+
+
+def _resolved(requests):
+    out = []
+    for arch, stage, config, n, k, experts, sms in requests:
+        try:
+            out.append((arch, stage, config.resolved(), n, k, experts, sms))
+        except ValueError:
+            out.append((arch, stage, config, n, k, experts, sms))
+    return out
+
+
+def _candidate(label: str, stage: int, config):
+    from ..kernels import grouped_gemm
+    from .registry import Implementation, Prepared
+
+    def prepare(A, W, offsets, counts):
+        def run(out):
+            return grouped_gemm(A, W, offsets, config=config, out=out, stage=stage, check=False)
+
+        return Prepared(
+            run, {"stage": stage, "config": config.describe(), "gemm_config": asdict(config)}
+        )
+
+    return Implementation(label, prepare)
+
+
+def tune_problem(problem, arch: str, args, device="cuda") -> dict:
+    """Check and time every candidate of ``problem``; the table entry for its shape."""
+    from ..kernels import autotune
+    from . import harness
+    from .compare import paired_ratio
+
+    n, k, experts, rows = _shape(problem)
+    cands = autotune.candidates(arch, n, k, experts, rows, args.limit)
+    heuristic = autotune.heuristic(arch, n, k, experts, rows)
+    impls = {}
+    for stage, config in cands:
+        label = f"s{stage} {config.describe()}"
+        impls[label] = _candidate(label, stage, config)
+    checks = harness.check_many(impls, problem, device)
+    rejected = {}
+    good = {}
+    for label, (result, _) in checks.items():
+        if isinstance(result, Exception):
+            rejected[label] = f"error: {type(result).__name__}: {result}"[:300]
+        elif not result.ok:
+            rejected[label] = f"incorrect: {result.message}"[:300]
+        else:
+            good[label] = impls[label]
+    times = harness.time_interleaved(
+        good, problem, rounds=args.rounds, reps=args.reps, launches=args.launches, device=device
+    )
+    measured = {}
+    for label, (timing, _) in times.items():
+        if isinstance(timing, Exception):
+            rejected[label] = f"error: {type(timing).__name__}: {timing}"[:300]
+        elif timing.outputs_ok is False:
+            rejected[label] = f"incorrect after timing: {timing.outputs_message}"[:300]
+        else:
+            measured[label] = timing
+    if not measured:
+        raise RuntimeError(f"no candidate ran correctly on {problem.name}: {rejected}")
+    by_label = dict(zip([f"s{s} {c.describe()}" for s, c in cands], cands, strict=True))
+    best = min(measured, key=lambda lb: measured[lb].median_s)
+    stage, config = by_label[best]
+    entry = {
+        "n": n,
+        "k": k,
+        "experts": experts,
+        "bucket": autotune.rows_bucket(rows, experts),
+        "rows_per_expert": round(rows / experts, 3),
+        "measured_at": f"{problem.meta.get('model')} {problem.meta.get('tokens_per_gpu')} tokens "
+        f"(EP{problem.meta.get('ep')}, {problem.meta.get('routing')})",
+        "stage": stage,
+        "config": asdict(config),
+        "label": config.describe(),
+        "median_us": round(measured[best].median_s * 1e6, 2),
+        "spread_pct": round(measured[best].spread["range_pct"], 2),
+    }
+    h_label = f"s{heuristic.stage} {heuristic.config.describe()}"
+    if h_label in measured and h_label != best:
+        rec = lambda t: {"time": t.as_dict()}  # noqa: E731
+        entry["vs_heuristic"] = round(
+            paired_ratio(rec(measured[best]), rec(measured[h_label]))["ratio"], 4
+        )
+    entry["candidates"] = {
+        lb: round(t.median_s * 1e6, 2)
+        for lb, t in sorted(measured.items(), key=lambda kv: kv[1].median_s)
+    }
+    if rejected:
+        entry["rejected"] = rejected
+    return entry
+
+
+def harness_sync(device) -> None:
+    from .harness import _sync
+
+    _sync(device)
+
+
+def merge_entries(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old`` with every entry of the same (n, k, experts, bucket) as one in ``new`` replaced."""
+    key = lambda e: (e["n"], e["k"], e["experts"], e["bucket"])  # noqa: E731
+    fresh = {key(e) for e in new}
+    merged = [e for e in old if key(e) not in fresh] + list(new)
+    return sorted(merged, key=lambda e: (e["n"], e["k"], e["experts"], e["bucket"]))
+
+
+def _write_table(path: Path, table: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = {k: v for k, v in table.items() if k != "entries"}
+    text = json.dumps(head, indent=1)[:-2]
+    items = ",\n  ".join(json.dumps(e, separators=(",", ":")) for e in table["entries"])
+    text += f',\n "entries": [\n  {items}\n ]\n}}\n'
+    tmp = path.with_suffix(path.suffix + ".part")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def new_table(gpu: str, arch: str, sms: int, env: dict) -> dict:
+    from ..kernels.autotune import TABLE_SCHEMA
+
+    return {
+        "schema": TABLE_SCHEMA,
+        "gpu": gpu,
+        "arch": arch,
+        "sm_count": sms,
+        "env": env,
+        "method": "candidates of pearl_moe.kernels.autotune.candidates, each checked against a "
+        "float32 reference, then timed together in interleaved rounds of CUDA-graph replays; "
+        "the fastest by median wins",
+        "entries": [],
+    }
+
+
+def run_tuning(
+    problems, arch, gpu, sms, args, out: Path, env: dict, deadline=None, tqdm=None, device="cuda"
+):
+    """Tune every problem, rewriting the table at ``out`` after each; returns the table."""
+    import torch
+
+    from ..kernels.autotune import TABLE_SCHEMA
+
+    table = new_table(gpu, arch, sms, env)
+    if out.is_file() and not getattr(args, "no_merge", False):
+        old = json.loads(out.read_text())
+        if old.get("schema") == TABLE_SCHEMA and old.get("gpu") == gpu:
+            table["entries"] = old["entries"]
+    bar = tqdm(total=len(problems), desc="tune", unit="shape") if tqdm else None
+    skipped = []
+    for problem in problems:
+        if deadline is not None and time.monotonic() > deadline:
+            skipped.append(problem.name)
+            if bar:
+                bar.update(1)
+            continue
+        if bar:
+            bar.set_postfix_str(problem.name[:40])
+        try:
+            entry = tune_problem(problem, arch, args, device)
+        except Exception as exc:
+            print(f"\ntune {problem.name}: {type(exc).__name__}: {exc}"[:800], flush=True)
+            harness_sync(device)
+        else:
+            table["entries"] = merge_entries(table["entries"], [entry])
+            _write_table(out, table)
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        if bar:
+            bar.update(1)
+    if bar:
+        bar.close()
+    table["env"]["skipped_shapes"] = skipped
+    _write_table(out, table)
+    return table
+
+
+def format_table(table: dict) -> str:
+    lines = [
+        f"{'shape (n x k x E @ bucket)':<28}{'measured at':<34}{'winner':<40}{'us':>9}{'vs heur.':>9}"
+    ]
+    for e in table["entries"]:
+        key = f"{e['n']}x{e['k']}x{e['experts']} @{e['bucket']}"
+        vs = f"{e['vs_heuristic']:.3f}" if "vs_heuristic" in e else "="
+        lines.append(
+            f"{key:<28}{e.get('measured_at', ''):<34}{'s' + str(e['stage']) + ' ' + e.get('label', ''):<40}"
+            f"{e.get('median_us', float('nan')):>9.1f}{vs:>9}"
+        )
+    return "\n".join(lines)
+
+
+def _progress():
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # the GPU machine's image may lack tqdm
+        from .cli import _PlainProgress as tqdm
+    return tqdm
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.cache_dir:
+        os.environ["PEARL_MOE_KERNEL_CACHE"] = str(Path(args.cache_dir).resolve())
+    tqdm = _progress()
+    problems = build_problems(args)
+    if args.precompile_only:
+        arch = args.arch or "sm_90a"
+        sms = args.sms or {"sm_90a": 132, "sm_100a": 148}[arch]
+        requests = compile_requests(problems, arch, sms, args.limit, args.with_ablation)
+        info = precompile_with_progress(requests, args.jobs, tqdm)
+        print(json.dumps(info, indent=1))
+        return 1 if info["failed"] else 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print(
+            "error: no CUDA GPU is visible: `tune` measures kernels on the GPU whose table it "
+            "writes. Without a GPU, `--precompile-only --arch sm_90a --sms 132` compiles the "
+            "candidates into the disk cache.",
+            file=sys.stderr,
+        )
+        return 2
+    from ..kernels.api import _arch_of
+    from ..kernels.autotune import TABLE_DIR, gpu_name
+    from .records import environment
+
+    arch = _arch_of(torch.device("cuda"))
+    gpu = gpu_name("cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = Path(args.out) if args.out else TABLE_DIR / f"{gpu}.json"
+    t_start = time.monotonic()
+    env = environment(" ".join(["python -m pearl_moe tune", *(argv or sys.argv[1:])]))
+    info = precompile_with_progress(
+        compile_requests(problems, arch, sms, args.limit), args.jobs, tqdm
+    )
+    env["precompile"] = {k: v for k, v in info.items() if k != "failed"}
+    env["precompile"]["failed"] = len(info["failed"])
+    print(f"compiled {info['compiled']}, cached {info['cached']}, failed {len(info['failed'])} "
+          f"in {info['seconds']} s", flush=True)  # fmt: skip
+    deadline = t_start + args.deadline_s if args.deadline_s is not None else None
+    table = run_tuning(problems, arch, gpu, sms, args, out, env, deadline, tqdm)
+    table["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    _write_table(out, table)
+    print(format_table(table))
+    print(f"\nwrote {out}")
+    return 0

@@ -1,0 +1,421 @@
+"""Which kernel stage and configuration ``grouped_gemm`` runs when the caller names neither.
+
+The choice uses only what the host knows without a device sync, so a call stays capturable in a
+CUDA graph: the architecture, the GPU (its name, for the table), ``n``, ``k``, the expert count and
+``rows = A.shape[0]``, i.e. the *average* rows per expert ``rows / experts`` (the per-expert counts
+live on the device; reading them would need a copy).
+
+Two sources, in order (:func:`pick`):
+
+1. **A measured table per GPU**, ``pearl_moe/tuning/<GPU>.json``, written by
+   ``python -m pearl_moe tune`` on that GPU. Entries are keyed by ``(n, k, experts, bucket)``, where
+   the bucket is ``round(log2(rows / experts))`` (:func:`rows_bucket`: 1/4, 1/2, 1, 2, 4 ... rows per
+   expert, one bucket per octave). A call whose bucket was not measured takes the entry of the
+   nearest measured bucket of the same ``(n, k, experts)`` up to two octaves away. An entry whose
+   stage is missing here or whose configuration the kernel refuses is skipped.
+2. **A heuristic** (:func:`heuristic`) for shapes the table does not cover, from the H200
+   measurements in ``shared/reference/facts.md``: at most one row per expert, 64 x 256 tiles
+   (few active experts: fewer, wider tiles stream the weights with fewer tile prologues); up to 64
+   rows per expert, 64 x 128 tiles (half the padded A bytes of a 128-row tile); above, the course's
+   stage-3 configuration, 128 x 128. Always the deepest ring that fits (the depth sweep at 64 tokens
+   only ever got faster with more entries: 748, 508, 463, 439, 425 us for 2-6 entries).
+
+The environment variable ``PEARL_MOE_TUNING`` names another table file (``off``: heuristic only);
+:func:`use_table` does the same inside a process. :func:`candidates` is the pruned configuration
+space the tuner measures (see its docstring for why these and not others).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..config import GemmConfig
+from .ladder import KERNEL_STAGES, LAST_STAGE, stage_config, stage_problems
+
+__all__ = [
+    "Choice",
+    "TABLE_SCHEMA",
+    "TABLE_DIR",
+    "ENV_TABLE",
+    "rows_bucket",
+    "gpu_name",
+    "default_gpu_name",
+    "heuristic",
+    "pick",
+    "pick_config",
+    "stage_available",
+    "stage_for",
+    "candidates",
+    "load_table",
+    "use_table",
+    "table_key",
+    "clear_cache",
+]
+
+TABLE_SCHEMA = "pearl-moe-tuning/1"
+TABLE_DIR = Path(__file__).resolve().parent.parent / "tuning"
+ENV_TABLE = "PEARL_MOE_TUNING"
+#: Furthest a measured bucket may be from the call's bucket (octaves of rows per expert).
+MAX_BUCKET_DISTANCE = 2
+_ARCH_PACKAGES = {"sm_90a": "sm90", "sm_100a": "sm100"}
+_DEFAULT_GPU = {"sm_90a": "H200", "sm_100a": "B200"}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A kernel stage and its configuration, and where the choice came from."""
+
+    stage: int
+    config: GemmConfig
+    source: str
+
+    def as_tuple(self) -> tuple[int, GemmConfig]:
+        return self.stage, self.config
+
+
+# ------------------------------------------------------------------------------- keys
+def rows_bucket(rows: int, experts: int) -> int:
+    """``round(log2(rows / experts))``: the octave of the average rows per expert (an empty A
+    counts as a quarter row per expert's bucket floor, -8)."""
+    if experts < 1:
+        raise ValueError("experts must be at least 1")
+    if rows <= 0:
+        return -8
+    return max(-8, min(24, round(math.log2(rows / experts))))
+
+
+def table_key(n: int, k: int, experts: int, bucket: int) -> str:
+    return f"{n}x{k}x{experts}@{bucket}"
+
+
+_GPU_NAMES: dict = {}
+
+
+def gpu_name(device=None) -> str | None:
+    """The short name of a CUDA device ("H200", "B200"; else its name with spaces replaced), cached
+    per device index: a host-side query, no sync. None where it cannot be read (not a CUDA device);
+    :func:`pick` then uses the architecture's default GPU."""
+    import torch
+
+    try:
+        dev = torch.device(device) if device is not None else None
+        if dev is not None and dev.type != "cuda":
+            return None
+        index = dev.index if dev is not None and dev.index is not None else None
+        if index is None:
+            index = torch.cuda.current_device()
+        name = _GPU_NAMES.get(index)
+        if name is None:
+            full = torch.cuda.get_device_name(index)
+            from ..hardware import get_gpu
+
+            try:
+                name = get_gpu(full).name
+            except ValueError:
+                name = "_".join(full.replace("NVIDIA", "").split())
+            _GPU_NAMES[index] = name
+        return name
+    except (RuntimeError, AssertionError, ValueError):
+        return None
+
+
+def default_gpu_name(arch: str) -> str:
+    """The GPU whose table serves ``arch`` when the caller names none (sm_90a: H200)."""
+    return _DEFAULT_GPU[arch]
+
+
+# ------------------------------------------------------------------------- availability
+def stage_available(arch: str, stage: int) -> bool:
+    """Whether ``pearl_moe.kernels.<arch>.<stage module>`` exists here (without importing it)."""
+    if stage not in KERNEL_STAGES or arch not in _ARCH_PACKAGES:
+        return False
+    name = f"pearl_moe.kernels.{_ARCH_PACKAGES[arch]}.{KERNEL_STAGES[stage].module}"
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _kernel_problems(arch: str, stage: int, config: GemmConfig, n, k) -> list[str]:
+    """Reasons the kernel cannot run ``config`` as ``stage`` (empty: it can); n, k None: any."""
+    if not stage_available(arch, stage):
+        return [f"stage {stage} has no {arch} kernel here"]
+    if config.arch != arch:
+        return [f"config is for {config.arch}, not {arch}"]
+    # the same per-arch checks as pearl_moe.kernels.api.can_implement (which imports this module)
+    if arch == "sm_90a":
+        from .sm90.common import can_implement
+    else:
+        from .sm100.stage1_gemm import can_implement as sm100_can_implement
+
+        def can_implement(config, n, k, stage):
+            return sm100_can_implement(config, stage, n, k)
+
+    return can_implement(config, n or 64, k or 64, stage)
+
+
+def stage_for(config: GemmConfig, n: int | None = None, k: int | None = None) -> int:
+    """The first course stage from 3 on that may run ``config`` (:func:`ladder.stage_problems`)
+    and whose kernel exists here and accepts it. ``ValueError`` with every stage's reasons if none.
+    """
+    reasons = []
+    for stage in range(3, LAST_STAGE + 1):
+        problems = stage_problems(config, stage) or _kernel_problems(
+            config.arch, stage, config, n, k
+        )
+        if not problems:
+            return stage
+        reasons.append(f"stage {stage}: {'; '.join(problems)}")
+    raise ValueError(f"no kernel stage here runs {config.describe()}: " + " | ".join(reasons))
+
+
+# ------------------------------------------------------------------------------ heuristic
+def heuristic(arch: str, n: int, k: int, experts: int, rows: int) -> Choice:
+    """A configuration from the average rows per expert (see the module docstring); stage 3."""
+    per_expert = rows / experts if experts else 0.0
+    if arch == "sm_90a":
+        if per_expert <= 1:
+            tile, why = (64, 256), "<= 1 row per expert"
+        elif per_expert <= 64:
+            tile, why = (64, 128), "<= 64 rows per expert"
+        else:
+            tile, why = (128, 128), "> 64 rows per expert"
+        config = stage_config(arch, 3).with_(tile_m=tile[0], tile_n=min(tile[1], max(n, 64)))
+        if _kernel_problems(arch, 3, config.resolved(), n, k):
+            config, why = stage_config(arch, 3), "course stage 3 (the tile above does not fit)"
+    else:  # sm_100a: not measured yet; the course's stage-3 configuration
+        config, why = stage_config(arch, 3), "course stage 3 (no sm_100a measurements yet)"
+    return Choice(3, config.resolved(), f"heuristic: {why}")
+
+
+# ---------------------------------------------------------------------------------- table
+_TABLE_OVERRIDE: dict = {}  # {"path": ...} or {"table": ...} set by use_table
+_TABLES: dict = {}
+_PICKS: dict = {}
+
+
+def clear_cache() -> None:
+    """Forget loaded tables and memoized picks (after a table file changed)."""
+    _TABLES.clear()
+    _PICKS.clear()
+
+
+def use_table(table: str | Path | dict | None) -> None:
+    """Use this table (a path, a loaded dict, or None for the default lookup) in this process."""
+    _TABLE_OVERRIDE.clear()
+    if isinstance(table, dict):
+        _validate_table(table, "<dict>")
+        _TABLE_OVERRIDE["table"] = table
+    elif table is not None:
+        _TABLE_OVERRIDE["path"] = Path(table)
+    clear_cache()
+
+
+def _validate_table(table: dict, where: str) -> dict:
+    if table.get("schema") != TABLE_SCHEMA:
+        raise ValueError(f"{where}: not a {TABLE_SCHEMA} table (schema={table.get('schema')!r})")
+    for key in ("gpu", "arch", "entries"):
+        if key not in table:
+            raise ValueError(f"{where}: missing {key!r}")
+    for e in table["entries"]:
+        for key in ("n", "k", "experts", "bucket", "stage", "config"):
+            if key not in e:
+                raise ValueError(f"{where}: entry {e} lacks {key!r}")
+    return table
+
+
+def load_table(gpu: str) -> dict | None:
+    """The tuning table for ``gpu`` (None if there is none): :func:`use_table`'s, else the file
+    ``$PEARL_MOE_TUNING`` names (``off``: none), else ``pearl_moe/tuning/<gpu>.json``."""
+    if "table" in _TABLE_OVERRIDE:
+        table = _TABLE_OVERRIDE["table"]
+        return table if table.get("gpu") == gpu else None
+    if gpu in _TABLES:
+        return _TABLES[gpu]
+    env = os.environ.get(ENV_TABLE, "").strip()
+    if "path" in _TABLE_OVERRIDE:
+        path = _TABLE_OVERRIDE["path"]
+    elif env.lower() in ("off", "none", "0"):
+        path = None
+    elif env:
+        path = Path(env)
+    else:
+        path = TABLE_DIR / f"{gpu}.json"
+    table = None
+    if path is not None and path.is_file():
+        table = _validate_table(json.loads(path.read_text()), str(path))
+        if table["gpu"] != gpu:
+            table = None
+    _TABLES[gpu] = table
+    return table
+
+
+def _entry_choice(entry: dict, arch: str, n: int, k: int, gpu: str) -> Choice | None:
+    try:
+        config = GemmConfig.from_dict(entry["config"])
+    except (TypeError, ValueError):
+        return None
+    stage = int(entry["stage"])
+    if config.arch != arch or stage_problems(config, stage):
+        return None
+    config = config.resolved()
+    if _kernel_problems(arch, stage, config, n, k):
+        return None
+    where = entry.get("measured_at") or f"{entry['bucket']}"
+    return Choice(stage, config, f"table {gpu}: {where}")
+
+
+def _from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
+    table = load_table(gpu)
+    if not table or table.get("arch") != arch:
+        return None
+    same_shape = [e for e in table["entries"] if (e["n"], e["k"], e["experts"]) == (n, k, experts)]
+    # nearest measured bucket first; on a tie the smaller one
+    same_shape.sort(key=lambda e: (abs(e["bucket"] - bucket), e["bucket"]))
+    for entry in same_shape:
+        if abs(entry["bucket"] - bucket) > MAX_BUCKET_DISTANCE:
+            break
+        choice = _entry_choice(entry, arch, n, k, gpu)
+        if choice is not None:
+            if entry["bucket"] != bucket:
+                choice = Choice(
+                    choice.stage, choice.config, f"{choice.source} (nearest bucket to {bucket})"
+                )
+            return choice
+    return None
+
+
+def pick(arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None) -> Choice:
+    """The stage and configuration for this call: the GPU's table, else :func:`heuristic`.
+    Memoized per (arch, gpu, n, k, experts, bucket): after the first call it is a dict lookup."""
+    gpu = gpu or default_gpu_name(arch)
+    bucket = rows_bucket(rows, experts)
+    key = (arch, gpu, n, k, experts, bucket)
+    choice = _PICKS.get(key)
+    if choice is None:
+        choice = _from_table(arch, n, k, experts, bucket, gpu) or heuristic(
+            arch, n, k, experts, rows
+        )
+        _PICKS[key] = choice
+    return choice
+
+
+def pick_config(
+    arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None
+) -> tuple[int, GemmConfig]:
+    """``(stage, GemmConfig)`` that :func:`pearl_moe.kernels.grouped_gemm` runs when given neither."""
+    return pick(arch, n, k, experts, rows, gpu).as_tuple()
+
+
+# ----------------------------------------------------------------------------- candidates
+#: Options of the stage-3 kernel, in the order the tuner tries them: (label, fields, tile_m 64 only).
+OPTIONS = (
+    ("tma", {}, False),
+    ("direct", {"epilogue": "direct_store"}, False),
+    ("direct+B2", {"epilogue": "direct_store", "b_k_tiles": 2}, False),
+    ("direct+pingpong", {"epilogue": "direct_store", "acc_slots": 2}, True),
+    ("direct+B2+pingpong", {"epilogue": "direct_store", "b_k_tiles": 2, "acc_slots": 2}, True),
+    ("tma+B2", {"b_k_tiles": 2}, False),
+)
+
+
+def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
+    if per_expert <= 32:  # decode: 64-row tiles first; wide tiles for few active experts
+        shapes = [(64, 128), (64, 256), (64, 64), (64, 192), (128, 128)]
+    elif per_expert <= 256:  # mid: padding of the last m tile matters (146 rows: 3 x 64 < 2 x 128)
+        shapes = [(64, 128), (128, 128), (64, 256), (128, 256), (128, 192), (64, 192)]
+    else:  # prefill: large tiles, more reuse of each weight tile
+        shapes = [(128, 128), (128, 256), (128, 192), (64, 256), (64, 128)]
+    return [(m, t) for m, t in shapes if t <= max(n, 64) and (t != 192 or n % 192 == 0)]
+
+
+def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[GemmConfig]:
+    """sm_90a options beyond the post, first at decode: A boxes that end inside A
+    (``shift_a_box``) and tiles of fewer rows than the 64-row wgmma (``tile_m`` 8-32: smaller A
+    entries, more of them in flight). The tile height is the smallest that holds an average
+    expert's rows (and the next one up)."""
+    out = []
+    if per_expert <= 32:
+        heights = [m for m in (8, 16, 32) if m >= per_expert][:2] + [64]
+    elif per_expert <= 256:
+        heights = [64, 128]
+    else:
+        return []
+    direct = {"epilogue": "direct_store", "shift_a_box": True}
+    # at most one row per expert few experts are active: wide tiles fill the SMs in one wave
+    widths = [w for w in ((256, 128) if per_expert <= 1 else (128, 256)) if w <= max(n, 64)]
+    # every tile shape first, then the same shapes with ping-pong, then with wide B entries
+    for extra in ({}, {"acc_slots": 2}, {"b_k_tiles": 2}):
+        for tile_n in widths:
+            for tile_m in heights:
+                try:
+                    out.append(base.with_(tile_m=tile_m, tile_n=tile_n, **direct, **extra))
+                except ValueError:
+                    continue
+    return out
+
+
+def candidates(
+    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 20
+) -> list[tuple[int, GemmConfig]]:
+    """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
+
+    The full space on sm_90a is tile_m {64, 128} x tile_n {64, 128, 192, 256} x ring depth 2..max x
+    {TMA, direct store} x b_k_tiles {1, 2} x acc_slots {1, 2}: several hundred kernels per shape.
+    What prunes it:
+
+    * **ring depth**: always the deepest that fits. At decode the kernel is bound by bytes in
+      flight and every extra entry helped on the H200 (2-7 entries at 64 tokens, monotone); at
+      prefill the ring only needs to cover the load latency, which it does at any depth >= 4.
+    * **tile shape** by rows per expert (:func:`_tile_shapes`): 64-row tiles at decode (a 128-row
+      tile at 16 rows per expert is 7/8 padding), 128-row tiles at prefill, both in between;
+      ``tile_n`` 192 only where it divides ``n``; never wider than ``n``.
+    * **options** in the order of the course's stages (:data:`OPTIONS`): TMA store (stage 3), direct
+      store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7, 64-row tiles).
+      Each is tried on the most promising shapes first, so truncation at ``limit`` drops the least
+      likely combinations.
+    * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
+      so the table never picks something slower than either (within the run's noise).
+
+    Configurations of stages whose kernel does not exist here (``stage_module`` would raise
+    ModuleNotFoundError) or that the kernel refuses (:func:`pearl_moe.kernels.api.can_implement`)
+    are skipped.
+    """
+    per_expert = rows / experts if experts else 0.0
+    ordered: list[GemmConfig] = [heuristic(arch, n, k, experts, rows).config]
+    ordered += [stage_config(arch, s) for s in range(3, LAST_STAGE + 1)]
+    base = stage_config(arch, 3)
+    if arch == "sm_90a":
+        ordered += _small_tile_candidates(base, per_expert, n)
+    shapes = _tile_shapes(per_expert, n) if arch == "sm_90a" else [(128, 128), (128, 256)]
+    for first, last in ((0, 2), (2, len(OPTIONS))):  # tma and direct everywhere, then the rest
+        for tile_m, tile_n in shapes:
+            for _, fields, m64_only in OPTIONS[first:last]:
+                if m64_only and tile_m != 64:
+                    continue
+                try:
+                    ordered.append(base.with_(tile_m=tile_m, tile_n=tile_n, **fields))
+                except ValueError:
+                    continue
+    out: list[tuple[int, GemmConfig]] = []
+    seen = set()
+    for config in ordered:
+        try:
+            config = config.resolved()
+            stage = stage_for(config, n, k)
+        except ValueError:
+            continue
+        key = asdict(config)
+        key = tuple(sorted(key.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((stage, config))
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,88 @@
+"""A fake CUDA runtime for CPU tests of the benchmark harness (imported by test modules)."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import torch
+
+from pearl_moe.bench import harness
+
+
+class FakeCuda:
+    """Just enough of torch.cuda for the harness: graphs whose replay advances a fake clock by the
+    cost of the calls captured, times a drift factor of the clock (a GPU slowly heating up)."""
+
+    def __init__(self, drift=lambda t: 1.0):
+        self.t = 0.0
+        self.capturing = None
+        self.drift = drift
+        self.replays = []  # (graph name, start time) in order
+
+    def install(self, monkeypatch):
+        fake = self
+
+        class Graph:
+            def __init__(self):
+                self.cost = 0.0
+                self.name = None
+
+            def replay(self):
+                fake.replays.append((self.name, fake.t))
+                fake.t += self.cost * fake.drift(fake.t)
+
+        @contextlib.contextmanager
+        def graph(g):
+            fake.capturing = g
+            try:
+                yield
+            finally:
+                fake.capturing = None
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self, stream=None):
+                self.t = fake.t
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) * 1e3
+
+        stream = types.SimpleNamespace(wait_stream=lambda other: None, cuda_stream=0)
+        cuda = torch.cuda
+        monkeypatch.setattr(cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(cuda, "graph", graph)
+        monkeypatch.setattr(cuda, "Event", Event)
+        monkeypatch.setattr(cuda, "Stream", lambda device=None: stream)
+        monkeypatch.setattr(cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(cuda, "current_stream", lambda device=None: stream)
+        monkeypatch.setattr(cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(cuda, "empty_cache", lambda: None)
+        monkeypatch.setattr(
+            cuda,
+            "get_device_properties",
+            lambda device=None: types.SimpleNamespace(L2_cache_size=1 << 20),
+        )
+        return self
+
+    def impl(self, name: str, seconds: float, broken: bool = False):
+        """A correct implementation (per-expert torch.mm) that 'costs' ``seconds`` per call."""
+        fake = self
+
+        def prepare(A, W, offsets, counts):
+            def run(out):
+                start = 0
+                for e, c in enumerate(counts):
+                    if c and not (broken and e == 0):
+                        torch.mm(A[start : start + c], W[e].t(), out=out[start : start + c])
+                    start += c
+                if fake.capturing is not None:
+                    fake.capturing.cost += seconds
+                    fake.capturing.name = name
+                return out
+
+            return harness.Prepared(run, {"seconds": seconds})
+
+        return harness.Implementation(name, prepare)

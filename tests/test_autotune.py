@@ -1,0 +1,194 @@
+"""The tuned default of ``grouped_gemm``: buckets, the heuristic, the per-GPU table, the candidate
+space, and the wiring of ``stage=None`` / ``config=None`` in the public call (CPU, fake GPU)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import types
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from pearl_moe.config import GemmConfig
+from pearl_moe.kernels import api, autotune
+from pearl_moe.kernels.ladder import stage_config
+
+GLM = (4096, 6144, 32)  # n, k, local experts at EP=8
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
+    autotune.use_table(None)
+    yield
+    autotune.use_table(None)
+
+
+def _table(entries, gpu="H200", arch="sm_90a"):
+    return {"schema": autotune.TABLE_SCHEMA, "gpu": gpu, "arch": arch, "entries": entries}
+
+
+def _entry(bucket, config, stage=3, shape=GLM):
+    n, k, e = shape
+    return {
+        "n": n,
+        "k": k,
+        "experts": e,
+        "bucket": bucket,
+        "stage": stage,
+        "config": asdict(config),
+    }
+
+
+def test_buckets_are_octaves_of_rows_per_expert():
+    assert autotune.rows_bucket(8, 32) == -2  # GLM, 1 token: 1/4 row per expert
+    assert autotune.rows_bucket(512, 32) == 4  # 64 tokens: 16 rows per expert
+    assert autotune.rows_bucket(64 * 16, 112) == 3  # Kimi K3, 64 tokens: 9.1 rows per expert
+    assert autotune.rows_bucket(0, 32) == -8
+    # the measured token counts of one model never share a bucket
+    for experts, top_k in ((32, 8), (48, 6), (112, 16)):
+        buckets = [autotune.rows_bucket(t * top_k, experts) for t in (1, 16, 64, 256, 1024, 4096)]
+        assert len(set(buckets)) == 6
+
+
+def test_heuristic_follows_the_h200_measurements():
+    one = autotune.pick("sm_90a", *GLM, rows=8)
+    assert (one.config.tile_m, one.config.tile_n) == (64, 256) and one.stage == 3
+    assert one.source.startswith("heuristic")
+    decode = autotune.pick("sm_90a", *GLM, rows=512)
+    assert (decode.config.tile_m, decode.config.tile_n) == (64, 128)
+    assert decode.config.ring_depth == GemmConfig(arch="sm_90a", tile_m=64).resolved().ring_depth
+    prefill = autotune.pick_config("sm_90a", *GLM, rows=4096 * 8)
+    assert prefill == (3, stage_config("sm_90a", 3).resolved())
+    assert autotune.pick_config("sm_100a", *GLM, rows=512) == (
+        3,
+        stage_config("sm_100a", 3).resolved(),
+    )
+
+
+def test_table_entry_wins_then_nearest_bucket_then_heuristic(tmp_path, monkeypatch):
+    wide = GemmConfig(arch="sm_90a", tile_m=64, tile_n=256, tile_k=64, ring_depth=4)
+    path = tmp_path / "H200.json"
+    path.write_text(json.dumps(_table([_entry(4, wide)])))
+    monkeypatch.setenv(autotune.ENV_TABLE, str(path))
+    autotune.clear_cache()
+    exact = autotune.pick("sm_90a", *GLM, rows=512)
+    assert exact.config == wide and exact.source.startswith("table H200")
+    near = autotune.pick("sm_90a", *GLM, rows=2048)  # bucket 6: two octaves away
+    assert near.config == wide and "nearest bucket" in near.source
+    far = autotune.pick("sm_90a", *GLM, rows=4096 * 8)  # bucket 10: too far
+    assert far.source.startswith("heuristic")
+    other = autotune.pick("sm_90a", 6144, 7168, 48, rows=384)  # shape not in the table
+    assert other.source.startswith("heuristic")
+    assert autotune.pick("sm_90a", *GLM, rows=512, gpu="H100").source.startswith("heuristic")
+    monkeypatch.setenv(autotune.ENV_TABLE, "off")
+    autotune.clear_cache()
+    assert autotune.pick("sm_90a", *GLM, rows=512).source.startswith("heuristic")
+
+
+def test_entries_the_kernels_cannot_run_are_skipped():
+    direct = stage_config("sm_90a", 3).with_(epilogue="direct_store")
+    good = GemmConfig(arch="sm_90a", tile_m=64, tile_n=64, tile_k=64)
+    entries = [
+        _entry(4, direct, stage=3),  # stage 3 has no direct store: refused by the ladder
+        _entry(4, good, stage=9),  # no such stage
+        _entry(4, GemmConfig(arch="sm_100a"), stage=3),  # another architecture
+        _entry(5, good, stage=3),  # the next bucket: taken instead
+    ]
+    autotune.use_table(_table(entries))
+    choice = autotune.pick("sm_90a", *GLM, rows=512)
+    assert choice.config == good.resolved() and "nearest bucket" in choice.source
+
+
+def test_missing_stage_modules_are_skipped(monkeypatch):
+    monkeypatch.setattr(autotune, "stage_available", lambda arch, stage: stage == 3)
+    direct = stage_config("sm_90a", 3).with_(epilogue="direct_store").resolved()
+    with pytest.raises(ValueError, match="stage 4"):
+        autotune.stage_for(direct)
+    autotune.use_table(_table([_entry(4, direct, stage=4)]))
+    assert autotune.pick("sm_90a", *GLM, rows=512).source.startswith("heuristic")
+    cands = autotune.candidates("sm_90a", *GLM, rows=512)
+    assert cands and {s for s, _ in cands} == {3}
+    assert all(c.epilogue == "tma_store" and c.b_k_tiles == 1 for _, c in cands)
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 1024, 4096])
+@pytest.mark.parametrize("shape, top_k", [(GLM, 8), ((6144, 3584, 112), 16)])
+def test_candidates_are_pruned_runnable_and_include_the_defaults(shape, top_k, tokens):
+    n, k, experts = shape
+    rows = tokens * top_k
+    cands = autotune.candidates("sm_90a", n, k, experts, rows, limit=16)
+    assert 3 <= len(cands) <= 16
+    configs = [c for _, c in cands]
+    assert len({tuple(sorted(asdict(c).items())) for c in configs}) == len(configs)
+    assert autotune.heuristic("sm_90a", n, k, experts, rows).config in configs
+    assert stage_config("sm_90a", 3).resolved() in configs
+    for stage, c in cands:
+        assert c.ring_depth is not None and stage == autotune.stage_for(c, n, k)
+        assert not api.can_implement("sm_90a", stage, c, n, k)
+        if c.tile_n == 192:
+            assert n % 192 == 0
+    if tokens <= 64:
+        assert configs[0].tile_m == 64  # decode: the heuristic's 64-row tile first
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """``grouped_gemm`` on CPU tensors as if on an H200; compiles and launches recorded."""
+    from pearl_moe.kernels.api import validate
+
+    calls = []
+    monkeypatch.setattr(api, "validate", functools.partial(validate, device_type="cpu"))
+    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda device: types.SimpleNamespace(multi_processor_count=132),
+    )
+    monkeypatch.setattr(api, "_compiled", lambda *a: calls.append(a) or "fn")
+    monkeypatch.setattr(
+        api, "stage_module", lambda arch, stage: types.SimpleNamespace(launch=lambda *a: None)
+    )
+    import pearl_moe.kernels.host as host
+
+    monkeypatch.setattr(host, "cuda_stream", lambda device=None: None)
+    return calls
+
+
+def _inputs(rows=512, n=256, k=128, experts=32):
+    A = torch.randn(rows, k).bfloat16()
+    W = torch.randn(experts, n, k).bfloat16()
+    offs = torch.arange(1, experts + 1, dtype=torch.int32) * (rows // experts)
+    return A, W, offs
+
+
+def test_grouped_gemm_without_stage_or_config_runs_the_tuned_pick(fake_gpu):
+    A, W, offs = _inputs()
+    api.grouped_gemm(A, W, offs, check=False)
+    arch, stage, config, n, k, experts, sms = fake_gpu[-1]
+    assert (stage, config) == autotune.pick_config("sm_90a", 256, 128, 32, 512)
+    assert (config.tile_m, config.tile_n) == (64, 128)  # 16 rows per expert
+    wide = GemmConfig(arch="sm_90a", tile_m=64, tile_n=256, tile_k=64, ring_depth=4)
+    autotune.use_table(_table([_entry(4, wide, shape=(256, 128, 32))]))
+    api.grouped_gemm(A, W, offs, check=False)
+    assert fake_gpu[-1][1:3] == (3, wide)
+
+
+def test_stage_alone_keeps_meaning_the_course_stage(fake_gpu):
+    A, W, offs = _inputs()
+    api.grouped_gemm(A, W, offs, stage=3, check=False)
+    assert fake_gpu[-1][1:3] == (3, api.default_config("sm_90a", 3))
+    api.grouped_gemm(A, W, offs, stage=2, check=False)
+    assert fake_gpu[-1][1:3] == (2, api.default_config("sm_90a", 2))
+
+
+def test_config_alone_runs_on_the_first_stage_that_takes_it(fake_gpu, monkeypatch):
+    A, W, offs = _inputs()
+    cfg = GemmConfig(arch="sm_90a", tile_m=64, tile_n=64, tile_k=64)
+    api.grouped_gemm(A, W, offs, config=cfg, check=False)
+    assert fake_gpu[-1][1:3] == (3, cfg.resolved())
+    monkeypatch.setattr(autotune, "stage_available", lambda arch, stage: stage == 3)
+    with pytest.raises(ValueError, match="no kernel stage here runs"):
+        api.grouped_gemm(A, W, offs, config=cfg.with_(epilogue="direct_store"), check=False)

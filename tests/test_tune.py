@@ -1,0 +1,132 @@
+"""``python -m pearl_moe tune`` on a CPU: candidates checked and timed with a fake CUDA clock, the
+winner written as a table entry that ``autotune.pick`` then returns; precompile requests; refusal
+without a GPU."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import torch
+from fake_cuda import FakeCuda
+
+from pearl_moe.bench import cli, harness, tune
+from pearl_moe.kernels import autotune
+from pearl_moe.workloads import GroupedProblem
+
+META = {
+    "model": "Tiny",
+    "tokens_per_gpu": 8,
+    "ep": 8,
+    "routing": "balanced",
+    "projection": "gate_up",
+    "seed": 0,
+}
+TINY = GroupedProblem(k=128, n=256, counts=(4, 0, 9, 3, 4, 4, 4, 4), name="tiny", meta=META)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
+    autotune.use_table(None)
+    yield
+    autotune.use_table(None)
+
+
+def _args(**kw):
+    base = dict(limit=16, rounds=5, reps=3, launches=4, no_merge=False)
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+@pytest.fixture
+def fake_candidates(monkeypatch):
+    """Candidates cost 100-102 us, except the 64 x 256 tile with A boxes inside A (90 us); 8 x 128
+    tiles compute garbage."""
+    fake = FakeCuda(drift=lambda t: 1.0 + 0.2 * t).install(monkeypatch)
+
+    def candidate(label, stage, config):
+        tile = (config.tile_m, config.tile_n)
+        plain = config.acc_slots == 1 and config.b_k_tiles == 1
+        fast = tile == (64, 256) and config.shift_a_box and plain
+        cost = 0.9e-4 if fast else 1.0e-4 + 1e-8 * config.tile_n
+        impl = fake.impl(label, cost, broken=tile == (8, 128))
+        prepare = impl.prepare
+
+        def prepare_with_config(A, W, offsets, counts):
+            p = prepare(A, W, offsets, counts)
+            return harness.Prepared(p.run, {"stage": stage, "config": config.describe()})
+
+        return harness.Implementation(label, prepare_with_config)
+
+    monkeypatch.setattr(tune, "_candidate", candidate)
+    return fake
+
+
+def test_tune_picks_the_fastest_correct_candidate(fake_candidates, tmp_path):
+    entry = tune.tune_problem(TINY, "sm_90a", _args(), device="cpu")
+    assert (entry["config"]["tile_m"], entry["config"]["tile_n"]) == (64, 256)
+    assert entry["config"]["shift_a_box"] and entry["stage"] == 4  # first stage that allows it
+    assert entry["bucket"] == autotune.rows_bucket(TINY.rows, 8)
+    assert entry["measured_at"] == "Tiny 8 tokens (EP8, balanced)"
+    assert entry["median_us"] == pytest.approx(90, rel=0.1)
+    assert entry["vs_heuristic"] == pytest.approx(0.9 / 1.0128, abs=0.005)  # heuristic: 64 x 128
+    times = list(entry["candidates"].values())
+    assert times == sorted(times) and len(times) >= 3
+    assert any(
+        "8x128" in label and why.startswith("incorrect") for label, why in entry["rejected"].items()
+    )
+
+    table = tune.new_table("H200", "sm_90a", 132, {"date": "x"})
+    table["entries"] = tune.merge_entries([], [entry])
+    path = tmp_path / "H200.json"
+    tune._write_table(path, table)
+    autotune.use_table(path)
+    choice = autotune.pick("sm_90a", TINY.n, TINY.k, TINY.experts, TINY.rows, gpu="H200")
+    assert (choice.config.tile_m, choice.config.tile_n) == (64, 256)
+    assert choice.source == "table H200: Tiny 8 tokens (EP8, balanced)"
+    assert json.loads(path.read_text())["entries"][0]["label"].startswith("sm_90a 64x256x64")
+
+
+def test_merge_replaces_only_the_same_shape():
+    old = [
+        {"n": 1, "k": 2, "experts": 3, "bucket": 0, "stage": 3, "config": {}, "tag": "old"},
+        {"n": 1, "k": 2, "experts": 3, "bucket": 1, "stage": 3, "config": {}, "tag": "keep"},
+    ]
+    new = [{"n": 1, "k": 2, "experts": 3, "bucket": 0, "stage": 3, "config": {}, "tag": "new"}]
+    merged = tune.merge_entries(old, new)
+    assert [e["tag"] for e in merged] == ["new", "keep"]
+
+
+def test_precompile_only_needs_no_gpu(monkeypatch, capsys):
+    seen = []
+
+    def precompile(requests, jobs=None, progress=None, timeout=0):
+        seen.extend(requests)
+        return [{"key": str(i), "ok": True, "cached": False} for i, _ in enumerate(requests)]
+
+    from pearl_moe.kernels import compile_cache
+
+    monkeypatch.setattr(compile_cache, "precompile", precompile)
+    monkeypatch.setattr(tune, "_progress", lambda: cli._PlainProgress)  # as without tqdm
+    rc = tune.main(
+        ["--precompile-only", "--models", "glm", "--tokens", "1,64", "--limit", "3",
+         "--with-ablation"]
+    )  # fmt: skip
+    assert rc == 0
+    assert all(r[0] == "sm_90a" and r[-1] == 132 and r[3:6] == (4096, 6144, 32) for r in seen)
+    assert len(seen) == len(set(seen)) and len(seen) >= 3  # deduplicated across shapes
+    assert '"compiled"' in capsys.readouterr().out
+
+
+def test_tune_refuses_without_a_gpu(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tune.main(["--models", "glm", "--tokens", "64"]) == 2
+    assert "precompile-only" in capsys.readouterr().err
+
+
+def test_main_lists_tune():
+    from pearl_moe.__main__ import SUBCOMMANDS
+
+    assert SUBCOMMANDS["tune"][0] == "pearl_moe.bench.tune"
