@@ -1,4 +1,4 @@
-"""Command line: ``python -m pearl_moe figures | bench | tune | inspect``.
+"""Command line: ``python -m pearl_moe figures | bench | tune | inspect | calibrate``.
 
 Each subcommand lives in its own module, imported only when that subcommand runs, so the CLI starts
 quickly and a machine without a GPU can still draw figures and inspect compiled kernels.
@@ -20,12 +20,16 @@ SUBCOMMANDS = {
         "pearl_moe.inspect",
         "compile a kernel stage for sm_100a or sm_90a; show SASS facts",
     ),
+    "calibrate": (
+        "pearl_moe.calibrate",
+        "latency model vs every committed H200 measurement of our kernels (no GPU needed)",
+    ),
 }
 
 
 def _usage() -> str:
     lines = ["usage: python -m pearl_moe <command> [options]", "", "commands:"]
-    lines += [f"  {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += [f"  {name:<10} {text}" for name, (_, text) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -21,8 +21,11 @@ from matplotlib.figure import Figure
 from .config import GemmConfig
 from .occupancy import occupancy
 from .plots import (
+    plot_calibration,
     plot_occupancy_maps,
+    plot_roofline,
     plot_smem_budget,
+    plot_stage_projection,
     plot_tmem_map,
     plot_utilization_vs_tokens,
     style,
@@ -90,11 +93,45 @@ def tmem_maps(out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "tmem_maps")
 
 
+def roofline_moe(out_dir: Path) -> list[Path]:
+    """Roofline, derived (datasheets and the H200 ceilings measured in results/H200; no kernel
+    timing): the three models' decode shapes (16, 64, 256 tokens per GPU, EP=8) sit far left of
+    every ridge point, so decode is IO-bound; prefill (4096 tokens) sits right of it."""
+    return _save(plot_roofline(), out_dir, "roofline_moe")
+
+
+def model_calibration_h200(out_dir: Path) -> list[Path]:
+    """Latency model (pearl_moe.perfmodel) against every committed H200 measurement of our kernels
+    (stages 1-3 and the ring-depth sweep; `python -m pearl_moe calibrate` prints the table)."""
+    from .calibrate import evaluate, load_records
+
+    records, _ = load_records()
+    return _save(plot_calibration(evaluate(records)), out_dir, "model_calibration_h200")
+
+
+def b200_stage_projection(out_dir: Path) -> list[Path]:
+    """B200, modeled (never measured): stages 3-7 of the course for the three models at decode
+    (64 tokens per GPU) and prefill (4096), each against its own floor."""
+    from .perfmodel import stage_projection
+
+    proj = stage_projection(tokens=(64, 4096))
+    data = {
+        f"{m.split()[0]} {t}": {s: p.seconds for s, p in v.items()} for (m, t), v in proj.items()
+    }
+    floors = {
+        f"{m.split()[0]} {t}": next(iter(v.values())).floor_seconds for (m, t), v in proj.items()
+    }
+    return _save(plot_stage_projection(data, floors), out_dir, "b200_stage_projection")
+
+
 FIGURES: dict[str, FigureFn] = {
     "occupancy_glm_decode": occupancy_glm_decode,
     "sm_utilization_vs_tokens": sm_utilization_vs_tokens,
     "smem_budget_blog_configs": smem_budget_blog_configs,
     "tmem_maps": tmem_maps,
+    "roofline_moe": roofline_moe,
+    "model_calibration_h200": model_calibration_h200,
+    "b200_stage_projection": b200_stage_projection,
 }
 
 

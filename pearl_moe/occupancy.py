@@ -30,7 +30,7 @@ from .config import GemmConfig
 from .hardware import B200, GpuSpec, get_gpu
 from .workloads import GroupedProblem
 
-__all__ = ["IDLE", "Occupancy", "occupancy", "tiles_per_expert", "ceil_div"]
+__all__ = ["IDLE", "Occupancy", "occupancy", "tiles_per_expert", "ceil_div", "skewed_counts"]
 
 #: Value of an idle SM in an occupancy map.
 IDLE = -1
@@ -172,6 +172,24 @@ class Occupancy:
             f"rows of computed tiles that are real (not padding): {self.row_fill:.0%}",
         ]
         return "\n".join(lines)
+
+
+def skewed_counts(
+    tokens: int, experts: int, top_k: int, skew: float, seed: int = 0
+) -> tuple[int, ...]:
+    """Rows per expert when each of ``tokens`` tokens picks ``top_k`` distinct experts, expert
+    popularity falling as ``rank ** -skew`` (0: every expert equally likely; the course's
+    ``routing="skewed"`` uses 1.2). Random but reproducible (``seed``)."""
+    if skew < 0:
+        raise ValueError(f"skew must be >= 0, got {skew}")
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"top_k must be between 1 and the {experts} experts, got {top_k}")
+    rng = np.random.default_rng(seed)
+    ranks = rng.permutation(experts) + 1
+    logits = -skew * np.log(ranks)
+    gumbel = rng.gumbel(size=(tokens, experts))
+    chosen = np.argsort(-(logits + gumbel), axis=1)[:, :top_k]
+    return tuple(int(c) for c in np.bincount(chosen.ravel(), minlength=experts))
 
 
 def _positive_int(value, what: str) -> int:

@@ -1,112 +1,519 @@
-"""A small performance model: the latency a configuration *should* reach, labeled as modeled.
+"""A latency model of the course's grouped-GEMM kernels: what a configuration *should* take, modeled.
 
-We have no B200, so any Blackwell latency in the course comes from here, never from a measurement.
-The model is a roofline with two corrections that the course's lessons are about:
+We have no B200, so every Blackwell latency in the course comes from here, never from a
+measurement. The model is built from mechanisms a kernel engineer can check one by one, calibrated
+on the H200 measurements committed in ``results/H200/`` (``python -m pearl_moe calibrate`` prints
+measured against modeled for every one of them), and then run with B200 parameters.
 
-1. **Bytes in flight (Little's law).** A CTA keeps at most ``stages`` ring entries of A and B in
-   flight. With memory latency ``L``, the SMs that have work can pull at most
-   ``busy_sms * stages * stage_bytes / L`` bytes per second; HBM gives at most ``bandwidth``. The
-   smaller of the two is the bandwidth a configuration can reach. Deeper rings (more stages, smaller
-   A stages, no epilogue buffer) raise the first term until HBM is the limit.
-2. **Waves.** Output tiles are handed to SMs in waves (``pearl_moe.occupancy``); a partial last wave
-   leaves SMs idle, so both the math rate and the bytes in flight shrink with the busy fraction.
+What one kernel launch costs
+----------------------------
+Output tiles are handed to SMs in **rounds** (a wave: as many tiles as there are SMs, or SM pairs
+for 2-CTA tiles); the last round of a launch is usually partial (wave quantization, the tail). Each
+round takes the *larger* of two times, joined smoothly:
 
-Each wave costs ``max(its bytes / reachable bandwidth, its FLOPs / busy SMs' math rate)`` plus one
-memory latency to fill the pipeline; a launch adds a fixed overhead. The constants are assumptions,
-stated in :class:`ModelParams`, and the notebooks compare the model with H200 measurements so a
-reader can see how far to trust it. Nothing here is a measurement.
+* **Latency (Little's law per SM).** A CTA keeps ``ring_depth`` A/B entries in flight. An entry
+  goes round trip: TMA load (the memory latency ``L``) and then the MMA that reads it, after which
+  it is refilled. So one SM streams at most ``ring_depth / (L + t_mma)`` K tiles per second, and a
+  tile of ``K`` K tiles takes ``K (L + t_mma) / ring_depth`` plus the per-tile work that is not
+  hidden (prologue, epilogue). With B entries spanning ``b_k_tiles`` K tiles, the B ring gives its
+  own bound (an entry is held for all its K tiles).
+* **Throughput (shared resources).** The largest of: HBM bytes / HBM bandwidth; L2 work / L2
+  throughput; the MMA at the per-SM peak (max clock) and at the whole-GPU dense ceiling (power);
+  and the serialization of one out-of-bounds A box read by many CTAs at once.
+
+``T = (T_lat^p + T_bw^p)^(1/p)``: far from saturation the latency term wins; near it the time
+approaches the bandwidth term smoothly. The same law read the other way is a **loaded latency**:
+the round trip an entry sees grows from ``L`` as the shared resources fill,
+``L_loaded + t_mma = (L + t_mma) (1 - (X / X_max)^p)^(-1/p)`` (``X``: the throughput reached).
+
+Bytes, counted where they come from
+-----------------------------------
+* **HBM**: each active expert's weights once (the first m tile of an n tile reads its slab; other
+  m tiles of the same n tile run at the same time in the tile order of every kernel here, so they
+  hit L2), the real rows of A once, and the output once.
+* **L2 work**: every TMA box the SMs read (A boxes of ``tile_m`` rows, real or padding, and B
+  boxes), plus the HBM traffic that passes through L2 (fills and writes). A box's padding rows are
+  the *next experts'* rows (L2 hits) or, past the end of A, zero-filled rows that cost the L2
+  ``oob_l2_weight`` times an in-bounds row (TMA boxes crossing the tensor's end are slow). So at
+  16 rows per expert a 16 KB A entry of a 128-row tile holds 2 KB of real rows and 14 KB served
+  from L2: HBM sees only the weights in flight.
+* 128-bit direct stores write each 32-byte sector in two halves: twice the L2 work of the output.
+
+Kernel structure (stages)
+-------------------------
+* stage 1: one launch per expert with rows (a launch gap each); one CTA per tile; every CTA fills
+  its ring (one latency) and stores its tile before the next CTA can use the SM.
+* stage 2: one launch of ``(m slots, n tiles, experts)`` CTAs; the empty ones (m slots past their
+  expert's rows) start, read the offsets and exit: ``cta_overhead_s`` of SM time each.
+* stages 3-7: persistent (one CTA per SM, or SM pair): one prologue, the ring stays full across
+  tiles. The epilogue of a tile stalls the MMA unless it overlaps the next tile: Blackwell's
+  double-buffered TMEM accumulator (or the split accumulator, half of it), Hopper's ping-pong.
+
+Parameters
+----------
+:data:`CALIBRATED` holds the values fitted on the H200 (``python -m pearl_moe calibrate --fit``
+refits them from whatever runs are committed). Hardware rates come from :mod:`pearl_moe.hardware`;
+for the H200 the calibration passes each run's own measured ceilings. For the B200, where nothing
+can be measured, the model assumes the H200's measured fractions of its datasheet rates (HBM,
+dense MMA) and its ratio of L2 throughput to HBM bandwidth. Every number from here is "modeled".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+import numpy as np
 
 from .budget import default_gpu, resolve
 from .config import GemmConfig
 from .hardware import GpuSpec, get_gpu
-from .occupancy import tiles_per_expert
 from .workloads import GroupedProblem
 
-__all__ = ["ModelParams", "Prediction", "predict"]
+__all__ = [
+    "ModelParams",
+    "CALIBRATED",
+    "Prediction",
+    "BytesInFlight",
+    "predict",
+    "bytes_in_flight",
+    "kernel_stage",
+    "hbm_ceiling",
+    "mma_ceiling",
+    "l2_throughput",
+    "STAGE_KINDS",
+    "stage_projection",
+]
+
+#: How each course stage launches its work (stages 4-7 are options of the stage-3 kernel).
+STAGE_KINDS = {1: "per-expert loop", 2: "grouped grid", 3: "persistent"}
+
+#: A TMEM/register accumulator tile of 128 x 128 bf16 outputs: the unit of ``epilogue_s``.
+_EPI_UNIT_BYTES = 128 * 128 * 2
 
 
 @dataclass(frozen=True)
 class ModelParams:
-    """Assumed constants of the model (not measurements)."""
+    """The model's constants. Calibrated ones are fitted on the H200 (see :data:`CALIBRATED`);
+    the others are assumptions, each stated with its reason."""
 
-    memory_latency_s: float = 1.0e-6  # loaded HBM latency seen by a TMA load
-    bandwidth_efficiency: float = 0.88  # share of datasheet HBM bandwidth a stream reaches
-    math_efficiency: float = 0.80  # share of datasheet bf16 peak a well-fed tensor core reaches
-    launch_overhead_s: float = 3.0e-6  # one kernel launch replayed from a CUDA graph
+    # -- calibrated on the H200 (python -m pearl_moe calibrate --fit)
+    memory_latency_s: float = 1.457e-6  # unloaded round trip of a TMA ring entry (load + signal)
+    knee: float = 4.09  # sharpness p of the latency / throughput transition
+    l2_per_hbm: float = 2.356  # L2 throughput / datasheet HBM bandwidth (work: boxes read + fills)
+    oob_l2_weight: float = 2.28  # L2 cost of a zero-filled A-box row (past A's end) vs a real one
+    fill_l2_weight: float = 0.883  # L2 cost of a byte to or from HBM (a fill or a write) vs a hit
+    shared_box_s: float = 1.027e-8  # per K tile, per CTA sharing one partly out-of-bounds A box
+    cta_overhead_s: float = 0.405e-6  # start, barrier init and exit of one CTA (empty CTAs: all)
+    launch_overhead_s: float = 0.81e-6  # one kernel launch replayed from a CUDA graph
+    # -- assumed (not identifiable from the committed runs)
+    epilogue_s: float = 0.5e-6  # consumer time to store one 128 x 128 bf16 tile (32 KB)
+    hbm_efficiency: float = 0.88  # measured H200 read ceiling / datasheet (4.24 / 4.8 TB/s)
+    mma_efficiency: float = 0.81  # measured H200 dense bf16 ceiling / datasheet (801 / 989)
+    narrow_store_l2_factor: float = 2.0  # L2 work of output written with 128-bit direct stores
+
+    # Names used before the model was rebuilt (notebooks and older code read them).
+    @property
+    def bandwidth_efficiency(self) -> float:
+        return self.hbm_efficiency
+
+    @property
+    def math_efficiency(self) -> float:
+        return self.mma_efficiency
+
+    def with_(self, **changes) -> ModelParams:
+        return replace(self, **changes)
 
 
+#: Fitted by ``python -m pearl_moe calibrate --fit`` on every committed H200 record of the course's
+#: kernels (kinds stages, stage_sweep, and ablation once recorded); see ``calibrate.py`` for the
+#: objective. The assumed fields keep their defaults.
+CALIBRATED = ModelParams()
+
+# Which parameters the calibration may move, and a sentence on each (printed by calibrate).
+FITTED = {
+    "memory_latency_s": "unloaded round trip of a ring entry (TMA load + barrier hand-over)",
+    "knee": "how sharply latency gives way to throughput (p of the smooth maximum)",
+    "l2_per_hbm": "L2 throughput (boxes read by SMs + fills + writes) / datasheet HBM bandwidth",
+    "oob_l2_weight": "L2 cost of an A-box row past the end of A (zero-filled) / a real row",
+    "fill_l2_weight": "L2 cost of a byte filled from (or written to) HBM / a byte that hits",
+    "shared_box_s": "serialization of one partly out-of-bounds A box, per K tile per sharing CTA",
+    "cta_overhead_s": "one CTA's start, barrier init and exit (what an empty CTA of stage 2 costs)",
+    "launch_overhead_s": "gap between two kernel launches replayed from a CUDA graph",
+}
+ASSUMED = {
+    "epilogue_s": "not separable in stages 1-3 data (the fit drives it to ~0); 32 KB at ~64 B/clk",
+    "hbm_efficiency": "B200 only: H200 measured read ceiling / datasheet, assumed to carry over",
+    "mma_efficiency": "B200 only: H200 measured dense bf16 / datasheet, assumed to carry over",
+    "narrow_store_l2_factor": "blog: 16-byte stores 'generated too much L2 traffic' (two per sector)",
+}
+
+
+# ---------------------------------------------------------------------------- hardware rates
+def hbm_ceiling(gpu: GpuSpec, params: ModelParams) -> float:
+    """Reachable HBM bandwidth (B/s): datasheet x the H200's measured fraction."""
+    return gpu.hbm_bytes_per_s * params.hbm_efficiency
+
+
+def mma_ceiling(gpu: GpuSpec, params: ModelParams) -> float:
+    """Whole-GPU dense bf16 rate (FLOP/s) under full load: datasheet x the H200's fraction."""
+    return gpu.bf16_dense_flops * params.mma_efficiency
+
+
+def l2_throughput(gpu: GpuSpec, params: ModelParams) -> float:
+    """L2 work per second (B/s): the calibrated ratio to the datasheet HBM bandwidth."""
+    return gpu.hbm_bytes_per_s * params.l2_per_hbm
+
+
+def kernel_stage(stage: int | None, per_expert_launches: bool = False) -> int:
+    """The course stage a prediction models: 1 loop, 2 grouped grid, 3+ persistent (default 3)."""
+    if stage is None:
+        return 1 if per_expert_launches else 3
+    if stage not in range(1, 8):
+        raise ValueError(f"stage must be 1..7, got {stage!r}")
+    return stage
+
+
+# ---------------------------------------------------------------------------- result
 @dataclass(frozen=True)
 class Prediction:
-    """Modeled time of one grouped GEMM and how it splits."""
+    """Modeled time of one grouped GEMM and how it splits. Nothing here is a measurement."""
 
     seconds: float
     floor_seconds: float
     waves: int
     launches: int
-    reachable_bandwidth: float  # bytes/s in the first (fullest) wave
-    bound: str  # "memory", "latency" (too few bytes in flight) or "math"
+    reachable_bandwidth: float  # HBM bytes/s reached in the fullest round
+    bound: str  # what limits most of the time: latency, memory, l2, math, oob or launch
     label: str = "modeled"
+    stage: int = 3
+    loaded_latency_s: float = 0.0  # round trip an entry sees in the fullest round, minus its MMA
+    hbm_bytes: float = 0.0
+    l2_bytes: float = 0.0
+    time_by_bound: dict = field(default_factory=dict, compare=False)
 
     @property
     def fraction_of_floor(self) -> float:
-        return self.floor_seconds / self.seconds
+        return self.floor_seconds / self.seconds if self.seconds else 0.0
 
 
-def _wave_time(tiles_in_wave, cfg, gpu, params, bytes_per_tile, flops_per_tile):
-    busy_sms = tiles_in_wave * cfg.cta_group
-    stage_bytes = cfg.a_entry_bytes + cfg.b_entry_bytes / cfg.b_k_tiles
-    in_flight = busy_sms * cfg.ring_depth * stage_bytes
-    latency_bw = in_flight / params.memory_latency_s
-    hbm_bw = gpu.hbm_bytes_per_s * params.bandwidth_efficiency
-    reachable = min(latency_bw, hbm_bw)
-    mem = tiles_in_wave * bytes_per_tile / reachable
-    per_sm_flops = gpu.bf16_dense_flops * params.math_efficiency / gpu.sms
-    math = tiles_in_wave * flops_per_tile / (busy_sms * per_sm_flops)
-    bound = "math" if math > mem else ("latency" if latency_bw < hbm_bw else "memory")
-    return max(mem, math) + params.memory_latency_s, reachable, bound
+# ---------------------------------------------------------------------------- work structure
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
+@dataclass(frozen=True)
+class _Round:
+    tiles: int  # tiles running at once (a tile is one SM, or two for 2-CTA)
+    oob: float  # mean fraction of A-box rows past the end of A (zero-filled)
+    hbm_bytes: float
+    out_bytes: float  # output bytes written (part of hbm_bytes)
+
+
+def _expert_tiles(m: int, start: int, rows: int, cfg: GemmConfig, k: int, n: int, stage: int):
+    """Per tile of one expert, in kernel order (m tile fastest): OOB fraction, HBM and out bytes."""
+    tm, nt = cfg.tile_m, _cdiv(n, cfg.tile_n)
+    mt = _cdiv(m, tm)
+    first = start + tm * np.arange(mt)
+    valid = np.minimum(tm, start + m - first)
+    if cfg.shift_a_box:
+        oob = np.zeros(mt)  # the box is moved up so that it ends inside A
+    elif stage == 1:
+        oob = (tm - valid) / tm  # A is the expert's own slice: every padding row is past its end
+    else:
+        oob = np.maximum(0, first + tm - rows) / tm
+    slab = _cdiv(k, cfg.tile_k) * cfg.tile_n * cfg.tile_k * cfg.dtype_bytes
+    out = valid * cfg.tile_n * cfg.dtype_bytes
+    hbm = slab / mt + valid * k * cfg.dtype_bytes / nt + out
+    return np.tile(oob, nt), np.tile(hbm, nt), np.tile(out.astype(float), nt)
+
+
+def _rounds(oob, hbm, out, slots: int) -> Counter:
+    rounds: Counter = Counter()
+    for s in range(0, len(oob), slots):
+        sl = slice(s, s + slots)
+        key = _Round(
+            int(len(oob[sl])),
+            round(float(oob[sl].mean()), 5),
+            round(float(hbm[sl].sum()), -2),
+            round(float(out[sl].sum()), -2),
+        )
+        rounds[key] += 1
+    return rounds
+
+
+@lru_cache(maxsize=512)
+def _structure(counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots: int):
+    """Launches (each a Counter of rounds), empty CTAs and real tiles of one problem."""
+    rows = sum(counts)
+    per_expert = []
+    start = 0
+    for m in counts:
+        if m:
+            per_expert.append(_expert_tiles(m, start, rows, cfg, k, n, stage))
+        start += m
+    if not per_expert:
+        return (), 0, 0
+    if stage == 1:
+        launches = tuple(_rounds(*arrs, slots) for arrs in per_expert)
+        empties = 0
+    else:
+        joined = [np.concatenate([arrs[i] for arrs in per_expert]) for i in range(3)]
+        launches = (_rounds(*joined, slots),)
+        grid = max(1, _cdiv(rows, cfg.tile_m)) * _cdiv(n, cfg.tile_n) * len(counts)
+        empties = grid - len(joined[0]) if stage == 2 else 0
+    tiles = sum(len(a[0]) for a in per_expert)
+    return launches, empties, tiles
+
+
+# ---------------------------------------------------------------------------- one round
+@dataclass(frozen=True)
+class _Rates:
+    hbm: float  # B/s
+    l2: float  # B/s of L2 work
+    mma_gpu: float  # FLOP/s, whole GPU under full load
+    mma_sm: float  # FLOP/s, one SM at max clock
+
+
+def _mma_rows(cfg: GemmConfig) -> int:
+    """Accumulator rows one SM's MMA computes per K tile (a wgmma is at least 64 rows)."""
+    rows = cfg.cta_tile_m
+    return max(rows, 64) if cfg.arch == "sm_90a" else rows
+
+
+def _epilogue(cfg: GemmConfig, stage: int, params: ModelParams) -> tuple[float, float]:
+    """(time to store one tile, the part of it the MMA waits for) on one SM."""
+    store = params.epilogue_s * cfg.cta_tile_m * cfg.tile_n * cfg.dtype_bytes / _EPI_UNIT_BYTES
+    if stage <= 2:
+        return store, store
+    if cfg.arch == "sm_90a":
+        return store, 0.0 if cfg.acc_slots == 2 else store  # ping-pong hides it
+    acc = cfg.acc_buffers or 1
+    return store, 0.0 if acc >= 2 else store / cfg.acc_slots  # TMEM double buffer / split
+
+
+def _round_terms(rnd: _Round, cfg, k, n, rates: _Rates, params: ModelParams, overhead, exposed):
+    K = _cdiv(k, cfg.tile_k)
+    flops = 2 * _mma_rows(cfg) * cfg.tile_n * cfg.tile_k  # per SM per K tile
+    t_mma = flops / rates.mma_sm
+    L = params.memory_latency_s
+    depth = cfg.ring_depth
+    rate = depth / (L + t_mma)  # K tiles per second per SM, A ring (and B with b_k_tiles = 1)
+    if cfg.b_k_tiles > 1:
+        bk = cfg.b_k_tiles
+        rate = min(rate, cfg.b_ring_depth * bk / (L + bk * t_mma))
+    sms = rnd.tiles * cfg.cta_group
+    a_box = cfg.cta_tile_m * cfg.tile_k * cfg.dtype_bytes
+    b_box = cfg.cta_tile_n * cfg.tile_k * cfg.dtype_bytes
+    reads = sms * K * (a_box * (1 + (params.oob_l2_weight - 1) * rnd.oob) + b_box)
+    narrow = cfg.epilogue == "direct_store" and cfg.direct_store_bits < 256
+    writes_extra = (params.narrow_store_l2_factor - 1) * rnd.out_bytes if narrow else 0.0
+    sharers = min(rnd.tiles, _cdiv(n, cfg.tile_n))
+    terms = {
+        "latency": K / rate + overhead,
+        "math": max(K * t_mma + exposed, sms * K * flops / rates.mma_gpu),
+        "memory": rnd.hbm_bytes / rates.hbm,
+        "l2": (reads + params.fill_l2_weight * rnd.hbm_bytes + writes_extra) / rates.l2,
+        "oob": K * sharers * rnd.oob * params.shared_box_s,
+    }
+    return terms, t_mma, K, reads + params.fill_l2_weight * rnd.hbm_bytes + writes_extra
+
+
+def _combine(terms: dict, p: float) -> float:
+    bw = max(v for key, v in terms.items() if key != "latency")
+    lat = terms["latency"]
+    hi = max(lat, bw)
+    if hi <= 0:
+        return 0.0
+    return hi * ((lat / hi) ** p + (bw / hi) ** p) ** (1 / p)
+
+
+# ---------------------------------------------------------------------------- public API
 def predict(
     problem: GroupedProblem,
     config: GemmConfig,
     gpu: GpuSpec | str | None = None,
     *,
     per_expert_launches: bool = False,
+    stage: int | None = None,
     params: ModelParams | None = None,
+    hbm_bytes_per_s: float | None = None,
+    mma_flops_per_s: float | None = None,
 ) -> Prediction:
     """Modeled latency of ``problem`` under ``config`` on ``gpu`` (default: the arch's GPU).
 
-    ``per_expert_launches=True`` models the naive loop: one launch per expert with rows, each
-    running alone. Otherwise one grouped launch covers every tile.
+    ``stage`` picks the kernel structure (1 per-expert loop, 2 grouped grid, 3-7 persistent; the
+    default is 3, or 1 with ``per_expert_launches=True``). ``hbm_bytes_per_s`` and
+    ``mma_flops_per_s`` replace the modeled ceilings with measured ones (the calibration passes
+    each H200 run's own); the floor is then computed from them too.
     """
     gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
-    params = params or ModelParams()
+    params = params or CALIBRATED
+    stage = kernel_stage(stage, per_expert_launches)
     cfg = resolve(config, gpu)
-    tiles = tiles_per_expert(problem.counts, problem.n, cfg.tile_m, cfg.tile_n)
-    total_tiles = sum(tiles)
-    if total_tiles == 0:
-        return Prediction(params.launch_overhead_s, 0.0, 0, 1, 0.0, "latency")
-    # Spread the bytes that must move and the FLOPs evenly over the (equal-sized) tiles.
-    bytes_per_tile = problem.bytes_moved() / total_tiles
-    flops_per_tile = 2 * cfg.tile_m * cfg.tile_n * problem.k
+    hbm = hbm_bytes_per_s or hbm_ceiling(gpu, params)
+    mma = mma_flops_per_s or mma_ceiling(gpu, params)
+    rates = _Rates(
+        hbm=hbm,
+        l2=l2_throughput(gpu, params),
+        mma_gpu=mma,
+        mma_sm=gpu.bf16_flop_per_clk_per_sm * gpu.max_clock_hz,
+    )
+    if hbm_bytes_per_s or mma_flops_per_s:
+        floor = problem.floor_seconds(hbm, mma)
+    else:
+        floor = problem.floor_seconds(gpu.hbm_bytes_per_s, gpu.bf16_dense_flops)
     slots = gpu.sms // cfg.cta_group
-    groups = [t for t in tiles if t] if per_expert_launches else [total_tiles]
-    seconds, waves, first_bw, first_bound = 0.0, 0, None, None
-    for group in groups:
-        seconds += params.launch_overhead_s
-        remaining = group
-        while remaining:
-            in_wave = min(slots, remaining)
-            t, bw, bound = _wave_time(in_wave, cfg, gpu, params, bytes_per_tile, flops_per_tile)
-            seconds += t
-            waves += 1
-            remaining -= in_wave
-            if first_bw is None:
-                first_bw, first_bound = bw, bound
-    floor = problem.floor_seconds(gpu.hbm_bytes_per_s, gpu.bf16_dense_flops)
-    return Prediction(seconds, floor, waves, len(groups), first_bw, first_bound)
+    launches, empties, tiles = _structure(
+        tuple(problem.counts), problem.k, problem.n, cfg, stage, slots
+    )
+    if not tiles:
+        return Prediction(params.launch_overhead_s, floor, 0, 1, 0.0, "latency", stage=stage)
+
+    store, exposed = _epilogue(cfg, stage, params)
+    L = params.memory_latency_s
+    if stage == 1:
+        overhead = params.cta_overhead_s + L + store
+    elif stage == 2:
+        overhead = params.cta_overhead_s * (1 + empties / tiles) + L + store
+    else:
+        overhead = exposed
+    by_bound: dict[str, float] = Counter()
+    seconds = len(launches) * params.launch_overhead_s
+    by_bound["launch"] += seconds
+    if stage >= 3:
+        seconds += params.cta_overhead_s + L  # one prologue per persistent CTA
+        by_bound["latency"] += params.cta_overhead_s + L
+    waves = 0
+    hbm_total = l2_total = 0.0
+    fullest = None
+    for rounds in launches:
+        for rnd, count in rounds.items():
+            terms, t_mma, K, l2 = _round_terms(
+                rnd, cfg, problem.k, problem.n, rates, params, overhead, exposed
+            )
+            t = _combine(terms, params.knee)
+            seconds += count * t
+            waves += count
+            hbm_total += count * rnd.hbm_bytes
+            l2_total += count * l2
+            by_bound[max(terms, key=terms.get)] += count * t
+            if fullest is None or rnd.tiles > fullest[0].tiles:
+                fullest = (rnd, t, t_mma, K)
+    rnd, t, t_mma, K = fullest
+    stream = max(t - overhead, 0.0)
+    loaded = stream * cfg.ring_depth / K - t_mma
+    return Prediction(
+        seconds=seconds,
+        floor_seconds=floor,
+        waves=waves,
+        launches=len(launches),
+        reachable_bandwidth=rnd.hbm_bytes / t if t else 0.0,
+        bound=max(by_bound, key=by_bound.get),
+        stage=stage,
+        loaded_latency_s=max(loaded, L),
+        hbm_bytes=hbm_total,
+        l2_bytes=l2_total,
+        time_by_bound=dict(by_bound),
+    )
+
+
+@dataclass(frozen=True)
+class BytesInFlight:
+    """What one SM's ring holds while it streams a typical tile, split by where it comes from."""
+
+    ring_depth: int
+    a_entry: int  # bytes of one A entry
+    b_entry: int  # bytes of B per K tile
+    a_real: float  # of an A entry: rows that belong to the tile's expert (HBM once, then L2)
+    a_padding_l2: float  # rows of the next experts, read from L2
+    a_zero_fill: float  # rows past the end of A, zero-filled by the TMA unit
+
+    @property
+    def hbm_per_entry(self) -> float:
+        """Bytes of an entry that must come from HBM: the weights (and the real A rows)."""
+        return self.b_entry + self.a_real
+
+    @property
+    def hbm_in_flight(self) -> float:
+        return self.ring_depth * self.hbm_per_entry
+
+    @property
+    def total_in_flight(self) -> float:
+        return self.ring_depth * (self.a_entry + self.b_entry)
+
+    def describe(self) -> str:
+        kb = 1024
+        return (
+            f"A entry {self.a_entry / kb:.1f} KB = {self.a_real / kb:.1f} KB of the expert's rows + "
+            f"{self.a_padding_l2 / kb:.1f} KB of other experts' rows (L2) + "
+            f"{self.a_zero_fill / kb:.1f} KB zero-filled; B {self.b_entry / kb:.1f} KB per K tile.\n"
+            f"{self.ring_depth} entries: {self.total_in_flight / kb:.0f} KB in flight per SM, of which "
+            f"{self.hbm_in_flight / kb:.0f} KB from HBM"
+        )
+
+
+def bytes_in_flight(
+    problem: GroupedProblem, config: GemmConfig, gpu: GpuSpec | str | None = None, stage: int = 3
+) -> BytesInFlight:
+    """Split one SM's ring into HBM bytes and L2 bytes for ``problem`` (average over its tiles).
+
+    At decode most of an A entry is padding: GLM 5.3 at 64 tokens has 16 rows per expert, so a
+    128-row A entry (16 KB) holds 2 KB of the expert's rows and 14 KB of other rows served from L2.
+    """
+    gpu = get_gpu(gpu) if gpu is not None else default_gpu(config.arch)
+    cfg = resolve(config, gpu)
+    rows = problem.rows
+    real = pad = zero = 0.0
+    count = 0
+    start = 0
+    for m in problem.counts:
+        for first in range(start, start + m, cfg.tile_m):
+            valid = min(cfg.tile_m, start + m - first)
+            if cfg.shift_a_box:
+                oob = 0
+            elif stage == 1:
+                oob = cfg.tile_m - valid
+            else:
+                oob = max(0, first + cfg.tile_m - rows)
+            real += valid
+            zero += oob
+            pad += cfg.tile_m - valid - oob
+            count += 1
+        start += m
+    row_bytes = cfg.tile_k * cfg.dtype_bytes
+    scale = row_bytes / cfg.cta_group / max(count, 1)
+    return BytesInFlight(
+        ring_depth=cfg.ring_depth,
+        a_entry=cfg.a_entry_bytes,
+        b_entry=cfg.cta_tile_n * cfg.tile_k * cfg.dtype_bytes,
+        a_real=real * scale,
+        a_padding_l2=pad * scale,
+        a_zero_fill=zero * scale,
+    )
+
+
+def stage_projection(
+    models=("GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"),
+    tokens=(16, 64, 256, 4096),
+    gpu: GpuSpec | str = "B200",
+    stages=range(3, 8),
+    params: ModelParams | None = None,
+    ep: int = 8,
+) -> dict[tuple[str, int], dict[int, Prediction]]:
+    """Modeled latency of each course stage (its ladder configuration) per ``(model, tokens)``."""
+    from .kernels.ladder import stage_config
+    from .workloads import get_model, make_problem
+
+    gpu = get_gpu(gpu)
+    out: dict[tuple[str, int], dict[int, Prediction]] = {}
+    for model in models:
+        name = get_model(model).name
+        for t in tokens:
+            problem = make_problem(name, t, ep=ep)
+            out[(name, t)] = {
+                s: predict(problem, stage_config(gpu.arch, s), gpu, stage=s, params=params)
+                for s in stages
+            }
+    return out

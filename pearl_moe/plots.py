@@ -38,6 +38,10 @@ __all__ = [
     "plot_smem_budget",
     "plot_tmem_map",
     "plot_latency_vs_tokens",
+    "plot_roofline",
+    "plot_calibration",
+    "plot_stage_projection",
+    "plot_ring_depth_sweep",
     "figure_png",
 ]
 
@@ -169,8 +173,9 @@ def plot_occupancy_maps(occ: Occupancy, ax: Sequence[Axes] | None = None) -> Fig
             frameon=True,
         )
         fig.suptitle(
-            f"{sum(occ.counts)} rows over {len(occ.counts)} experts, n={occ.n}, tile "
-            f"{occ.tile_m}x{occ.tile_n} ({occ.cta_group}-CTA) on {occ.gpu.name}; colour = expert",
+            f"Wave model (no measurement): {sum(occ.counts)} rows over {len(occ.counts)} experts, "
+            f"n={occ.n}, tile {occ.tile_m}x{occ.tile_n} ({occ.cta_group}-CTA) on {occ.gpu.name}; "
+            "colour = expert",
             fontsize=10,
         )
     return fig
@@ -224,7 +229,7 @@ def plot_utilization_vs_tokens(
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("tokens per GPU")
         ax.set_ylabel("SM-time busy (wave model)")
-        ax.set_title(f"SM utilization on {gpu.name}, EP={ep}, {routing} routing")
+        ax.set_title(f"SM utilization on {gpu.name} (wave model), EP={ep}, {routing} routing")
         ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
@@ -282,7 +287,7 @@ def plot_smem_budget(
         ax.set_ylim(0, max(limits) / 1024 * 1.35)
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper center", ncol=3, fontsize=7)
-        ax.set_title("Shared-memory budget")
+        ax.set_title("Shared-memory budget (budget model; the compiled kernels match it)")
     return fig
 
 
@@ -354,7 +359,8 @@ def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
         ax.set_xlabel(f"TMEM column (of {total}; 128 lanes x 32 bit each)")
         split = ", split into 2 slots" if config.acc_slots == 2 else ""
         ax.set_title(
-            f"{config.tile_m}x{config.tile_n} {config.cta_group}-CTA: {config.acc_buffers} "
+            f"TMEM budget model, {config.tile_m}x{config.tile_n} {config.cta_group}-CTA: "
+            f"{config.acc_buffers} "
             f"accumulator stage(s){split}, {allocated} columns allocated",
             fontsize=9,
         )
@@ -403,4 +409,166 @@ def plot_latency_vs_tokens(
         if title:
             ax.set_title(title)
         ax.legend()
+    return fig
+
+
+# ---------------------------------------------------------------------------- roofline
+def plot_roofline(roofs=None, points=None, ax: Axes | None = None) -> Figure:
+    """Attainable FLOP/s against arithmetic intensity (log-log) for each roof, with the MoE shapes.
+
+    ``roofs``: :class:`pearl_moe.roofline.Roof` list (default: B200 and H200 datasheets, H200
+    measured); ``points``: :class:`~pearl_moe.roofline.RooflinePoint` list (default: the three
+    models at 16/64/256 and 4096 tokens per GPU). Derived numbers only: no kernel was timed.
+    """
+    from . import roofline
+
+    roofs = roofs if roofs is not None else roofline.roofs()
+    points = points if points is not None else roofline.points()
+    with style():
+        fig, ax = _axes(ax, (7.2, 4.2))
+        lo = min([0.5] + [p.intensity / 2 for p in points])
+        hi = max([4000.0] + [p.intensity * 2 for p in points])
+        x = np.geomspace(lo, hi, 200)
+        for i, roof in enumerate(roofs):
+            color = ("#333333", OKABE_ITO[0], OKABE_ITO[4], OKABE_ITO[5])[i % 4]
+            ls = "-" if roof.source == "datasheet" else "--"
+            y = np.minimum(roof.flops_per_s, x * roof.bytes_per_s) / 1e12
+            ax.plot(x, y, ls, color=color, lw=1.6, label=roof.label())
+            ax.axvline(roof.ridge, color=color, lw=0.8, ls=":")
+        models = list(dict.fromkeys(p.model for p in points))
+        markers = {"decode": "o", "prefill": "s"}
+        top = roofs[0]
+        for p in points:
+            c = OKABE_ITO[(models.index(p.model) + 1) % len(OKABE_ITO)]
+            y = top.attainable(p.intensity) / 1e12
+            ax.plot(p.intensity, y, markers[p.phase], color=c, ms=6, mec="black", mew=0.5)
+            ax.annotate(
+                f"{p.tokens_per_gpu}",
+                (p.intensity, y),
+                textcoords="offset points",
+                xytext=(5, 3 - 9 * models.index(p.model)),
+                fontsize=7,
+                color=c,
+            )
+        handles, labels = ax.get_legend_handles_labels()
+        for m in models:
+            c = OKABE_ITO[(models.index(m) + 1) % len(OKABE_ITO)]
+            handles.append(
+                mpl.lines.Line2D([], [], marker="o", ls="", color=c, mec="black", mew=0.5)
+            )
+            labels.append(f"{m} (tokens/GPU; o decode, s prefill)")
+        ax.legend(handles, labels, fontsize=6.5, loc="lower right")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP per byte that must move)")
+        ax.set_ylabel("attainable bf16 TFLOP/s")
+        ax.set_title(
+            "Roofline, derived (datasheets, H200 measured ceilings; points on the first roof)",
+            fontsize=9,
+        )
+    return fig
+
+
+# ---------------------------------------------------------------------------- latency model
+def plot_calibration(rows, ax: Axes | None = None, tolerance: float = 0.10) -> Figure:
+    """Modeled against measured latency (log-log) for the rows of :func:`pearl_moe.calibrate.evaluate`:
+    one marker per H200 record, colour = kernel stage, with y = x and the +-tolerance band."""
+    with style():
+        fig, ax = _axes(ax, (5.4, 4.6))
+        meas = np.array([r["measured_s"] for r in rows]) * 1e6
+        model = np.array([r["modeled_s"] for r in rows]) * 1e6
+        lo, hi = min(meas.min(), model.min()) / 1.3, max(meas.max(), model.max()) * 1.3
+        x = np.geomspace(lo, hi, 50)
+        ax.plot(x, x, color="#555555", lw=1)
+        ax.fill_between(x, x * (1 - tolerance), x * (1 + tolerance), color="#DDDDDD", lw=0)
+        stages = sorted({r["stage"] for r in rows})
+        for i, st in enumerate(stages):
+            sel = np.array([r["stage"] == st for r in rows])
+            sweep = np.array([r["kind"] != "stages" for r in rows])
+            for mask, marker, extra in ((sel & ~sweep, "o", ""), (sel & sweep, "^", ", sweep")):
+                if mask.any():
+                    ax.plot(
+                        meas[mask], model[mask], marker, ls="", ms=4,
+                        color=OKABE_ITO[i % len(OKABE_ITO)], label=f"stage {st}{extra}",
+                    )  # fmt: skip
+        errors = model / meas - 1
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("measured on the H200 (us)")
+        ax.set_ylabel("modeled (us)")
+        ax.legend(loc="upper left")
+        ax.set_title(
+            f"Latency model vs H200 measurements: {len(rows)} records, largest error "
+            f"{np.abs(errors).max():.0%} (band: +-{tolerance:.0%})",
+            fontsize=9,
+        )
+    return fig
+
+
+def plot_stage_projection(
+    projections: Mapping[str, Mapping[int, float]],
+    floors: Mapping[str, float] | None = None,
+    gpu: str = "B200",
+    ax: Axes | None = None,
+) -> Figure:
+    """Grouped bars of modeled latency per stage: ``projections[shape][stage] = seconds``.
+
+    Each shape's bars are drawn against that shape's own floor (dashed), as multiples of it, so
+    shapes of different sizes share one axis. Every bar is modeled: the title says so.
+    """
+    shapes = list(projections)
+    stages = sorted({s for v in projections.values() for s in v})
+    with style():
+        fig, ax = _axes(ax, (7.6, 3.6))
+        width = 0.8 / max(len(stages), 1)
+        for j, st in enumerate(stages):
+            ys = []
+            for shape in shapes:
+                t = projections[shape].get(st)
+                ys.append(t / floors[shape] if (floors and t) else (t or 0) * 1e6)
+            xs = np.arange(len(shapes)) + (j - (len(stages) - 1) / 2) * width
+            ax.bar(xs, ys, width * 0.95, color=OKABE_ITO[j % len(OKABE_ITO)], label=f"stage {st}",
+                   hatch="//")  # fmt: skip
+        if floors:
+            ax.axhline(1.0, color="#555555", ls="--", lw=1.2, label="floor of each shape")
+            ax.set_ylabel("modeled latency / floor")
+        else:
+            ax.set_ylabel("modeled latency (us)")
+        ax.set_xticks(np.arange(len(shapes)), shapes, fontsize=7)
+        ax.grid(axis="x", visible=False)
+        ax.legend(ncol=len(stages) + 1, fontsize=7, loc="upper left")
+        ax.set_title(
+            f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement): stages side by side"
+        )
+    return fig
+
+
+def plot_ring_depth_sweep(
+    series: Mapping[str, Sequence[tuple[int, float]]],
+    floor: float | None = None,
+    gpu: str = "B200",
+    title: str = "",
+    ax: Axes | None = None,
+) -> Figure:
+    """Modeled latency against ring depth, one line per configuration: ``series[label] =
+    [(ring_depth, seconds), ...]`` from :func:`pearl_moe.perfmodel.predict`. Titled as modeled."""
+    with style():
+        fig, ax = _axes(ax, (6.0, 3.4))
+        for i, (label, points) in enumerate(series.items()):
+            d, t = zip(*sorted(points), strict=True)
+            ax.plot(d, np.array(t) * 1e6, ":o", ms=4, color=OKABE_ITO[i % len(OKABE_ITO)],
+                    label=label)  # fmt: skip
+        if floor:
+            ax.axhline(floor * 1e6, color="#555555", ls="--", label="floor (datasheet)")
+        ax.set_xlabel("ring depth (A/B entries per SM)")
+        ax.set_ylabel("latency (us)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+        ax.set_title(
+            f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement)"
+            + (f": {title}" if title else ""),
+            fontsize=9,
+        )
     return fig

@@ -1,7 +1,15 @@
 import pytest
 
 from pearl_moe.config import GemmConfig
-from pearl_moe.perfmodel import ModelParams, predict
+from pearl_moe.hardware import B200, H200
+from pearl_moe.kernels.ladder import stage_config
+from pearl_moe.perfmodel import (
+    CALIBRATED,
+    ModelParams,
+    bytes_in_flight,
+    l2_throughput,
+    predict,
+)
 from pearl_moe.workloads import GroupedProblem, make_problem
 
 
@@ -34,10 +42,104 @@ def test_more_stages_help_while_bytes_in_flight_limit_bandwidth():
 
 
 def test_large_batches_are_math_bound():
-    r = predict(make_problem("GLM 5.3", 4096), GemmConfig())
+    # The prefill tile of the post (stage 7 on Blackwell: 2-CTA 256 x 512) is MMA-bound at 4096
+    # tokens. (The model used to say this of the 1-CTA 128 x 128 tile too; that tile reads 32 KB
+    # per 2 MFLOP through L2, more than the L2 can serve at the B200's MMA rate: see below.)
+    r = predict(make_problem("GLM 5.3", 4096), stage_config("sm_100a", 7), stage=7)
     assert r.bound == "math"
+
+
+def test_small_tiles_at_prefill_are_bound_by_l2():
+    r = predict(make_problem("GLM 5.3", 4096), GemmConfig())
+    assert r.bound == "l2"
+    big = predict(make_problem("GLM 5.3", 4096), stage_config("sm_100a", 7), stage=7)
+    assert big.seconds < 0.7 * r.seconds
 
 
 def test_empty_problem_costs_one_launch():
     r = predict(GroupedProblem(k=64, n=64, counts=(0, 0)), GemmConfig())
     assert r.waves == 0 and r.seconds == ModelParams().launch_overhead_s
+
+
+# ---------------------------------------------------------------------------- mechanisms
+def test_padding_rows_are_not_hbm_bytes():
+    # HBM sees each active expert's weights once, the real rows of A once and the output once,
+    # however much of each A box is padding.
+    p = make_problem("GLM 5.3", 64)  # 16 rows per expert in 128-row tiles
+    for tile_m in (128, 64):
+        r = predict(p, GemmConfig(arch="sm_90a", tile_m=tile_m), H200)
+        assert r.hbm_bytes == pytest.approx(p.bytes_moved(), rel=1e-6)
+
+
+def test_bytes_in_flight_split_at_decode():
+    # The issue's arithmetic: at 16 rows per expert a 16 KB A entry holds 2 KB of the expert's
+    # rows; the other 14 KB are other experts' rows served from L2 (or zero-fill at A's end).
+    b = bytes_in_flight(make_problem("GLM 5.3", 64), GemmConfig(arch="sm_90a"), H200)
+    assert b.a_entry == 16 * 1024
+    assert b.a_real == pytest.approx(2 * 1024)
+    assert b.a_padding_l2 + b.a_zero_fill == pytest.approx(14 * 1024)
+    assert b.hbm_per_entry == pytest.approx(18 * 1024)  # 16 KB of weights + 2 KB of A
+    # A stage-1 launch sees only its expert's rows: all padding is past A's end
+    b1 = bytes_in_flight(make_problem("GLM 5.3", 64), GemmConfig(arch="sm_90a"), H200, stage=1)
+    assert b1.a_padding_l2 == 0 and b1.a_zero_fill == pytest.approx(14 * 1024)
+
+
+def test_64_row_tiles_beat_128_row_tiles_at_equal_depth_on_the_h200():
+    # Measured on the H200 (results/H200/stage_sweep.json): 64-row tiles are faster at every depth.
+    p = make_problem("GLM 5.3", 64)
+    for depth in range(2, 7):
+        t128 = predict(p, GemmConfig(arch="sm_90a", ring_depth=depth), H200).seconds
+        t64 = predict(p, GemmConfig(arch="sm_90a", tile_m=64, ring_depth=depth), H200).seconds
+        assert t64 < t128, depth
+
+
+def test_the_posts_configurations_are_told_apart_on_the_b200():
+    p = make_problem("GLM 5.3", 64)
+    tma6 = predict(p, GemmConfig(arch="sm_100a"), B200).seconds
+    direct7 = predict(p, GemmConfig(arch="sm_100a", epilogue="direct_store"), B200).seconds
+    rows64 = predict(
+        p, GemmConfig(arch="sm_100a", tile_m=64, epilogue="direct_store"), B200
+    ).seconds
+    assert direct7 < tma6 and rows64 < direct7
+    assert rows64 < 0.97 * tma6  # not "all within 1 %"
+
+
+def test_loaded_latency_grows_with_bytes_in_flight():
+    p = make_problem("GLM 5.3", 64)
+    lat = [
+        predict(p, GemmConfig(arch="sm_90a", tile_m=64, ring_depth=d), H200).loaded_latency_s
+        for d in (2, 4, 7)
+    ]
+    assert lat[0] >= CALIBRATED.memory_latency_s * 0.999
+    assert lat[0] < lat[1] < lat[2]
+
+
+def test_stage_structure():
+    p = make_problem("GLM 5.3", 4096)
+    cfg = GemmConfig(arch="sm_90a")
+    s1, s2, s3 = (predict(p, cfg, H200, stage=s) for s in (1, 2, 3))
+    assert (s1.launches, s2.launches, s3.launches) == (32, 1, 1)
+    assert s2.seconds > s3.seconds  # 254k empty CTAs of stage 2's grid cost SM time
+    with pytest.raises(ValueError):
+        predict(p, cfg, H200, stage=9)
+
+
+def test_measured_ceilings_replace_the_modeled_ones():
+    p = make_problem("GLM 5.3", 64)
+    cfg = GemmConfig(arch="sm_90a", tile_m=64, ring_depth=7)
+    slow = predict(p, cfg, H200, hbm_bytes_per_s=2e12, mma_flops_per_s=800e12)
+    fast = predict(p, cfg, H200, hbm_bytes_per_s=4.3e12, mma_flops_per_s=800e12)
+    assert slow.seconds > fast.seconds
+    assert slow.floor_seconds == pytest.approx(p.floor_seconds(2e12, 800e12))
+
+
+def test_b200_assumptions_scale_from_the_h200():
+    assert l2_throughput(B200, CALIBRATED) / l2_throughput(H200, CALIBRATED) == pytest.approx(
+        B200.hbm_bytes_per_s / H200.hbm_bytes_per_s
+    )
+
+
+def test_old_parameter_names_still_read():
+    params = ModelParams()
+    assert params.bandwidth_efficiency == params.hbm_efficiency
+    assert params.math_efficiency == params.mma_efficiency

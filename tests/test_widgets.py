@@ -70,3 +70,102 @@ def test_smem_explorer_too_many_stages_is_an_error():
     ex = SmemBudgetExplorer()
     ex.ring_depth.value = 16
     assert "needs" in ex.last_error and "per block" in ex.last_error
+
+
+# ---------------------------------------------------------------------------- new controls
+def test_occupancy_explorer_routing_skew_changes_the_map():
+    from pearl_moe.occupancy import skewed_counts
+    from pearl_moe.widgets import OccupancyExplorer as Explorer
+
+    ex = Explorer(tile="128x128 (1-CTA)")
+    balanced = ex.last_text
+    ex.routing.value = "skewed"
+    assert ex.redraws == 2 and ex.last_figure is not None
+    assert "routing: skewed (skew 1.2)" in ex.last_text and ex.last_text != balanced
+    mild = ex.last_text
+    ex.skew.value = 2.5
+    assert ex.redraws == 3 and ex.last_text != mild
+    counts = skewed_counts(64, 32, 8, 2.5)
+    assert f"rows per expert {min(counts)}..{max(counts)}" in ex.last_text
+    assert max(counts) > 2 * 16  # hot experts take far more than the balanced 16 rows
+    assert sum(counts) == 64 * 8
+    ex.routing.value = "balanced"
+    assert ex.last_text == balanced
+
+
+def test_skewed_counts_validates():
+    from pearl_moe.occupancy import skewed_counts
+
+    assert skewed_counts(10, 4, 2, 0.0) == skewed_counts(10, 4, 2, 0.0)  # reproducible
+    assert sum(skewed_counts(10, 4, 2, 1.0)) == 20
+    with pytest.raises(ValueError):
+        skewed_counts(10, 4, 2, -1.0)
+    with pytest.raises(ValueError):
+        skewed_counts(10, 4, 5, 1.0)
+
+
+def test_smem_explorer_accumulator_controls():
+    ex = SmemBudgetExplorer(GemmConfig(arch="sm_100a", tile_n=256))
+    assert "acc2" in ex.last_text  # two 256-column accumulators fit TMEM
+    ex.acc_buffers.value = 1
+    assert "acc1" in ex.last_text and ex.last_figure is not None
+    ex.tile_n.value = 512
+    ex.cta_group.value = 2
+    ex.tile_m.value = 256
+    ex.acc_slots.value = 2
+    assert ex.last_error is None and "split" in ex.last_text
+    ex.acc_buffers.value = 2  # a split accumulator is one buffer
+    assert "acc_slots=2 is for a single accumulator" in ex.last_error
+
+
+def test_smem_explorer_store_bits():
+    ex = SmemBudgetExplorer(GemmConfig(arch="sm_100a", epilogue="direct_store"))
+    ex.store_bits.value = 128
+    assert ex.last_error is None and "direct128" in ex.last_text
+    ex.epilogue.value = "tma_store"
+    assert "needs epilogue='direct_store'" in ex.last_error
+
+
+def test_smem_explorer_says_why_hopper_cannot():
+    ex = SmemBudgetExplorer(GemmConfig(arch="sm_100a"))
+    ex.gpu.value = "H200"  # an sm_100a kernel on an H200
+    assert "runs sm_90a code" in ex.last_error and ex.last_figure is None
+    ex.arch.value = "sm_90a"
+    assert ex.last_error is None and "on the H200" in ex.last_text
+    ex.cta_group.value = 2  # a 2-CTA tile on an H200
+    assert "Blackwell" in ex.last_error
+    ex.cta_group.value = 1
+    ex.acc_slots.value = 2  # ping-pong needs 64-row tiles on Hopper
+    assert "tile_m must be at most 64" in ex.last_error
+    ex.tile_m.value = 64
+    ex.epilogue.value = "direct_store"
+    assert ex.last_error is None and "pingpong" in ex.last_text
+
+
+def test_latency_explorer_moves_with_its_knobs():
+    from pearl_moe.widgets import LatencyExplorer
+
+    ex = LatencyExplorer()
+    assert "modeled" in ex.last_figure.axes[0].get_title()
+    assert ex.last_text.startswith("modeled ")
+
+    def modeled_us():
+        return float(ex.last_text.split()[1])
+
+    base = modeled_us()
+    ex.latency.value = 4.0  # a slower memory needs more bytes in flight
+    slow = modeled_us()
+    assert slow > base
+    ex.ring_depth.value = 2
+    assert modeled_us() > slow
+    ex.ring_depth.value = "auto"
+    ex.latency.value = 1.5
+    ex.bandwidth.value = 2.0  # starve HBM: the model becomes memory-bound
+    assert "limited by memory" in ex.last_text
+    ex.bandwidth.value = 7.0
+    ex.tile_m.value = 64
+    assert "A entry 8.0 KB" in ex.last_text
+    ex.gpu.value = "H200"
+    assert "H200" in ex.last_figure.axes[0].get_title()
+    ex.ring_depth.value = 12  # more entries than shared memory holds
+    assert ex.last_figure is None and "needs" in ex.last_error

@@ -1,0 +1,325 @@
+"""``python -m pearl_moe calibrate``: the latency model against every H200 measurement of our kernels.
+
+For each committed H200 record of the course's kernels (implementations ``pearl-s1`` ... ``pearl-s7``
+and their variants, in every result kind: ``stages``, ``stage_sweep``, ``ablation`` ...) it prints the
+measured median, the modeled time (:func:`pearl_moe.perfmodel.predict` with that run's own measured
+ceilings), and the error, then exits non-zero unless the largest error is at most 10 % and the
+Spearman rank correlation of measured and modeled times is at least 0.9.
+
+The parameters are the same for every record (no per-record values). ``--fit`` refits the model's
+calibrated parameters (:data:`pearl_moe.perfmodel.FITTED`) on all records -- minimizing the
+8-norm of the log errors, a smooth stand-in for the largest error -- and reports the new values, so
+the calibration can be redone in one command when new runs land. Records are excluded only when the
+model cannot express them (no recorded configuration, or a configuration field this version of the
+package does not know), and each exclusion is printed with its reason.
+
+Nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .bench.records import problem_from_entry, read_run
+from .config import GemmConfig
+from .hardware import get_gpu
+from .perfmodel import ASSUMED, CALIBRATED, FITTED, ModelParams, predict
+
+__all__ = [
+    "Record",
+    "load_records",
+    "evaluate",
+    "spearman",
+    "fit",
+    "summary",
+    "main",
+    "MAX_ERROR",
+    "MIN_SPEARMAN",
+]
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+MAX_ERROR = 0.10
+MIN_SPEARMAN = 0.90
+_IMPL = re.compile(r"^pearl-s(\d)\b")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement of one of our kernels, with what the model needs to predict it."""
+
+    kind: str
+    impl: str
+    problem: object  # GroupedProblem
+    config: GemmConfig
+    stage: int
+    measured_s: float
+    hbm_bytes_per_s: float  # the run's measured read ceiling
+    mma_flops_per_s: float  # the run's measured dense bf16 ceiling
+    gpu: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.problem.name}"
+
+
+def load_records(gpu: str = "H200", root: str | Path | None = None):
+    """``(records, excluded)``: every ok record of a ``pearl-s*`` implementation in
+    ``results/<gpu>/*.json``; ``excluded`` lists ``(kind, impl, problem, reason)``."""
+    root = Path(root) if root is not None else RESULTS
+    records, excluded = [], []
+    for path in sorted((root / gpu).glob("*.json")):
+        run = read_run(path)
+        problems = {p["id"]: p for p in run["problems"]}
+        ceilings = run["ceilings"]
+        for rec in run["records"]:
+            match = _IMPL.match(rec["impl"])
+            if not match or rec["status"] != "ok":
+                continue
+            cfg_entry = (rec.get("config") or {}).get("gemm_config")
+            why = None
+            if not cfg_entry:
+                why = "no gemm_config recorded: the model needs the tile and ring configuration"
+            else:
+                try:
+                    config = GemmConfig.from_dict(cfg_entry)
+                except (TypeError, ValueError) as exc:
+                    why = f"configuration this package cannot read ({exc})"
+            if why:
+                excluded.append((run["kind"], rec["impl"], rec["problem"], why))
+                continue
+            stage = (rec.get("config") or {}).get("stage") or int(match.group(1))
+            records.append(
+                Record(
+                    kind=run["kind"],
+                    impl=rec["impl"],
+                    problem=problem_from_entry(problems[rec["problem"]]),
+                    config=config,
+                    stage=int(stage),
+                    measured_s=rec["time"]["median_us"] * 1e-6,
+                    hbm_bytes_per_s=ceilings["read_bytes_per_s"],
+                    mma_flops_per_s=ceilings["bf16_flops_per_s"],
+                    gpu=run["env"].get("gpu") or gpu,
+                )
+            )
+    return records, excluded
+
+
+def modeled(record: Record, params: ModelParams):
+    return predict(
+        record.problem,
+        record.config,
+        get_gpu(record.gpu),
+        stage=record.stage,
+        params=params,
+        hbm_bytes_per_s=record.hbm_bytes_per_s,
+        mma_flops_per_s=record.mma_flops_per_s,
+    )
+
+
+def evaluate(records, params: ModelParams = CALIBRATED) -> list[dict]:
+    """One row per record: measured and modeled seconds, relative error, the modeled bound."""
+    rows = []
+    for r in records:
+        p = modeled(r, params)
+        rows.append(
+            dict(
+                kind=r.kind,
+                impl=r.impl,
+                problem=r.problem.name,
+                config=r.config.describe(),
+                stage=r.stage,
+                measured_s=r.measured_s,
+                modeled_s=p.seconds,
+                error=p.seconds / r.measured_s - 1,
+                bound=p.bound,
+            )
+        )
+    return rows
+
+
+def _ranks(values) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype=float)
+    for v in np.unique(values):  # ties share their mean rank
+        same = values == v
+        if same.sum() > 1:
+            ranks[same] = ranks[same].mean()
+    return ranks
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation (Pearson correlation of the ranks, ties averaged)."""
+    if len(a) < 2:
+        return float("nan")
+    return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
+
+
+def summary(rows) -> dict:
+    errors = np.array([r["error"] for r in rows])
+    worst = rows[int(np.argmax(np.abs(errors)))] if rows else None
+    return dict(
+        records=len(rows),
+        max_error=float(np.max(np.abs(errors))) if rows else float("nan"),
+        median_error=float(np.median(np.abs(errors))) if rows else float("nan"),
+        spearman=spearman([r["measured_s"] for r in rows], [r["modeled_s"] for r in rows]),
+        worst=worst,
+    )
+
+
+# ---------------------------------------------------------------------------- fitting
+def _objective(records, params, names, x, norm):
+    trial = params.with_(**{n: math.exp(v) for n, v in zip(names, x, strict=True)})
+    errs = np.array([math.log(modeled(r, trial).seconds / r.measured_s) for r in records])
+    return float(np.mean(np.abs(errs) ** norm) ** (1 / norm))
+
+
+def _nelder_mead(f, x0, step=0.25, iters=600, tol=1e-7):
+    n = len(x0)
+    pts = [np.array(x0, dtype=float)]
+    for i in range(n):
+        x = np.array(x0, dtype=float)
+        x[i] += step
+        pts.append(x)
+    vals = [f(x) for x in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if vals[-1] - vals[0] < tol:
+            break
+        centre = np.mean(pts[:-1], axis=0)
+        xr = centre + (centre - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = centre + 2 * (centre - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = centre + 0.5 * (pts[-1] - centre)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                for i in range(1, n + 1):
+                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
+                    vals[i] = f(pts[i])
+    best = int(np.argmin(vals))
+    return pts[best], vals[best]
+
+
+def fit(records, params: ModelParams = CALIBRATED, names=None, restarts: int = 3, norm: int = 8):
+    """Refit the calibrated parameters (log-space Nelder-Mead, restarted) on ``records``."""
+    names = list(names or FITTED)
+    x = [math.log(getattr(params, n)) for n in names]
+    value = None
+    for _ in range(restarts):
+        x, value = _nelder_mead(lambda v: _objective(records, params, names, v, norm), x)
+    return params.with_(**{n: math.exp(v) for n, v in zip(names, x, strict=True)}), value
+
+
+# ---------------------------------------------------------------------------- printing
+def _fmt_param(name: str, value: float) -> str:
+    if name.endswith("_s"):
+        return f"{value * 1e6:.4g} us"
+    return f"{value:.4g}"
+
+
+def report(records, excluded, params: ModelParams, out=print) -> dict:
+    rows = evaluate(records, params)
+    s = summary(rows)
+    out("Calibration of pearl_moe.perfmodel on the committed H200 runs")
+    out("measured: CUDA-graph medians from results/H200/*.json; modeled: perfmodel.predict with")
+    out("each run's own measured ceilings (read bandwidth, dense bf16) and the parameters below")
+    out("")
+    out("parameters (one set for every record):")
+    for name, why in FITTED.items():
+        out(f"  {name:<20} {_fmt_param(name, getattr(params, name)):>12}  fitted: {why}")
+    for name, why in ASSUMED.items():
+        out(f"  {name:<20} {_fmt_param(name, getattr(params, name)):>12}  assumed: {why}")
+    out("  hardware rates: HBM and dense bf16 from each run's ceilings; per-SM MMA peak =")
+    out("  FLOP/clk x max clock (pearl_moe.hardware); L2 = l2_per_hbm x datasheet HBM bandwidth")
+    out("")
+    kinds = {}
+    for r in records:
+        kinds[r.kind] = kinds.get(r.kind, 0) + 1
+    out(
+        f"records: {len(records)} ("
+        + ", ".join(f"{k} {v}" for k, v in kinds.items())
+        + f"); excluded: {len(excluded)}"
+    )
+    for kind, impl, problem, why in excluded:
+        out(f"  excluded {kind} {impl} {problem}: {why}")
+    out("")
+    out(
+        f"{'kind':<12} {'impl':<28} {'problem':<34} {'measured':>9} {'modeled':>9} {'error':>7}  bound"
+    )
+    for r in rows:
+        problem = r["problem"].replace("|gate_up|", " ").replace("|EP8|", " ")
+        out(
+            f"{r['kind']:<12} {r['impl']:<28} {problem:<34} {r['measured_s'] * 1e6:8.1f}u "
+            f"{r['modeled_s'] * 1e6:8.1f}u {r['error'] * 100:+6.1f}%  {r['bound']}"
+        )
+    out("")
+    if rows:
+        w = s["worst"]
+        out(
+            f"max |error| {s['max_error'] * 100:.1f}% ({w['impl']} on {w['problem']}); "
+            f"median |error| {s['median_error'] * 100:.1f}%; Spearman rho {s['spearman']:.3f} "
+            f"over {s['records']} records"
+        )
+        over = [r for r in rows if abs(r["error"]) > MAX_ERROR]
+        for r in over:
+            out(
+                f"  beyond {MAX_ERROR * 100:.0f}%: {r['impl']} on {r['problem']} "
+                f"({r['error'] * 100:+.1f}%)"
+            )
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m pearl_moe calibrate",
+        description="Compare the latency model with every committed H200 measurement of our kernels.",
+    )
+    ap.add_argument("--fit", action="store_true", help="refit the calibrated parameters first")
+    ap.add_argument("--gpu", default="H200", help="results/<gpu>/ folder to read (default H200)")
+    ap.add_argument("--results", default=None, help="results folder (default: the package's)")
+    ap.add_argument("--max-error", type=float, default=MAX_ERROR)
+    ap.add_argument("--min-spearman", type=float, default=MIN_SPEARMAN)
+    args = ap.parse_args(argv)
+    records, excluded = load_records(args.gpu, args.results)
+    if not records:
+        print(f"no records of the course's kernels under results/{args.gpu}/")
+        return 1
+    params = CALIBRATED
+    if args.fit:
+        before = summary(evaluate(records, params))
+        params, value = fit(records, params)
+        print(
+            f"refit on {len(records)} records: objective (8-norm of log errors) {value:.4f}; "
+            f"max |error| before {before['max_error'] * 100:.1f}%"
+        )
+        print("ModelParams(" + ", ".join(f"{n}={getattr(params, n):.4g}" for n in FITTED) + ")")
+        print()
+    s = report(records, excluded, params)
+    ok = s["max_error"] <= args.max_error and s["spearman"] >= args.min_spearman
+    verdict = "PASS" if ok else "FAIL"
+    print(
+        f"{verdict}: needs max |error| <= {args.max_error * 100:.0f}% and Spearman >= "
+        f"{args.min_spearman:.2f}"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

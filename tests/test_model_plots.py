@@ -1,0 +1,38 @@
+"""Plots of the latency model: every title says the numbers are modeled (or derived)."""
+
+from pearl_moe import calibrate
+from pearl_moe.occupancy import occupancy
+from pearl_moe.perfmodel import stage_projection
+from pearl_moe.plots import (
+    plot_calibration,
+    plot_occupancy_maps,
+    plot_stage_projection,
+    plot_utilization_vs_tokens,
+)
+from pearl_moe.workloads import make_problem
+
+
+def test_calibration_plot_has_one_marker_per_record():
+    records, _ = calibrate.load_records()
+    rows = calibrate.evaluate(records)
+    fig = plot_calibration(rows)
+    ax = fig.axes[0]
+    drawn = sum(len(line.get_xdata()) for line in ax.get_lines()[1:])
+    assert drawn == len(rows)
+    assert "model" in ax.get_title().lower() and "measure" in ax.get_title().lower()
+
+
+def test_stage_projection_is_labeled_modeled():
+    proj = stage_projection(models=("GLM 5.3",), tokens=(64,), stages=(3, 5))
+    ((key, preds),) = proj.items()
+    data = {"GLM 64": {s: p.seconds for s, p in preds.items()}}
+    fig = plot_stage_projection(data, {"GLM 64": preds[3].floor_seconds})
+    assert "modeled" in fig.axes[0].get_title()
+    assert all(p.label == "modeled" for p in preds.values())
+
+
+def test_wave_model_figures_say_model():
+    occ = occupancy(make_problem("GLM 5.3", 64), (64, 64))
+    assert "model" in plot_occupancy_maps(occ)._suptitle.get_text().lower()
+    fig = plot_utilization_vs_tokens("GLM 5.3", tokens=(16, 64))
+    assert "model" in fig.axes[0].get_title().lower()
