@@ -88,11 +88,11 @@ def plot_latency_bars(
     """Horizontal latency bars, each against the floor of its own GPU.
 
     ``bars`` are ``(label, seconds or None, source)`` or ``(label, seconds or None, source,
-    floor_seconds)``. The source is printed on each bar; a source containing "modeled" draws the
-    bar hatched (a model, not a measurement). Each bar's floor is a dark tick across that bar's
-    row, and the bar says which fraction of its floor it reaches. ``floor`` is the floor of bars
-    that give none (use it only when every such bar is on the same GPU). A missing value (None)
-    is an empty row that says why. When any bar is modeled the title says so.
+    floor_seconds)``. A source containing "modeled" draws the bar hatched (a model, not a
+    measurement). Each bar's floor is a dark tick across that bar's row, and the bar says which
+    fraction of its floor it reaches. ``floor`` is the floor of bars that give none (use it only
+    when every such bar is on the same GPU). A missing value (None) is an empty row that says why.
+    The sources are listed once under the title; when any bar is modeled the title says so.
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -100,43 +100,50 @@ def plot_latency_bars(
 
     parts = [_bar_parts(b) for b in bars]
     with style():
-        fig = Figure(figsize=(8.0, 0.55 * len(parts) + 1.5), layout="constrained")
+        fig = Figure(figsize=(8.0, 0.5 * len(parts) + 1.9), layout="constrained")
         ax = fig.add_subplot()
         y = np.arange(len(parts))[::-1]
         floors = [f if f is not None else floor for *_, f in parts]
         top = max([v for _, v, _, _ in parts if v] + [f for f in floors if f] + [0.0]) * 1e6 or 1.0
-        any_model = False
+        sources: list[str] = []
         for yi, (_label, value, source, _), own_floor in zip(y, parts, floors, strict=True):
             modeled = "modeled" in source
-            any_model |= modeled
             if value:
+                if source not in sources:
+                    sources.append(source)
                 ax.barh(
                     yi, value * 1e6, 0.6, color=OKABE_ITO[1] if modeled else OKABE_ITO[0],
                     hatch="//" if modeled else "", edgecolor="white",
                 )  # fmt: skip
                 reach = f", {own_floor / value:.0%} of its floor" if own_floor else ""
+                kind = "modeled" if modeled else "measured"
                 ax.text(
-                    max(value, own_floor or 0) * 1e6, yi,
-                    f"  {value * 1e6:.0f} us{reach}; {source}", va="center", fontsize=7,
+                    max(value, own_floor or 0) * 1e6, yi, f"  {value * 1e6:.0f} us ({kind}){reach}",
+                    va="center", fontsize=7,
                 )  # fmt: skip
             else:
                 ax.text(0, yi, f" {source}", va="center", fontsize=7, color="#555555")
             if own_floor:
                 ax.plot([own_floor * 1e6] * 2, [yi - 0.42, yi + 0.42], color="#222222", lw=2.2)
         ax.set_yticks(y, [p[0] for p in parts])
-        ax.set_xlim(0, top * 2.3)
+        ax.set_xlim(0, top * 1.75)
         ax.set_xlabel("latency (us)")
         ax.grid(axis="y", visible=False)
+        any_model = any("modeled" in s for s in sources)
         handles = [Patch(color=OKABE_ITO[0], label="measured")]
         if any_model:
             handles.append(Patch(facecolor=OKABE_ITO[1], hatch="//", label="model"))
         if any(floors):
             handles.append(Line2D([], [], color="#222222", lw=2.2, label="floor of that bar's GPU"))
-        ax.legend(handles=handles, loc="lower right", fontsize=7)
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7)
         if any_model and "model" not in title.lower():
             title = f"{title}{': ' if title else ''}measured and model (hatched)"
-        if title:
-            ax.set_title(title, fontsize=10)
+        named = [s for s in sources if "modeled" not in s]
+        if any_model:
+            named.append("model: pearl_moe.perfmodel, not a measurement")
+        heading = "\n".join(filter(None, [title, "; ".join(named)]))
+        if heading:
+            ax.set_title(heading, fontsize=9)
     return fig
 
 
