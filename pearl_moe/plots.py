@@ -241,7 +241,7 @@ def plot_smem_budget(
     labels: Sequence[str] | None = None,
     ax: Axes | None = None,
 ) -> Figure:
-    """Stacked shared-memory bars, one per config (stages resolved), with the per-block limit."""
+    """Stacked shared-memory bars, one per config (ring depth resolved), with the per-block limit."""
     if not configs:
         raise ValueError("plot_smem_budget needs at least one config")
     if labels is not None and len(labels) != len(configs):
@@ -265,7 +265,7 @@ def plot_smem_budget(
             bottom += kb
         for xi, b in zip(x, budgets, strict=True):
             ax.annotate(
-                f"{b.total / 1024:.1f} KB\n{b.config.ring_depth} stages",
+                f"{b.total / 1024:.1f} KB\n{b.config.ring_depth} ring entries",
                 (xi, b.total / 1024),
                 textcoords="offset points",
                 xytext=(0, 3),
@@ -301,7 +301,7 @@ def _short(config: GemmConfig) -> str:
 
 
 def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
-    """Accumulator stages (and split slots) laid over the 512 TMEM columns of one SM (sm_100a)."""
+    """Accumulator buffers (and split slots) laid over the 512 TMEM columns of one SM (sm_100a)."""
     if config.arch != "sm_100a":
         raise ValueError(f"{config.arch} has no tensor memory; the TMEM map is for sm_100a")
     config = resolve(config)
@@ -330,7 +330,7 @@ def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
             for slot in range(config.acc_slots):
                 start = stage * stage_cols + slot * slot_cols
                 color = OKABE_ITO[(stage + 2 * slot) % len(OKABE_ITO)]
-                name = f"acc stage {stage}" + (f", slot {slot}" if config.acc_slots > 1 else "")
+                name = f"acc buffer {stage}" + (f", slot {slot}" if config.acc_slots > 1 else "")
                 ax.add_patch(
                     Rectangle(
                         (start, 0.08),
@@ -360,8 +360,7 @@ def plot_tmem_map(config: GemmConfig, ax: Axes | None = None) -> Figure:
         split = ", split into 2 slots" if config.acc_slots == 2 else ""
         ax.set_title(
             f"TMEM budget model, {config.tile_m}x{config.tile_n} {config.cta_group}-CTA: "
-            f"{config.acc_buffers} "
-            f"accumulator stage(s){split}, {allocated} columns allocated",
+            f"{config.acc_buffers} accumulator buffer(s){split}, {allocated} columns allocated",
             fontsize=9,
         )
     return fig

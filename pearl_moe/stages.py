@@ -19,11 +19,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Stage:
-    number: int
+    number: int | str  # 0-9, or "01b" for a notebook inserted between two numbers
     notebook: str
     title: str
     idea: str
     kernel_stage: int | None = None  # kernel module number (pearl_moe.kernels.<arch>.stage<N>_*)
+
+    @property
+    def label(self) -> str:
+        """The notebook's number as the table shows it: ``"02"``, ``"01b"``."""
+        return f"{self.number:02d}" if isinstance(self.number, int) else self.number
 
     @property
     def notebook_path(self) -> Path:
@@ -43,6 +48,12 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage(0, "00_setup_and_tour", "Setup and tour", "what this machine can run; the baselines"),
     Stage(1, "01_why_grouped_gemm", "Why grouped GEMM", "one launch for all experts fills the GPU"),
+    Stage(
+        "01b",
+        "01b_cute_primer",
+        "CuTe primer",
+        "layouts, TMA, mbarriers, wgmma / tcgen05; compile a cell for both targets",
+    ),
     Stage(2, "02_plain_gemm", "Plain GEMM", "TMA ring + tensor cores + TMA-store epilogue", 1),
     Stage(
         3, "03_grouped_gemm", "Grouped GEMM", "CTA (x, y, z) computes tile (x, y) of expert z", 2
@@ -77,7 +88,7 @@ def render_stage_table() -> str:
     for s in STAGES:
         name = f"[{s.notebook}](notebooks/{s.notebook}.ipynb)" if s.has_notebook() else s.notebook
         rows.append(
-            f"| {s.number:02d} | {name} — {s.title} | {s.idea} | {_mark(s.has_notebook())} | "
+            f"| {s.label} | {name} — {s.title} | {s.idea} | {_mark(s.has_notebook())} | "
             f"{_mark(s.has_kernel('sm_100a'))} | {_mark(s.has_kernel('sm_90a'))} |"
         )
     return "\n".join(rows)

@@ -12,6 +12,7 @@ from pearl_moe import course
 from pearl_moe.course import (
     Machine,
     baseline,
+    check_table,
     correctness_summary,
     describe_run,
     detect_machine,
@@ -23,9 +24,13 @@ from pearl_moe.course import (
     load_kernel_results,
     measurement_source,
     plot_latency_bars,
+    plot_recorded_vs_tokens,
     plot_stage_sweep,
     results_path,
+    run_printing,
     sass_by_kernel,
+    sass_lines,
+    say_model,
     show_diff,
     show_pair,
     show_source,
@@ -359,3 +364,91 @@ def test_stage_notebooks_define_no_kernel_and_label_b200_as_modeled(name):
     assert "On a B200 this notebook tries them live" in text
     assert "modeled" in text
     assert "kernels_sm90" not in code + text
+
+
+# ---------------------------------------------------------------------------- what was checked
+def test_check_table_lists_every_recorded_problem_and_live_checks(tmp_path):
+    from pearl_moe.bench.harness import CheckResult
+
+    data = load_kernel_results(_stages_file(tmp_path))
+    live_problem = make_problem("GLM 5.3", 16, routing="skewed", seed=3)
+    ok = CheckResult(True, 0.01, 0.008, 0.017, 1e-3, 0, "ok")
+    table = check_table(
+        data, stages=(1, 3), live=[(live_problem, {1: ok})], machine=Machine("hopper", "H200X")
+    )
+    lines = table.splitlines()
+    assert lines[0].startswith("live on H200X: 1 of 1 checks passed; replayed from")
+    assert "3 of 4 recorded checks passed, 2 problems" in lines[0]
+    assert lines[1].split()[:2] == ["source", "model"]
+    live = [ln for ln in lines if ln.startswith("live")][1:]
+    assert len(live) == 1 and "skewed" in live[0] and "not checked" in live[0]
+    replayed = [ln for ln in lines if ln.startswith("replayed")]
+    assert len(replayed) == 2 and any("FAIL (5 rows differ)" in ln for ln in replayed)
+    assert check_table(None).startswith("no recorded measurement yet")
+
+
+def test_sass_lines_match_instructions_only():
+    assert sass_lines(SASS, r"UTMA") == [
+        "UTMALDG.2D [UR8], [UR6] ;",
+        "@P0 UTMASTG.2D [UR12], [UR4] ;",
+    ]
+    assert sass_lines(SASS, r"UTMASTG") == ["@P0 UTMASTG.2D [UR12], [UR4] ;"]
+    assert sass_lines(SASS, r"kernel_cutlass") == []  # section headers are not instructions
+
+
+def test_latency_bars_draw_each_bar_against_its_own_floor():
+    fig = plot_latency_bars(
+        [
+            ("H200: ours", 5e-4, "replayed", 4e-4),
+            ("B200: ours (model)", 3e-4, "modeled", 2e-4),
+        ],
+        title="GLM 5.3",
+    )
+    ax = fig.axes[0]
+    ticks = [ln for ln in ax.get_lines() if len(set(ln.get_xdata())) == 1]
+    assert sorted(ln.get_xdata()[0] for ln in ticks) == pytest.approx([200, 400])  # us, one each
+    texts = " ".join(t.get_text() for t in ax.texts)
+    assert "80% of its floor" in texts and "67% of its floor" in texts
+    assert "model" in ax.get_title()
+
+
+def test_recorded_latency_plot_keeps_its_width():
+    series = {
+        "stage 1 loop (ours)": [(16, 8e-4), (64, 9e-4), (256, 1.2e-3)],
+        "cuBLAS loop": [(16, 5e-4), (64, 6e-4), (256, 9e-4)],
+        "torch._grouped_mm": [(16, 4e-4), (64, 5e-4), (256, 7e-4)],
+    }
+    source = "replayed from results/H200/stages.json (measured 2026-11-29 on NVIDIA H200)"
+    fig = plot_recorded_vs_tokens(
+        series, [(16, 3e-4), (256, 6e-4)], "H200", source, "GLM 5.3 gate+up, EP=8"
+    )
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.get_position().width > 0.6  # the legend no longer squeezes the axes
+    assert source in ax.get_title()
+    assert all(len(t.get_text()) < 45 for t in ax.get_legend().get_texts())
+
+
+def test_say_model_prefixes_titles_once():
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    fig.add_subplot().set_title("occupancy")
+    say_model(fig)
+    say_model(fig)
+    assert fig.axes[0].get_title() == "model: occupancy"
+    fig2 = Figure()
+    fig2.suptitle("waves")
+    assert say_model(fig2, "occupancy model")._suptitle.get_text() == "occupancy model: waves"
+
+
+def test_run_printing_captures_c_level_output():
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+
+    def noisy():
+        libc.printf(b"from C %d\n\n", 7)
+        libc.printf(b"again\n")
+
+    assert run_printing(noisy).splitlines() == ["from C 7", "again"]

@@ -5,6 +5,7 @@ Notebooks are found by glob, so a new notebook is tested as soon as it lands in 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,37 @@ def test_notebooks_say_where_kernels_run(name):
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
     text = " ".join(c.source.replace("\n", " ") for c in nb.cells if c.cell_type == "markdown")
     assert WHERE_IT_RUNS in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebooks_leave_no_temporary_folders(path: Path):
+    """A notebook that draws into a temporary folder must remove it (TemporaryDirectory)."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "mkdtemp(" not in code, f"{path.name} leaves a temporary folder behind on every run"
+
+
+#: Phrases that use "stage" for a ring entry; the course says "stage" only for kernel stages.
+RING_AS_STAGE = re.compile(
+    r"pipeline stages?\b|stages fit|ring of shared-memory stages|\} stages\b|\b\d+ stages\b"
+    r"|accumulator stages?\b|B stages\b|A stages\b"
+)
+
+
+@pytest.mark.parametrize(
+    "name", ["00_setup_and_tour", "01b_cute_primer", "02_plain_gemm", "03_grouped_gemm"]
+)
+def test_one_vocabulary_stage_means_kernel_stage(name):
+    nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    assert not RING_AS_STAGE.findall(text), RING_AS_STAGE.findall(text)
+
+
+@pytest.mark.parametrize("name", ["01b_cute_primer", "02_plain_gemm", "03_grouped_gemm"])
+def test_at_least_three_exercises_derive_and_check_a_number(name):
+    """Hidden answers (<details>) that show the arithmetic and then check it with the package."""
+    nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    answers = re.findall(r"<details><summary>Answer</summary>(.*?)</details>", text, re.S)
+    checked = [a for a in answers if "```python" in a and re.search(r"\d\s*[·×x*/]\s*\d", a)]
+    assert len(checked) >= 3, f"{name}: {len(checked)} exercises derive and check a number"

@@ -108,7 +108,7 @@ def test_smem_bars_validate_labels():
 )
 def test_tmem_map_rectangles(config, slots):
     ax = plots.plot_tmem_map(config).axes[0]
-    acc = [p for p in ax.patches if p.get_label().startswith("acc stage")]
+    acc = [p for p in ax.patches if p.get_label().startswith("acc buffer")]
     assert [(p.get_x(), p.get_width()) for p in acc] == slots
     assert ax.get_xlim() == (0, 512)
 

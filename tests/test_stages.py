@@ -13,7 +13,7 @@ def test_readme_stage_table_is_up_to_date():
 def test_stage_table_marks_what_exists():
     table = render_stage_table()
     for stage in STAGES:
-        row = next(line for line in table.splitlines() if line.startswith(f"| {stage.number:02d}"))
+        row = next(line for line in table.splitlines() if line.startswith(f"| {stage.label} |"))
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[3] == ("yes" if stage.has_notebook() else "-")
         assert (f"(notebooks/{stage.notebook}.ipynb)" in row) == stage.has_notebook()

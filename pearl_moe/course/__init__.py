@@ -1,0 +1,102 @@
+"""Helpers the course notebooks share, one module per concern.
+
+The notebooks stay thin: they import a stage from :mod:`pearl_moe.kernels`, and this package does
+the chores around it. Every name below is importable from ``pearl_moe.course`` directly.
+
+=====================  ==========================================================================
+module                 what it holds
+=====================  ==========================================================================
+``machine``            :func:`detect_machine`, :class:`Machine`: a live Blackwell GPU, a live
+                       Hopper GPU, or a machine that replays recorded results
+``sources``            :func:`show_source`, :func:`show_pair`, :func:`show_diff`: the code that
+                       matters, read with :mod:`ast` (CuTe DSL is never imported to show code)
+``sass``               :func:`sass_by_kernel`, :func:`families_table`, :func:`sass_lines`: SASS
+                       opcode counts per kernel, a table of families, matching instructions
+``scratch``            :func:`compile_scratch`, the ``%%cute_compile`` cell magic: compile a small
+                       kernel written in a notebook cell for sm_100a and sm_90a (one worker
+                       process per target) and read its SASS and shared memory
+``results``            :func:`load_kernel_results`, :func:`measurement_source`,
+                       :func:`stage_series`, :func:`check_table`, ...: the recorded H200 runs of
+                       our kernels, each number labeled with where it comes from
+``host_run``           :func:`run_printing`: run CuTe host code on the CPU, read its ``cute.printf``
+``live``               :func:`can_run_live`, :func:`stage_impl`: run a stage with the benchmark
+                       harness on a GPU
+``simulate``           :func:`simulate_tile_stores`: the TMA store's bounds rule replayed in NumPy
+``plots``              :func:`plot_latency_bars`, :func:`plot_recorded_vs_tokens`,
+                       :func:`plot_stage_sweep`, :func:`say_model`: the notebooks' own figures
+=====================  ==========================================================================
+"""
+
+from ._paths import ROOT
+from .host_run import run_printing
+from .live import can_run_live, stage_impl
+from .machine import FORCE_ENV, Machine, detect_machine
+from .plots import plot_latency_bars, plot_recorded_vs_tokens, plot_stage_sweep, say_model
+from .results import (
+    STAGE_IMPLS,
+    baseline,
+    check_table,
+    correctness_summary,
+    describe_run,
+    floor_series,
+    kernel_rows,
+    load_kernel_results,
+    measured_date,
+    measurement_source,
+    results_path,
+    stage_series,
+    stage_sweep,
+)
+from .sass import families_table, sass_by_kernel, sass_lines
+from .scratch import ScratchReport, compile_scratch, load_ipython_extension
+from .simulate import simulate_tile_stores
+from .sources import (
+    SourceView,
+    diff_stats,
+    get_source,
+    show_diff,
+    show_pair,
+    show_source,
+    source_diff,
+)
+
+__all__ = [
+    "ROOT",
+    "FORCE_ENV",
+    "Machine",
+    "detect_machine",
+    "SourceView",
+    "get_source",
+    "show_source",
+    "show_pair",
+    "source_diff",
+    "diff_stats",
+    "show_diff",
+    "sass_by_kernel",
+    "families_table",
+    "sass_lines",
+    "ScratchReport",
+    "compile_scratch",
+    "load_ipython_extension",
+    "STAGE_IMPLS",
+    "results_path",
+    "load_kernel_results",
+    "measurement_source",
+    "measured_date",
+    "describe_run",
+    "kernel_rows",
+    "stage_series",
+    "floor_series",
+    "correctness_summary",
+    "check_table",
+    "stage_sweep",
+    "baseline",
+    "run_printing",
+    "can_run_live",
+    "stage_impl",
+    "simulate_tile_stores",
+    "plot_stage_sweep",
+    "plot_latency_bars",
+    "plot_recorded_vs_tokens",
+    "say_model",
+]

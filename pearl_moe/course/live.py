@@ -1,0 +1,82 @@
+"""Run a stage live: whether it can run here, and the stage as a benchmark implementation.
+
+:func:`can_run_live` says whether a stage has a launcher for this GPU's target and what a live
+run of it means (the sm_100a stages have never run on a GPU: a live B200 run is their first
+test). :func:`stage_impl` wraps a stage as a :class:`pearl_moe.bench.harness.Implementation`, so
+the notebooks check and time it with the same harness as the baselines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+__all__ = ["can_run_live", "stage_impl"]
+
+
+def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
+    """Whether ``stage`` has a launcher for ``arch`` here, and what a live run of it means.
+
+    Imports the stage module (CuTe DSL: call it on a GPU machine only). The sm_90a stages have
+    been run, verified and measured on an H200. The sm_100a stages implement ``compile_kernel``
+    and ``launch`` too, so on a B200 :func:`pearl_moe.kernels.grouped_gemm` launches them, but
+    they have only been compile-verified (on a CPU): they have never run on any GPU, and a live
+    run on a B200 is their first test, checked against the float32 reference.
+    """
+    from ..kernels.api import stage_module
+
+    try:
+        module = stage_module(arch, stage)
+    except Exception as exc:  # noqa: BLE001 - any import problem means "not runnable here"
+        return False, f"stage {stage} for {arch} does not import here ({type(exc).__name__}: {exc})"
+    missing = [f for f in ("compile_kernel", "launch") if not hasattr(module, f)]
+    if missing:
+        return False, f"stage {stage} for {arch} has no {' / '.join(missing)} yet (compile-only)"
+    if arch == "sm_100a":
+        return True, (
+            f"stage {stage} for sm_100a has compile_kernel + launch but has never run on a GPU "
+            "(compile-verified only): this live run is its first test, checked against the "
+            "float32 reference"
+        )
+    return True, f"stage {stage} for {arch} runs here (run, verified and measured on an H200)"
+
+
+def stage_impl(stage: int, config=None):
+    """Stage ``stage`` of our kernels as a bench :class:`~pearl_moe.bench.harness.Implementation`.
+
+    Stages 2 and 3 call :func:`pearl_moe.kernels.grouped_gemm` without the host-side offsets check
+    (no device-to-host copy, so a CUDA graph can capture the call). Stage 1 is the per-expert loop:
+    like the harness's cuBLAS loop it is handed the row counts on the host.
+    """
+    from ..bench.harness import Implementation, Prepared
+    from ..workloads import counts_to_offsets
+
+    def prepare(A, W, offsets, counts):
+        import torch
+
+        from ..kernels import api
+        from ..kernels.host import cuda_stream, device_end_offsets
+
+        arch = api._arch_of(A.device)
+        cfg = (config or api.default_config(arch)).resolved()
+        if stage != 1:
+
+            def run(out):
+                return api.grouped_gemm(
+                    A, W, offsets, config=cfg, out=out, stage=stage, check=False
+                )
+
+            return Prepared(run, asdict(cfg))
+        experts, n, k = W.shape
+        sms = torch.cuda.get_device_properties(A.device).multi_processor_count
+        compiled = api._compiled(arch, 1, cfg, n, k, experts, sms)
+        module = api.stage_module(arch, 1)
+        ends = device_end_offsets(offsets, experts)
+        host = counts_to_offsets(counts)
+
+        def run(out):
+            module.launch(compiled, A, W, ends, out, host, cuda_stream(A.device))
+            return out
+
+        return Prepared(run, {**asdict(cfg), "launches": sum(1 for c in counts if c)})
+
+    return Implementation(f"pearl stage {stage}", prepare, {}, f"pearl-moe stage {stage}")

@@ -1,0 +1,188 @@
+"""Show the code that matters: one method, a Blackwell method beside its Hopper twin, a diff.
+
+:func:`show_source` displays one method of a stage with syntax highlighting, :func:`show_pair` puts
+the Blackwell method next to its Hopper counterpart and :func:`show_diff` shows what one stage
+changed in a method of the previous one. Targets are ``"module:Qual.name"`` strings, read from the
+file with :mod:`ast`, so showing code never imports CuTe DSL (nor picks its compile target) in the
+notebook's process.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import html
+import importlib.util
+import inspect
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._paths import rel
+
+__all__ = [
+    "SourceView",
+    "get_source",
+    "show_source",
+    "show_pair",
+    "source_diff",
+    "diff_stats",
+    "show_diff",
+]
+
+
+def _module_file(module: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"no module {module!r}", name=module)
+    return Path(spec.origin)
+
+
+def _find_node(tree: ast.Module, qualname: str):
+    body = tree.body
+    node = None
+    for part in qualname.split("."):
+        node = next(
+            (
+                n
+                for n in body
+                if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and n.name == part
+            ),
+            None,
+        )
+        if node is None:
+            return None
+        body = node.body
+    return node
+
+
+def get_source(target, method: str | None = None) -> tuple[str, str]:
+    """``(source, where)`` of a class, function or method.
+
+    ``target`` is ``"package.module:Qual.name"`` (read with :mod:`ast`, nothing is imported), or a
+    Python object (class, function, module) read with :mod:`inspect`. ``method`` names a method of
+    the target class. ``where`` is ``"path/relative/to/repo.py:line"``.
+    """
+    if isinstance(target, str):
+        module, _, qualname = target.partition(":")
+        if method:
+            qualname = f"{qualname}.{method}" if qualname else method
+        path = _module_file(module)
+        text = path.read_text()
+        if not qualname:
+            return text, _where(path, 1)
+        node = _find_node(ast.parse(text), qualname)
+        if node is None:
+            raise LookupError(
+                f"{module} has no {qualname!r} (it may be inherited: name the class that defines it)"
+            )
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        lines = text.splitlines()[first - 1 : node.end_lineno]
+        return textwrap.dedent("\n".join(lines)), _where(path, first)
+    obj = getattr(target, method) if method else target
+    obj = inspect.unwrap(getattr(obj, "__func__", obj))
+    lines, first = inspect.getsourcelines(obj)
+    return textwrap.dedent("".join(lines)).rstrip("\n"), _where(
+        Path(inspect.getsourcefile(obj)), max(first, 1)
+    )
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{rel(path)}:{line}"
+
+
+def _highlight(code: str, lexer: str = "python") -> str:
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import get_lexer_by_name
+    except ImportError:  # pragma: no cover - pygments comes with Jupyter
+        return f"<pre>{html.escape(code)}</pre>"
+    formatter = HtmlFormatter(noclasses=True, style="default", nowrap=False)
+    return highlight(code, get_lexer_by_name(lexer), formatter)
+
+
+_BOX = (
+    "<div style='flex:1; min-width:0; overflow-x:auto; font-size:85%; border:1px solid #ddd;"
+    " padding:0 0.5em'>"
+)
+
+
+class SourceView:
+    """Code shown in a notebook: highlighted HTML in Jupyter, plain text everywhere else."""
+
+    def __init__(self, panels: Sequence[tuple[str, str]], lexer: str = "python"):
+        self.panels = list(panels)  # (title, code)
+        self.lexer = lexer
+
+    @property
+    def code(self) -> str:
+        return "\n\n".join(code for _, code in self.panels)
+
+    def _repr_html_(self) -> str:
+        boxes = [
+            f"{_BOX}<p style='margin:0.3em 0'><b>{html.escape(title)}</b></p>"
+            f"{_highlight(code, self.lexer)}</div>"
+            for title, code in self.panels
+        ]
+        return (
+            f"<div style='display:flex; gap:0.8em; align-items:flex-start'>{''.join(boxes)}</div>"
+        )
+
+    def __repr__(self) -> str:
+        return "\n\n".join(f"# --- {title}\n{code}" for title, code in self.panels)
+
+
+def show_source(target, method: str | None = None, title: str | None = None) -> SourceView:
+    """One method (or class, function) with syntax highlighting, titled with its file and line."""
+    code, where = get_source(target, method)
+    return SourceView([(f"{title} — {where}" if title else where, code)])
+
+
+def show_pair(
+    left, right, titles: Sequence[str] = ("Blackwell (sm_100a)", "Hopper (sm_90a)")
+) -> SourceView:
+    """Two pieces of code side by side: by default the Blackwell method, then its Hopper twin.
+
+    ``left`` and ``right`` are targets as for :func:`get_source` (or ``(target, method)`` pairs).
+    """
+    panels = []
+    for title, item in zip(titles, (left, right), strict=True):
+        target, method = item if isinstance(item, tuple) else (item, None)
+        code, where = get_source(target, method)
+        panels.append((f"{title} — {where}", code))
+    return SourceView(panels)
+
+
+def source_diff(old, new, context: int = 3) -> str:
+    """Unified diff from ``old`` to ``new`` (targets as for :func:`get_source`)."""
+    panels = []
+    for item in (old, new):
+        target, method = item if isinstance(item, tuple) else (item, None)
+        panels.append(get_source(target, method))
+    (a, where_a), (b, where_b) = panels
+    return "".join(
+        difflib.unified_diff(
+            a.splitlines(keepends=True),
+            b.splitlines(keepends=True),
+            fromfile=where_a,
+            tofile=where_b,
+            n=context,
+        )
+    )
+
+
+def diff_stats(diff: str) -> tuple[int, int]:
+    """``(added, removed)`` lines of a unified diff (headers not counted)."""
+    added = sum(1 for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+    return added, removed
+
+
+def show_diff(old, new, context: int = 3, title: str | None = None) -> SourceView:
+    """What changed between two stages' versions of a method, as a highlighted unified diff."""
+    diff = source_diff(old, new, context)
+    added, removed = diff_stats(diff)
+    head = title or "diff"
+    return SourceView([(f"{head}: +{added} / -{removed} lines", diff or "(identical)\n")], "diff")
