@@ -108,6 +108,8 @@ def reports():
     env = dict(os.environ)
     env["CUTE_DSL_ARCH"] = "sm_100a"
     env["CUTE_DSL_KEEP"] = "ptx,cubin,sass"
+    # compile for real: a kernel loaded from the disk cache carries no PTX/SASS artifacts
+    env["PEARL_MOE_KERNEL_CACHE"] = "off"
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="pearl-moe-sm100-api-") as scratch:

@@ -57,7 +57,7 @@ def stage_impl(stage: int, config=None):
         from ..kernels.host import cuda_stream, device_end_offsets
 
         arch = api._arch_of(A.device)
-        cfg = (config or api.default_config(arch)).resolved()
+        cfg = (config or api.default_config(arch, stage)).resolved()
         if stage != 1:
 
             def run(out):
