@@ -24,9 +24,12 @@ the other); a 128 x 512 accumulator takes all 512, leaving one buffer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .config import GemmConfig
 from .hardware import B200, H200, GpuSpec, get_gpu
+
+if TYPE_CHECKING:  # the model reads a config's fields; it needs no code of config.py
+    from .config import GemmConfig
 
 __all__ = [
     "MBARRIER_BYTES",

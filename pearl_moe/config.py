@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .budget import resolve  # one way: the budget model reads configs and imports nothing of ours
+
 __all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES"]
 
 ARCHS = ("sm_100a", "sm_90a")
@@ -240,9 +242,8 @@ class GemmConfig:
         return cols
 
     def resolved(self, gpu=None) -> GemmConfig:
-        """This config with ``stages`` and ``acc_buffers`` filled in for ``gpu`` (default per arch)."""
-        from .budget import resolve
-
+        """This config with ``ring_depth`` and ``acc_buffers`` filled in for ``gpu`` (default per
+        arch): the deepest ring and the most accumulators the budget model fits."""
         return resolve(self, gpu)
 
     @classmethod

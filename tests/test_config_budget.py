@@ -127,3 +127,22 @@ def test_too_large_tiles_do_not_fit_two_ring_entries():
 def test_describe_is_short_and_informative():
     label = resolve(BLOG.with_(epilogue="direct_store", b_k_tiles=2)).describe()
     assert label.startswith("sm_100a 128x128x64 1cta") and "B2" in label and "direct" in label
+
+
+def test_config_and_budget_import_one_way():
+    """config imports budget (to resolve ring depths); budget imports nothing of config at run time."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "pearl_moe"
+
+    def runtime_imports(path):
+        tree = ast.parse(path.read_text())
+        names = set()
+        for node in tree.body:  # module level, outside `if TYPE_CHECKING:` blocks
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                names.add(node.module.split(".")[0])
+        return names
+
+    assert "budget" in runtime_imports(root / "config.py")
+    assert "config" not in runtime_imports(root / "budget.py")
