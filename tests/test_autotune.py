@@ -54,6 +54,7 @@ def test_buckets_are_octaves_of_rows_per_expert():
 
 
 def test_heuristic_follows_the_h200_measurements():
+    autotune.use_table(_table([]))  # no measured entries: the heuristic answers
     one = autotune.pick("sm_90a", *GLM, rows=8)
     assert (one.config.tile_m, one.config.tile_n) == (64, 256) and one.stage == 3
     assert one.source.startswith("heuristic")
@@ -192,3 +193,24 @@ def test_config_alone_runs_on_the_first_stage_that_takes_it(fake_gpu, monkeypatc
     monkeypatch.setattr(autotune, "stage_available", lambda arch, stage: stage == 3)
     with pytest.raises(ValueError, match="no kernel stage here runs"):
         api.grouped_gemm(A, W, offs, config=cfg.with_(epilogue="direct_store"), check=False)
+
+
+def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
+    """The default call on an H200 is what results/H200/compare.json measured as ``pearl``."""
+    from pathlib import Path
+
+    from pearl_moe.workloads import make_problem
+
+    run = json.loads(
+        (Path(__file__).resolve().parent.parent / "results" / "H200" / "compare.json").read_text()
+    )
+    picks = [r for r in run["records"] if r["impl"] == "pearl"]
+    assert len(picks) >= 18
+    for r in picks:
+        model, projection, tokens, ep, routing = r["problem"].split("|")
+        p = make_problem(model, int(tokens), ep=int(ep[2:]), routing=routing, projection=projection)
+        choice = autotune.pick("sm_90a", p.n, p.k, p.experts, p.rows, gpu="H200")
+        assert choice.source.startswith("table H200")
+        assert choice.config.describe() == r["config"]["config"], r["problem"]
+        assert choice.stage == r["config"]["stage"]
+        assert not api.can_implement("sm_90a", choice.stage, choice.config, p.n, p.k)

@@ -3,17 +3,21 @@
 Each stage kernel subclasses :class:`Sm90KernelBase`. The base class turns a
 :class:`~pearl_moe.config.GemmConfig` into the objects a Hopper GEMM needs:
 
-* a tiled wgmma (one 64-row warpgroup MMA per 64 rows of the tile, bf16 x bf16 -> fp32);
+* a tiled wgmma (one 64-row warpgroup MMA per 64 rows of the tile, bf16 x bf16 -> fp32; a tile
+  of 8-32 rows still runs one 64-row wgmma and drops the extra rows);
 * swizzled shared-memory layouts of the A ring, the B ring and the epilogue buffer;
 * TMA atoms for A (rows, k), W viewed as (n, k, experts) and the output.
 
 Shared memory is carved in a fixed order so that it equals :func:`pearl_moe.budget.smem_budget`::
 
-    offset 0            A ring     stages x tile_m x tile_k x 2 B      (1024-byte aligned)
-    + A                 B ring     stages x tile_n x tile_k x 2 B      (1024-byte aligned)
-    + A + B             epilogue   epi_buffers x tile_m x epi_tile_n x 2 B
-    + A + B + C         barriers   2 x stages x 8 B (full + empty mbarrier per ring entry)
-    + ... + 16 x stages bookkeeping 64 B
+    offset 0            A ring     ring_depth x tile_m x tile_k x 2 B        (1024-byte aligned)
+                                   (+ (64 - tile_m) x tile_k x 2 B below 64 rows: the rest of
+                                   the 64-row wgmma operand that the last entry reads)
+    + A                 B ring     b_ring_depth x tile_n x tile_k x b_k_tiles x 2 B
+    + A + B             epilogue   epi_buffers x tile_m x epi_tile_n x 2 B   (0 for direct stores)
+    + A + B + C         barriers   2 x ring_depth x 8 B (full + empty mbarrier per ring entry)
+                                   + 2 x b_ring_depth x 8 B when B has its own ring (b_k_tiles > 1)
+    + ...               bookkeeping 64 B
                                    -----------------------------------------------
                                    total = smem_budget(config).total
 

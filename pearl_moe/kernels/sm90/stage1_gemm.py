@@ -4,7 +4,7 @@ What this stage teaches
 -----------------------
 The three moving parts every later stage keeps:
 
-1. **TMA loads into a ring of shared-memory stages.** One thread issues a bulk tensor copy of an
+1. **TMA loads into a ring of shared-memory entries.** One thread issues a bulk tensor copy of an
    A tile (tile_m x tile_k) and a B tile (tile_n x tile_k) per ring entry; an mbarrier with a byte
    count ("full") says when it landed, a second one ("empty") says when the math is done with it.
 2. **wgmma (HGMMA).** Each 64-row warpgroup multiplies its rows of A by the whole B tile straight
@@ -16,8 +16,8 @@ Budget (tile 128 x 128 x 64, bf16, H200's 232,448 B per block)::
 
     one ring entry  = A 128 x 64 x 2 B + B 128 x 64 x 2 B = 32 KB
     epilogue        = 3 x 128 x 32 x 2 B                 = 24 KB
-    barriers        = 2 x stages x 8 B + 64 B
-    6 stages        = 6 x 32 KB + 24 KB + 160 B = 216.2 KB   (7 would need 248 KB: too many)
+    barriers        = 2 x ring_depth x 8 B + 64 B
+    6 ring entries  = 6 x 32 KB + 24 KB + 160 B = 216.2 KB   (7 would need 248 KB: too many)
 
 There is no warp specialization here: all threads are consumers and warp 0 also refills the
 ring right after the math releases an entry. Used once per expert from Python
@@ -125,7 +125,7 @@ class Sm90DenseGemm(Sm90KernelBase):
         tiled_mma, sA, sB, sC,
     ):  # fmt: skip
         """Mainloop + epilogue of one output tile (stage 2 calls this too)."""
-        # (TMA, stages), (TMA, k_tiles)
+        # (TMA, ring_depth), (TMA, k_tiles)
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_atom_a,
             0,
@@ -133,7 +133,7 @@ class Sm90DenseGemm(Sm90KernelBase):
             cute.group_modes(sA, 0, 2),
             cute.group_modes(gA, 0, 2),
         )
-        # (TMA, stages), (TMA, k_tiles)
+        # (TMA, ring_depth), (TMA, k_tiles)
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_atom_b,
             0,
@@ -143,13 +143,13 @@ class Sm90DenseGemm(Sm90KernelBase):
         )
         warpgroup = cute.arch.make_warp_uniform(tidx // 128)
         thr_mma = tiled_mma.get_slice(warpgroup * 128)
-        # (MMA, MMA_M, MMA_K, stages)
+        # (MMA, MMA_M, MMA_K, ring_depth)
         tCsA = thr_mma.partition_A(sA)
-        # (MMA, MMA_N, MMA_K, stages)
+        # (MMA, MMA_N, MMA_K, ring_depth)
         tCsB = thr_mma.partition_B(sB)
-        # (MMA, MMA_M, MMA_K, stages): wgmma descriptors of the A ring
+        # (MMA, MMA_M, MMA_K, ring_depth): wgmma descriptors of the A ring
         tCrA = tiled_mma.make_fragment_A(tCsA)
-        # (MMA, MMA_N, MMA_K, stages): wgmma descriptors of the B ring
+        # (MMA, MMA_N, MMA_K, ring_depth): wgmma descriptors of the B ring
         tCrB = tiled_mma.make_fragment_B(tCsB)
         # (MMA, MMA_M, MMA_N)
         tCgC = thr_mma.partition_C(gC)

@@ -15,10 +15,16 @@ What changed since stage 2
       TMA producer warp --(full[s], tx bytes)--> MMA warpgroups --(empty[s])--> TMA producer warp
       MMA warpgroups --stmatrix--> epilogue buffers --TMA store--> out (clipped at expert ends)
 
-* Stage count and tile shape are the knobs ("bytes in flight"): with tile 128 x 128 x 64 every ring
-  entry holds 32 KB, so ``stages`` entries keep ``stages x 32 KB`` of loads in flight per SM; at
-  decode, where each expert has a handful of rows, that is what hides HBM latency. Up to 6 entries
-  fit next to the 24 KB epilogue buffer (see :mod:`pearl_moe.budget`).
+* Ring depth and tile shape are the knobs ("bytes in flight"): with tile 128 x 128 x 64 every ring
+  entry holds 32 KB, so ``ring_depth`` entries keep ``ring_depth x 32 KB`` of loads in flight per
+  SM; at decode, where each expert has a handful of rows, that is what hides HBM latency. Up to 6
+  entries fit next to the 24 KB epilogue buffer (see :mod:`pearl_moe.budget`).
+
+Stages 4-7 add no kernel: they are options of this one (see :mod:`pearl_moe.kernels.ladder`),
+each in its own module: the direct store (:mod:`.direct_store`), B entries of two K tiles
+(:mod:`.wide_b`) and the ping-pong consumers (:mod:`.pingpong`); 64-row tiles need no new code
+on Hopper. The options beyond the post that the autotuner uses, ``shift_a_box`` and tiles of 8-32
+rows, live here and in :mod:`.common` (``_a_box_row``, ``a_mma_layout``).
 """
 
 from __future__ import annotations
