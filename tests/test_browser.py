@@ -303,7 +303,7 @@ def _move(box, page, shot: Path) -> str:
     # Some combinations are refused (the widget then shows why instead of a picture): try a few
     # options of each dropdown until one redraws the picture, putting back the value of each
     # refused try first, so that the next dropdown starts from the picture (a stage-7 2-CTA tile
-    # refuses every tile shape and both Hopper choices; its ring depth redraws).
+    # refuses every tile shape and both Hopper choices; its tile_k redraws).
     selects = box.locator(".widget-dropdown select")
     for i in range(selects.count()):
         select = selects.nth(i)

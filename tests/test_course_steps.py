@@ -251,6 +251,9 @@ def test_time_step_live_times_both_stages_interleaved(monkeypatch):
     assert row["this_pct_floor"] == pytest.approx(80 / 90 * 100)
     assert row["status"] == ("ok", "ok") and row["outputs_ok"]
     assert row["this_config"].startswith("sm_90a 64x128x64")
+    line = live.format_live_step(row, 5, "live on H200X")
+    assert line.startswith("live on H200X, GLM 5.3 64 tok: stage 4 100.0 us, stage 5 90.0 us")
+    assert "(faster)" in line and line.endswith("ok")
 
     def failing(impls, problem, rounds, reps):
         good = Timing.from_rounds([[1e-4]] * 5, 10, 1)
@@ -259,6 +262,7 @@ def test_time_step_live_times_both_stages_interleaved(monkeypatch):
     monkeypatch.setattr(harness, "time_interleaved", failing)
     row = live.time_step_live(5, make_problem("GLM 5.3", 64))
     assert row["status"][1].startswith("error: RuntimeError") and "ratio" not in row
+    assert "not both timed" in live.format_live_step(row, 5, "live")
 
 
 # ---------------------------------------------------------------------------- the notebooks' claims

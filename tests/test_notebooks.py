@@ -152,3 +152,51 @@ def test_stage_notebooks_have_every_part(name):
         assert call in code, f"{name} lacks {call}"
     assert "sm100" in code and "sm90" in code, f"{name} shows only one architecture's code"
     assert "**Objective.**" in text and "**Takeaway.**" in text and "## Exercises" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["hopper", "blackwell"])
+@pytest.mark.parametrize("name", STAGE_NOTEBOOKS)
+def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
+    """The cells a CPU never runs (live check, live timing): every code cell, in this process, with
+    the machine, the check and the timing faked, so a live run cannot die of a name error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pearl_moe.course as course
+    from pearl_moe.bench import harness
+    from pearl_moe.bench.harness import CheckResult
+
+    gpu = {"hopper": ("NVIDIA H200", (9, 0)), "blackwell": ("NVIDIA B200", (10, 0))}[mode]
+    monkeypatch.setattr(course, "detect_machine", lambda force=None: course.Machine(mode, *gpu))
+    monkeypatch.setattr(course, "can_run_live", lambda arch, stage: (True, f"fake {arch}"))
+    checked = []
+
+    def check(impl, problem, device="cuda", seed=1):
+        checked.append(impl.name)
+        return CheckResult(True, 0.01, 0.01, 0.03, 1e-3, 0, "ok"), {}
+
+    monkeypatch.setattr(harness, "check", check)
+    monkeypatch.setattr(
+        harness,
+        "measure_ceilings",
+        lambda *a, **k: {"read_bytes_per_s": 4.2e12, "bf16_flops_per_s": 8e14},
+    )
+    timed = []
+
+    def time_step_live(stage, problem, rounds=5, reps=5, floor_s=None):
+        timed.append(stage)
+        return {"model": "GLM 5.3", "tokens": 64, "floor_us": floor_s * 1e6, "prev_us": 420.0,
+                "this_us": 400.0, "status": ("ok", "ok"), "outputs_ok": True, "ratio": 0.95,
+                "lo": 0.94, "hi": 0.96, "rounds": 5, "verdict": "faster"}  # fmt: skip
+
+    monkeypatch.setattr(course, "time_step_live", time_step_live)
+    nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+    namespace = {"display": lambda *a, **k: None}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            code = "\n".join(ln for ln in cell.source.splitlines() if not ln.startswith("%"))
+            exec(compile(code, f"{name} cell {i}", "exec"), namespace)  # noqa: S102
+    stage = namespace["STAGE"]
+    assert len(checked) == 4  # two problems x stages N - 1 and N
+    assert timed == ([stage] if mode == "hopper" else [])  # B200 stages are checked, not timed

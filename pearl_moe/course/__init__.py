@@ -33,7 +33,7 @@ module                 what it holds
 
 from ._paths import ROOT
 from .host_run import run_printing
-from .live import can_run_live, stage_impl, time_step_live
+from .live import can_run_live, format_live_step, stage_impl, time_step_live
 from .machine import FORCE_ENV, Machine, detect_machine
 from .plots import (
     plot_ablation_step,
@@ -126,6 +126,7 @@ __all__ = [
     "can_run_live",
     "stage_impl",
     "time_step_live",
+    "format_live_step",
     "simulate_tile_stores",
     "plot_stage_sweep",
     "plot_latency_bars",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-__all__ = ["can_run_live", "stage_impl", "time_step_live"]
+__all__ = ["can_run_live", "stage_impl", "time_step_live", "format_live_step"]
 
 
 def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
@@ -135,3 +135,17 @@ def time_step_live(
         row.update(paired_ratio(times["this"], times["prev"]))
         row["verdict"] = step_verdict(row)
     return row
+
+
+def format_live_step(row, stage: int, where: str) -> str:
+    """One line for a row of :func:`time_step_live`: both medians, the paired ratio and its verdict,
+    whether the graph's outputs passed their check; a stage that failed says how."""
+    a, b = stage - 1, stage
+    if row.get("prev_us") is None or row.get("this_us") is None:
+        return f"{where}: stage {a} / stage {b} not both timed: {', '.join(row['status'])}"
+    ratio = f"{row['ratio']:.3f} ({row['verdict']})" if "ratio" in row else "not compared"
+    return (
+        f"{where}, {row['model']} {row['tokens']} tok: stage {a} {row['prev_us']:.1f} us, "
+        f"stage {b} {row['this_us']:.1f} us, ratio {ratio}; outputs checked after timing: "
+        + ("ok" if row.get("outputs_ok") else "FAILED")
+    )
