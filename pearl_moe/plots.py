@@ -264,8 +264,11 @@ def plot_smem_budget(
             )
             bottom += kb
         for xi, b in zip(x, budgets, strict=True):
+            entries = f"{b.config.ring_depth} ring entries"
+            if b.config.b_k_tiles > 1:  # the B ring has its own, wider entries
+                entries = f"{b.config.ring_depth} A + {b.config.b_ring_depth} B entries"
             ax.annotate(
-                f"{b.total / 1024:.1f} KB\n{b.config.ring_depth} ring entries",
+                f"{b.total / 1024:.1f} KB\n{entries}",
                 (xi, b.total / 1024),
                 textcoords="offset points",
                 xytext=(0, 3),

@@ -66,11 +66,33 @@ STAGES: tuple[Stage, ...] = (
         3,
     ),
     Stage(
-        5, "05_direct_store", "Direct register-to-global store", "drop the 24 KB buffer: 7th stage"
+        5,
+        "05_direct_store",
+        "Direct register-to-global store",
+        "no 24 KB epilogue buffer: one more ring entry (6 -> 7); 256-bit stores",
+        4,
     ),
-    Stage(6, "06_64_row_tiles", "64-row tiles", "1-CTA tile_m = 64: 8 KB A stages, more CTAs"),
-    Stage(7, "07_wide_b_loads", "Wide B loads", "one B stage spans two K tiles: 256 B per row"),
-    Stage(8, "08_epilogue_overlap", "Epilogue overlap", "split accumulator slots in TMEM"),
+    Stage(
+        6,
+        "06_64_row_tiles",
+        "64-row tiles",
+        "1-CTA tile_m = 64: 8 KB A ring entries, 9 ring entries",
+        5,
+    ),
+    Stage(
+        7,
+        "07_wide_b_loads",
+        "Wide B loads",
+        "one B ring entry spans two K tiles: 256 B per weight row per request",
+        6,
+    ),
+    Stage(
+        8,
+        "08_epilogue_overlap",
+        "Epilogue overlap",
+        "two accumulator slots in TMEM (2-CTA 256 x 512); Hopper: ping-pong",
+        7,
+    ),
     Stage(9, "09_benchmarks", "Benchmarks", "every stage against the baselines"),
 )
 

@@ -253,22 +253,37 @@ def _run_all(page, shot: Path) -> None:
 
 def _widget_image(box) -> str | None:
     img = box.locator(".widget-output img")
-    return img.first.get_attribute("src") if img.count() else None
+    if not img.count():
+        return None
+    try:  # the picture may be replaced between the count and the read
+        return img.first.get_attribute("src", timeout=2000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no picture right now
+        return None
 
 
 def _move_a_widget(page, shot: Path) -> str:
     """Change the first dropdown (or slider) of a widget that shows a picture, wait for the
     picture to change, and screenshot the widget. Returns what was moved ("" if no widget)."""
-    boxes = page.locator(".jp-OutputArea-output .widget-vbox").filter(
-        has=page.locator(".widget-output img")
+    # Pin the box by position: a locator filtered on "has a picture" would lose the box as soon
+    # as a refused combination replaces its picture with the reason.
+    boxes = page.locator(".jp-OutputArea-output .widget-vbox")
+    first = next(
+        (i for i in range(boxes.count()) if boxes.nth(i).locator(".widget-output img").count()),
+        None,
     )
-    if not boxes.count():
+    if first is None:
         return ""
-    box = boxes.first
+    box = boxes.nth(first)
     moved = _move(box, page, shot)
     box.scroll_into_view_if_needed()
     box.screenshot(path=str(shot.with_name(f"{shot.stem}-widget.png")))
     return moved
+
+
+def _refused(box) -> bool:
+    """The widget shows why a combination cannot run (``_Explorer.redraw``) instead of a picture."""
+    out = box.locator(".widget-output")
+    return bool(out.count()) and "not possible:" in out.first.inner_text(timeout=2000)
 
 
 def _move(box, page, shot: Path) -> str:
@@ -280,13 +295,17 @@ def _move(box, page, shot: Path) -> str:
             now = _widget_image(box)
             if now and now != before:
                 return True
+            if not now and _refused(box):
+                return False  # refused, with the reason: no need to wait out the timeout
             time.sleep(0.5)
         return False
 
     # Some combinations are refused (the widget then shows why instead of a picture): try a few
-    # options of a few dropdowns until one redraws the picture.
+    # options of each dropdown until one redraws the picture, putting back the value of each
+    # refused try first, so that the next dropdown starts from the picture (a stage-7 2-CTA tile
+    # refuses every tile shape and both Hopper choices; its tile_k redraws).
     selects = box.locator(".widget-dropdown select")
-    for i in range(min(selects.count(), 4)):
+    for i in range(selects.count()):
         select = selects.nth(i)
         current = select.input_value()
         values = [o.get_attribute("value") for o in select.locator("option").all()]
@@ -294,6 +313,11 @@ def _move(box, page, shot: Path) -> str:
             select.select_option(value)
             if changed():
                 return f"dropdown {i}: {current!r} -> {value!r}"
+            select.select_option(current)
+            _wait(
+                lambda: _widget_image(box) is not None, 30, "the picture to come back", page, shot
+            )
+            before = _widget_image(box)
     handles = box.locator(".widget-slider .noUi-handle")
     if handles.count():
         handles.first.focus()

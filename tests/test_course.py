@@ -351,7 +351,18 @@ def test_latency_bars_mark_missing_and_modeled():
 
 
 # ---------------------------------------------------------------------------- notebooks
-@pytest.mark.parametrize("name", ["02_plain_gemm", "03_grouped_gemm", "04_bytes_in_flight"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "02_plain_gemm",
+        "03_grouped_gemm",
+        "04_bytes_in_flight",
+        "05_direct_store",
+        "06_64_row_tiles",
+        "07_wide_b_loads",
+        "08_epilogue_overlap",
+    ],
+)
 def test_stage_notebooks_define_no_kernel_and_label_b200_as_modeled(name):
     import nbformat
 

@@ -3,14 +3,16 @@
 :func:`can_run_live` says whether a stage has a launcher for this GPU's target and what a live
 run of it means (the sm_100a stages have never run on a GPU: a live B200 run is their first
 test). :func:`stage_impl` wraps a stage as a :class:`pearl_moe.bench.harness.Implementation`, so
-the notebooks check and time it with the same harness as the baselines.
+the notebooks check and time it with the same harness as the baselines; :func:`time_step_live`
+times a stage against the previous one the way the recorded ablation did (interleaved rounds,
+paired ratio).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-__all__ = ["can_run_live", "stage_impl"]
+__all__ = ["can_run_live", "stage_impl", "time_step_live", "format_live_step"]
 
 
 def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
@@ -80,3 +82,70 @@ def stage_impl(stage: int, config=None):
         return Prepared(run, {**asdict(cfg), "launches": sum(1 for c in counts if c)})
 
     return Implementation(f"pearl stage {stage}", prepare, {}, f"pearl-moe stage {stage}")
+
+
+def time_step_live(
+    stage: int, problem, rounds: int = 5, reps: int = 5, floor_s: float | None = None
+):
+    """Time stage ``stage - 1`` and ``stage`` on ``problem`` on this GPU, interleaved round by round.
+
+    The method of the recorded ablation (:func:`pearl_moe.bench.harness.time_interleaved`, CUDA
+    graphs over rotating input sets, outputs checked after the replays), on one problem. Returns a
+    row shaped like those of :func:`~pearl_moe.course.results.ablation_step` (``prev_us``,
+    ``this_us``, spreads, configs, ``ratio`` / ``lo`` / ``hi`` / ``rounds``, ``verdict``), plus
+    ``outputs_ok``; ``floor_us`` is ``floor_s`` when given. A stage that fails to run is reported
+    in ``status`` instead of timed.
+    """
+    from ..bench import harness
+    from ..bench.compare import paired_ratio
+    from ..config import GemmConfig
+    from .results import step_verdict
+
+    got = harness.time_interleaved(
+        {"prev": stage_impl(stage - 1), "this": stage_impl(stage)},
+        problem,
+        rounds=rounds,
+        reps=reps,
+    )
+    meta = problem.meta
+    row = {
+        "model": meta.get("model", problem.name),
+        "tokens": meta.get("tokens_per_gpu"),
+        "routing": meta.get("routing"),
+        "floor_us": floor_s * 1e6 if floor_s else None,
+    }
+    status, times, outputs = [], {}, []
+    for side in ("prev", "this"):
+        timing, config = got[side]
+        if isinstance(timing, Exception):
+            status.append(f"error: {type(timing).__name__}: {timing}")
+            row[f"{side}_us"] = row[f"{side}_spread_pct"] = row[f"{side}_config"] = None
+            continue
+        status.append("ok")
+        times[side] = {"time": timing.as_dict()}
+        row[f"{side}_us"] = timing.median_s * 1e6
+        row[f"{side}_spread_pct"] = timing.spread.get("range_pct")
+        row[f"{side}_config"] = GemmConfig.from_dict(config).describe() if config else None
+        outputs.append(timing.outputs_ok)
+        if floor_s:
+            row[f"{side}_pct_floor"] = 100.0 * floor_s / timing.median_s
+    row["status"] = tuple(status)
+    row["outputs_ok"] = all(o is not False for o in outputs)
+    if len(times) == 2:
+        row.update(paired_ratio(times["this"], times["prev"]))
+        row["verdict"] = step_verdict(row)
+    return row
+
+
+def format_live_step(row, stage: int, where: str) -> str:
+    """One line for a row of :func:`time_step_live`: both medians, the paired ratio and its verdict,
+    whether the graph's outputs passed their check; a stage that failed says how."""
+    a, b = stage - 1, stage
+    if row.get("prev_us") is None or row.get("this_us") is None:
+        return f"{where}: stage {a} / stage {b} not both timed: {', '.join(row['status'])}"
+    ratio = f"{row['ratio']:.3f} ({row['verdict']})" if "ratio" in row else "not compared"
+    return (
+        f"{where}, {row['model']} {row['tokens']} tok: stage {a} {row['prev_us']:.1f} us, "
+        f"stage {b} {row['this_us']:.1f} us, ratio {ratio}; outputs checked after timing: "
+        + ("ok" if row.get("outputs_ok") else "FAILED")
+    )

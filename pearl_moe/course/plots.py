@@ -1,4 +1,6 @@
-"""The notebooks' own figures: latency bars, latency against tokens, the ring-depth sweep.
+"""The notebooks' own figures: latency bars, latency against tokens, the ring-depth sweep, and for
+the stage notebooks 05-08 a stage's budgets beside the previous stage's, its tiles on the SMs, and
+its measured step.
 
 Every figure says where its numbers come from. A bar or curve is either *measured* (live on this
 GPU, or replayed from a recorded run, with the file and date) or *modeled*
@@ -15,7 +17,15 @@ import numpy as np
 
 from ..plots import OKABE_ITO, style
 
-__all__ = ["plot_stage_sweep", "plot_latency_bars", "plot_recorded_vs_tokens", "say_model"]
+__all__ = [
+    "plot_stage_sweep",
+    "plot_latency_bars",
+    "plot_recorded_vs_tokens",
+    "say_model",
+    "plot_stage_budgets",
+    "plot_stage_occupancy",
+    "plot_ablation_step",
+]
 
 
 def plot_stage_sweep(
@@ -182,4 +192,172 @@ def say_model(fig, what: str = "model"):
         text = ax.get_title()
         if text and what.lower() not in text.lower():
             ax.set_title(f"{what}: {text}")
+    return fig
+
+
+# ---------------------------------------------------------------------------- stage notebooks
+def _stage_label(stage: int, config) -> str:
+    extra = []
+    if config.epilogue == "direct_store":
+        extra.append(f"direct {config.direct_store_bits}-bit")
+    else:
+        extra.append("TMA store")
+    if config.b_k_tiles > 1:
+        extra.append(f"B entry = {config.b_k_tiles} K tiles")
+    if config.acc_slots == 2:
+        extra.append("2 acc slots" if config.arch == "sm_100a" else "ping-pong")
+    return (
+        f"stage {stage}\n{config.tile_m}x{config.tile_n}x{config.tile_k} {config.cta_group}-CTA\n"
+        + ", ".join(extra)
+    )
+
+
+def plot_stage_budgets(stages, configs: Mapping | None = None):
+    """Budget model of some stages' ladder configurations on both GPUs, side by side.
+
+    Top: stacked shared-memory bars per CTA, B200 (sm_100a) left and H200 (sm_90a) right, one bar
+    per stage (:func:`pearl_moe.plots.plot_smem_budget`). Below: the TMEM column map of each
+    stage's B200 configuration (:func:`pearl_moe.plots.plot_tmem_map`). ``configs`` maps ``(arch,
+    stage)`` to a configuration to draw instead of the ladder's
+    (:func:`pearl_moe.kernels.ladder.stage_config`, deepest ring that fits).
+    """
+    from matplotlib.figure import Figure
+
+    from ..budget import resolve
+    from ..kernels.ladder import stage_config
+    from ..plots import plot_smem_budget, plot_tmem_map
+
+    stages = list(stages)
+    configs = dict(configs or {})
+
+    def cfg(arch, s):
+        return resolve(configs.get((arch, s)) or stage_config(arch, s))
+
+    with style():
+        fig = Figure(figsize=(10.0, 4.2 + 1.3 * len(stages)), layout="constrained")
+        top, bottom = fig.subfigures(2, 1, height_ratios=[4.2, 1.3 * len(stages)])
+        axes = top.subplots(1, 2)
+        for ax, arch, gpu in zip(axes, ("sm_100a", "sm_90a"), ("B200", "H200"), strict=True):
+            chosen = [cfg(arch, s) for s in stages]
+            plot_smem_budget(
+                chosen,
+                gpu,
+                labels=[_stage_label(s, c) for s, c in zip(stages, chosen, strict=True)],
+                ax=ax,
+            )
+            ax.set_title(f"{gpu} ({arch}): shared memory per CTA, budget model", fontsize=9)
+            ax.tick_params(axis="x", labelsize=7)
+        maps = bottom.subplots(len(stages), 1, squeeze=False)[:, 0]
+        for ax, s in zip(maps, stages, strict=True):
+            plot_tmem_map(cfg("sm_100a", s), ax=ax)
+            ax.set_title(f"stage {s}, B200: {ax.get_title()}", fontsize=8)
+            if s != stages[-1]:
+                ax.set_xlabel("")
+        fig.suptitle(
+            "Budget model (the compiled kernels are checked against it below): "
+            + ", ".join(f"stage {s}" for s in stages),
+            fontsize=10,
+        )
+    return fig
+
+
+def plot_stage_occupancy(configs: Mapping, problems: Sequence, gpu="B200"):
+    """Where a persistent kernel's tiles land: one SM x time map per (configuration, problem).
+
+    ``configs`` maps a row label to a :class:`~pearl_moe.config.GemmConfig` (its tile and
+    ``cta_group``); ``problems`` are :class:`~pearl_moe.workloads.GroupedProblem` (columns). A
+    persistent CTA takes tiles ``c, c + SMs, ...``, so column ``r`` of a map is the ``r``-th round
+    of tiles: the wave model of :mod:`pearl_moe.occupancy`, titled as a model. The maps of one
+    problem (a column) share one time axis.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    from ..hardware import get_gpu
+    from ..occupancy import occupancy
+    from ..plots import IDLE_COLOR, plot_occupancy_map
+
+    gpu = get_gpu(gpu)
+    labels = list(configs)
+    occs = [[occupancy(p, configs[label], gpu=gpu) for p in problems] for label in labels]
+    slots = [max(row[j].waves() for row in occs) for j in range(len(problems))]
+    with style():
+        fig = Figure(figsize=(3.4 * len(problems), 2.3 * len(labels) + 0.8), layout="constrained")
+        axes = fig.subplots(len(labels), len(problems), squeeze=False, sharex="col", sharey=True)
+        for i, label in enumerate(labels):
+            for j, problem in enumerate(problems):
+                occ = occs[i][j]
+                ax = axes[i][j]
+                plot_occupancy_map(occ, "grouped", ax, slots[j])
+                last = occ.wave_fractions()[-1] if occ.waves() else 0.0
+                meta = problem.meta
+                ax.set_title(
+                    f"{label}\n{meta.get('model', problem.name)}, {meta.get('tokens_per_gpu', '?')} "
+                    f"tok: {occ.total_tiles} tiles, {occ.waves()} round(s), last {last:.0%} busy",
+                    fontsize=7,
+                )
+                ax.set_xlabel("time (rounds of tiles)" if i == len(labels) - 1 else "")
+                if j:
+                    ax.set_ylabel("")
+        fig.legend(
+            handles=[Patch(facecolor=IDLE_COLOR, edgecolor="#888888", label="idle SM")],
+            loc="outside lower center",
+            fontsize=7,
+        )
+        fig.suptitle(
+            f"Wave model (no measurement): tiles of a persistent kernel on the {gpu.name} "
+            f"({gpu.sms} SMs); colour = expert",
+            fontsize=10,
+        )
+    return fig
+
+
+def plot_ablation_step(step: Mapping | None):
+    """A measured step, shape by shape: the paired ratio stage N / stage N - 1 (dot) and the range of
+    its per-round ratios (bar), one colour per model, tokens per GPU along x; 1 = no change.
+
+    ``step`` is :func:`~pearl_moe.course.results.ablation_step`; its source is the second title
+    line. Without a step the axes say there is no recorded measurement.
+    """
+    from matplotlib.figure import Figure
+
+    with style():
+        fig = Figure(figsize=(7.6, 3.6), layout="constrained")
+        ax = fig.add_subplot()
+        if not step:
+            ax.text(
+                0.5, 0.5, "no recorded measurement yet", ha="center", va="center",
+                transform=ax.transAxes, color="#555555",
+            )  # fmt: skip
+            return fig
+        rows = [r for r in step["rows"] if "ratio" in r]
+        models = list(dict.fromkeys(r["model"] for r in rows))
+        tokens = sorted({r["tokens"] for r in rows})
+        width = 0.6 / max(len(models), 1)
+        for i, model in enumerate(models):
+            mine = [r for r in rows if r["model"] == model]
+            x = (
+                np.array([tokens.index(r["tokens"]) for r in mine])
+                + (i - (len(models) - 1) / 2) * width
+            )
+            y = np.array([r["ratio"] for r in mine])
+            err = np.array(
+                [[r["ratio"] - r["lo"] for r in mine], [r["hi"] - r["ratio"] for r in mine]]
+            )
+            ax.errorbar(
+                x, y, yerr=err, fmt="o", ms=5, capsize=3, color=OKABE_ITO[i % len(OKABE_ITO)],
+                label=model,
+            )  # fmt: skip
+        ax.axhline(1.0, color="#555555", ls="--", lw=1.0)
+        ax.set_xticks(range(len(tokens)), [str(t) for t in tokens])
+        ax.set_xlabel("tokens per GPU")
+        a, b = step["stage"] - 1, step["stage"]
+        ax.set_ylabel(f"stage {b} / stage {a} (paired)")
+        ax.grid(axis="x", visible=False)
+        ax.legend(fontsize=7, loc="best")
+        ax.set_title(
+            f"H200, measured: stage {b} against stage {a} (< 1: stage {b} faster; bars: range "
+            f"of the per-round ratios)\n{step['source']}",
+            fontsize=8,
+        )
     return fig

@@ -7,6 +7,11 @@
 :func:`describe_run` says what a run was measured on and :func:`measurement_source` turns it into
 a label: "live on ...", "replayed from ... (measured <date> on <GPU>)" or "no recorded
 measurement yet". :func:`baseline` replays one baseline time.
+
+The stage notebooks 05-08 read one step of the ablation (stage N against stage N - 1, timed in
+interleaved rounds on the same problems): :func:`ablation_step` and :func:`format_ablation_step`;
+:func:`step_latency_bars` puts that step's H200 measurement beside the B200 model, and
+:func:`gpu_check_lines` finds a stage's sanitizer lines in ``results/H200/gpu_checks.txt``.
 """
 
 from __future__ import annotations
@@ -32,10 +37,18 @@ __all__ = [
     "check_table",
     "stage_sweep",
     "baseline",
+    "ablation_step",
+    "format_ablation_step",
+    "step_latency_bars",
+    "gpu_check_lines",
+    "step_verdict",
+    "DECODE_MAX_TOKENS",
 ]
 
 #: Stage number -> the bench implementation name of that stage (``python -m pearl_moe bench``).
-STAGE_IMPLS = {1: "pearl-s1", 2: "pearl-s2", 3: "pearl-s3"}
+STAGE_IMPLS = {s: f"pearl-s{s}" for s in range(1, 8)}
+#: Batches up to this many tokens per GPU count as decode in the step summaries (4096 is prefill).
+DECODE_MAX_TOKENS = 256
 
 
 def results_path(name: str = "stages.json", gpu: str = "H200", root: Path | None = None):
@@ -342,3 +355,214 @@ def baseline(
             "source": f"replayed from {rel(path)} (measured {str(r['date'])[:10]} on {r['gpu']})",
         }
     return None
+
+
+# ---------------------------------------------------------------------------- ablation steps
+def _step_row(problem: Mapping, prev: Mapping, this: Mapping) -> dict:
+    """One problem of a step: the two cells of :func:`pearl_moe.bench.compare.ablation_summary`."""
+    row = {
+        "model": problem.get("model"),
+        "tokens": problem.get("tokens"),
+        "routing": problem.get("routing"),
+        "floor_us": problem.get("floor_us"),
+        "status": (prev["status"], this["status"]),
+    }
+    for side, cell in (("prev", prev), ("this", this)):
+        row[f"{side}_us"] = cell.get("median_us")
+        row[f"{side}_spread_pct"] = cell.get("spread_pct")
+        row[f"{side}_pct_floor"] = cell.get("pct_floor")
+        row[f"{side}_config"] = cell.get("config")
+    if "ratio" in this and this.get("vs") == prev["impl"]:
+        row.update(ratio=this["ratio"], lo=this["lo"], hi=this["hi"], rounds=this["rounds"])
+        row["verdict"] = step_verdict(row)
+    return row
+
+
+def step_verdict(row: Mapping) -> str:
+    """``"faster"`` / ``"slower"`` when every round's ratio is below / above 1 (the step is
+    resolved), else ``"within noise"``; ``"not compared"`` without a paired ratio."""
+    if "ratio" not in row:
+        return "not compared"
+    if row["rounds"] < 2:
+        return "one round: unresolved"
+    if row["hi"] < 1:
+        return "faster"
+    if row["lo"] > 1:
+        return "slower"
+    return "within noise"
+
+
+def _step_geomeans(rows: Sequence[Mapping], decode_max_tokens: int) -> dict:
+    from ..bench.compare import geomean
+
+    def over(selected):
+        ratios = [r["ratio"] for r in selected if "ratio" in r]
+        verdicts = [r["verdict"] for r in selected if "ratio" in r]
+        return {
+            "shapes": len(ratios),
+            "geomean": geomean(ratios) if ratios else None,
+            "faster": verdicts.count("faster"),
+            "slower": verdicts.count("slower"),
+        }
+
+    return {
+        "all": over(rows),
+        "decode": over([r for r in rows if r["tokens"] <= decode_max_tokens]),
+        "prefill": over([r for r in rows if r["tokens"] > decode_max_tokens]),
+    }
+
+
+def ablation_step(
+    data: Mapping | None,
+    stage: int,
+    routing: str | None = "balanced",
+    decode_max_tokens: int = DECODE_MAX_TOKENS,
+) -> dict | None:
+    """Stage ``stage`` against stage ``stage - 1`` in a recorded ablation run, problem by problem.
+
+    ``data`` is the run (``load_kernel_results(kind="ablation")``, ``results/H200/ablation.json``):
+    every stage timed on the same problems in interleaved rounds. Returns None without a run, else
+    ``{"stage", "from", "to", "rows", "geomean", "source", "timing"}``:
+
+    * ``rows``: one dict per problem (``model``, ``tokens``, ``routing``, ``floor_us``; for each
+      side ``prev_*`` / ``this_*``: ``us`` (median), ``spread_pct`` (range of the round medians,
+      % of the median), ``pct_floor``, ``config``; and, where both passed their check and were
+      timed, the paired ratio this / prev: ``ratio`` (trimmed geomean of the per-round ratios),
+      ``lo`` / ``hi`` (their range) and ``rounds``: :func:`pearl_moe.bench.compare.paired_ratio`);
+    * ``geomean``: the geomean ratio over ``all`` shapes, ``decode`` (<= ``decode_max_tokens``
+      tokens per GPU) and ``prefill`` shapes, each ``{"shapes", "geomean"}``;
+    * ``source``: where it comes from (:func:`measurement_source`), ``timing``: how it was timed.
+    """
+    from ..bench.compare import ablation_summary
+
+    if not data:
+        return None
+    prev, this = _impl_name(stage - 1), _impl_name(stage)
+    summary = ablation_summary(dict(data), chain=[prev, this])
+    rows = [
+        _step_row(r, *r["cells"])
+        for r in summary["rows"]
+        if routing is None or r["routing"] == routing
+    ]
+    return {
+        "stage": stage,
+        "from": prev,
+        "to": this,
+        "rows": rows,
+        "geomean": _step_geomeans(rows, decode_max_tokens),
+        "decode_max_tokens": decode_max_tokens,
+        "source": measurement_source(data),
+        "timing": ((data.get("method") or {}).get("timing") or "not recorded"),
+    }
+
+
+def format_ablation_step(step: Mapping | None) -> str:
+    """The step as a table: medians [round spread], the paired ratio and its round range, then the
+    geomeans (all shapes, decode, prefill) and the source. "no recorded measurement yet" without a
+    step."""
+    if not step:
+        return measurement_source(None, expected=results_path("ablation.json"))
+    a, b = step["stage"] - 1, step["stage"]
+    configs = sorted({(r["prev_config"], r["this_config"]) for r in step["rows"]}, key=str)
+    lines = [
+        f"stage {b} against stage {a}: ratio = stage {b} / stage {a}, paired round by round "
+        f"(< 1: stage {b} is faster); [x%] = range of the round medians",
+        *[f"  stage {a}: {ca}  ->  stage {b}: {cb}" for ca, cb in configs],
+        f"{'model':<16}{'tokens':>7}{'stage ' + str(a) + ' us':>20}{'stage ' + str(b) + ' us':>20}"
+        f"{'ratio':>8}  rounds lo-hi  verdict",
+    ]
+    for r in step["rows"]:
+        cells = []
+        for side in ("prev", "this"):
+            us = r[f"{side}_us"]
+            if us is None:
+                status = r["status"][0 if side == "prev" else 1]
+                cells.append(f"{status:>20}")
+            else:
+                spread = r[f"{side}_spread_pct"]
+                text = f"{us:.1f}" + (f" [{spread:.1f}%]" if spread is not None else "")
+                cells.append(f"{text:>20}")
+        ratio = (
+            f"{r['ratio']:>8.3f}  {r['lo']:.3f}-{r['hi']:.3f} ({r['rounds']})  {r['verdict']}"
+            if "ratio" in r
+            else f"{'-':>8}"
+        )
+        lines.append(f"{r['model']:<16}{r['tokens']:>7}" + "".join(cells) + ratio)
+    lines.append("geomean ratio (shapes faster / slower in every round):")
+    for key, what in (
+        ("all", "all shapes"),
+        ("decode", f"decode (<= {step['decode_max_tokens']} tokens)"),
+        ("prefill", f"prefill (> {step['decode_max_tokens']} tokens)"),
+    ):
+        g = step["geomean"][key]
+        if g["shapes"]:
+            lines.append(
+                f"  {what + ':':<30}{g['geomean']:.3f} over {g['shapes']} shapes "
+                f"({g['faster']} faster, {g['slower']} slower)"
+            )
+    lines.append(f"source: {step['source']}")
+    return "\n".join(lines)
+
+
+def step_latency_bars(
+    step: Mapping | None,
+    problems: Sequence[tuple[str, int]] = (("GLM 5.3", 64),),
+    gpu_model: str = "B200",
+    live: Mapping | None = None,
+    live_source: str | None = None,
+) -> list[tuple]:
+    """Bars for :func:`~pearl_moe.course.plots.plot_latency_bars`: per problem, stage N - 1 and N
+    measured on the H200 (replayed from ``step``, or ``live[(model, tokens)]``, a row of
+    :func:`~pearl_moe.course.live.time_step_live`) and modeled on ``gpu_model`` (each stage's
+    ladder configuration, :func:`pearl_moe.perfmodel.predict`), each with its own floor.
+
+    A missing measurement is a bar without a value that says why.
+    """
+    from ..hardware import get_gpu
+    from ..kernels.ladder import stage_config
+    from ..perfmodel import predict
+    from ..workloads import make_problem
+
+    gpu = get_gpu(gpu_model)
+    stage = step["stage"] if step else None
+    if stage is None:
+        raise ValueError("step_latency_bars needs a step (ablation_step) to know the stage")
+    by_problem = {(r["model"], r["tokens"]): r for r in step["rows"]}
+    bars = []
+    for model, tokens in problems:
+        row = (live or {}).get((model, tokens)) or by_problem.get((model, tokens))
+        source = live_source if live and (model, tokens) in live else step["source"]
+        short = f"{model} {tokens} tok"
+        for side, s in (("prev", stage - 1), ("this", stage)):
+            us = row.get(f"{side}_us") if row else None
+            floor = row.get("floor_us") if row else None
+            bars.append(
+                (
+                    f"H200 stage {s}: {short}",
+                    us * 1e-6 if us else None,
+                    source if us else f"not measured ({source})",
+                    floor * 1e-6 if floor else None,
+                )
+            )
+        problem = make_problem(model, tokens)
+        for s in (stage - 1, stage):
+            p = predict(problem, stage_config(gpu.arch, s), gpu, stage=s)
+            bars.append(
+                (f"{gpu.name} stage {s} (model): {short}", p.seconds, "modeled", p.floor_seconds)
+            )
+    return bars
+
+
+def gpu_check_lines(stage: int, gpu: str = "H200", root: Path | None = None) -> list[str]:
+    """The lines of ``results/<gpu>/gpu_checks.txt`` that report kernel stage ``stage`` (the
+    sanitizer runs write ``stage N: ...``), with the heading of the section each comes from."""
+    path = results_path("gpu_checks.txt", gpu, root)
+    if not path.exists():
+        return []
+    out, heading = [], None
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("# ").strip()
+        elif line.startswith(f"stage {stage}:"):
+            out.append(f"{heading}: {line}" if heading else line)
+    return out

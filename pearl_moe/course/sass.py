@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-__all__ = ["sass_by_kernel", "sass_lines", "families_table"]
+__all__ = ["sass_by_kernel", "sass_lines", "families_table", "gemm_families"]
 
 
 def sass_by_kernel(sass: str) -> dict[str, Counter]:
@@ -87,3 +87,17 @@ def sass_lines(sass: str, pattern: str) -> list[str]:
         if regex.search(text):
             out.append(text)
     return out
+
+
+def gemm_families(report) -> dict[str, int]:
+    """SASS families of the GEMM kernel of a compiled module (the kernel that issues the MMAs):
+    a module may also hold a small pre-kernel (the sm_100a TMA-store stages write per-expert
+    output descriptors first), whose stores must not be counted as the GEMM's."""
+    from ..inspect import count_families
+
+    kernels = sass_by_kernel(report.sass)
+    for ops in kernels.values():
+        fams = count_families(ops)
+        if fams.get("UTC*MMA (tcgen05.mma)") or fams.get("HGMMA (wgmma)"):
+            return fams
+    raise LookupError(f"no kernel with MMA instructions in {list(kernels)}")

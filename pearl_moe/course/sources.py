@@ -2,7 +2,8 @@
 
 :func:`show_source` displays one method of a stage with syntax highlighting, :func:`show_pair` puts
 the Blackwell method next to its Hopper counterpart and :func:`show_diff` shows what one stage
-changed in a method of the previous one. Targets are ``"module:Qual.name"`` strings, read from the
+changed in a method of the previous one. Stages 4-7 are options of one kernel, switched at compile
+time: :func:`show_excerpt` shows the few lines of a long method where an option is dispatched. Targets are ``"module:Qual.name"`` strings, read from the
 file with :mod:`ast`, so showing code never imports CuTe DSL (nor picks its compile target) in the
 notebook's process.
 """
@@ -28,6 +29,9 @@ __all__ = [
     "source_diff",
     "diff_stats",
     "show_diff",
+    "get_excerpt",
+    "show_excerpt",
+    "side_by_side",
 ]
 
 
@@ -186,3 +190,65 @@ def show_diff(old, new, context: int = 3, title: str | None = None) -> SourceVie
     added, removed = diff_stats(diff)
     head = title or "diff"
     return SourceView([(f"{head}: +{added} / -{removed} lines", diff or "(identical)\n")], "diff")
+
+
+def get_excerpt(
+    target,
+    start: str,
+    end: str | None = None,
+    method: str | None = None,
+    occurrence: int = 1,
+    extra: int = 0,
+):
+    """``(excerpt, where)``: the lines of a method from the ``occurrence``-th line containing
+    ``start`` to the first line after it containing ``end`` (just the ``start`` line without
+    ``end``), plus ``extra`` lines after that (e.g. a call's closing parenthesis), dedented.
+
+    Raises ``LookupError`` when a marker is not in the source, so a notebook that shows an excerpt
+    fails loudly when the code moves on. ``where`` is ``"path.py:first-last"``.
+    """
+    code, where = get_source(target, method)
+    path, _, line = where.rpartition(":")
+    lines = code.splitlines()
+    hits = [i for i, ln in enumerate(lines) if start in ln]
+    if len(hits) < occurrence:
+        raise LookupError(f"{where}: fewer than {occurrence} lines contain {start!r}")
+    first = hits[occurrence - 1]
+    last = first
+    if end is not None:
+        last = next((i for i in range(first + 1, len(lines)) if end in lines[i]), None)
+        if last is None:
+            raise LookupError(f"{where}: no line after {start!r} contains {end!r}")
+    last = min(last + extra, len(lines) - 1)
+    base = int(line)
+    text = textwrap.dedent("\n".join(lines[first : last + 1]))
+    return text, f"{path}:{base + first}-{base + last}"
+
+
+def show_excerpt(
+    target,
+    start: str,
+    end: str | None = None,
+    title: str | None = None,
+    method: str | None = None,
+    occurrence: int = 1,
+    extra: int = 0,
+) -> SourceView:
+    """A few lines of a long method (:func:`get_excerpt`), titled with file and line range."""
+    code, where = get_excerpt(target, start, end, method, occurrence, extra)
+    return SourceView([(f"{title} — {where}" if title else where, code)])
+
+
+def side_by_side(*views: SourceView, titles: Sequence[str] | None = None) -> SourceView:
+    """Several views as one, their panels side by side (e.g. a Blackwell excerpt beside its Hopper
+    twin). ``titles`` prefixes each view's panel titles (default: Blackwell, then Hopper)."""
+    if titles is None:
+        titles = (
+            ("Blackwell (sm_100a)", "Hopper (sm_90a)")[: len(views)] if len(views) <= 2 else None
+        )
+    panels = []
+    for i, view in enumerate(views):
+        for title, code in view.panels:
+            head = f"{titles[i]} — {title}" if titles else title
+            panels.append((head, code))
+    return SourceView(panels, views[0].lexer if views else "python")
