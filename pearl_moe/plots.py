@@ -481,13 +481,16 @@ def plot_calibration(rows, ax: Axes | None = None, tolerance: float = 0.10) -> F
         ax.plot(x, x, color="#555555", lw=1)
         ax.fill_between(x, x * (1 - tolerance), x * (1 + tolerance), color="#DDDDDD", lw=0)
         stages = sorted({r["stage"] for r in rows})
+        kinds = {"stages": ("o", ""), "stage_sweep": ("^", ", depth sweep"),
+                 "ablation": ("s", ", ablation")}  # fmt: skip
         for i, st in enumerate(stages):
             sel = np.array([r["stage"] == st for r in rows])
-            sweep = np.array([r["kind"] != "stages" for r in rows])
-            for mask, marker, extra in ((sel & ~sweep, "o", ""), (sel & sweep, "^", ", sweep")):
+            for kind in dict.fromkeys(r["kind"] for r in rows):
+                marker, extra = kinds.get(kind, ("D", f", {kind}"))
+                mask = sel & np.array([r["kind"] == kind for r in rows])
                 if mask.any():
                     ax.plot(
-                        meas[mask], model[mask], marker, ls="", ms=4,
+                        meas[mask], model[mask], marker, ls="", ms=4, mfc="none" if marker == "s" else None,
                         color=OKABE_ITO[i % len(OKABE_ITO)], label=f"stage {st}{extra}",
                     )  # fmt: skip
         errors = model / meas - 1
@@ -497,7 +500,7 @@ def plot_calibration(rows, ax: Axes | None = None, tolerance: float = 0.10) -> F
         ax.set_ylim(lo, hi)
         ax.set_xlabel("measured on the H200 (us)")
         ax.set_ylabel("modeled (us)")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=6, ncol=2)
         ax.set_title(
             f"Latency model vs H200 measurements: {len(rows)} records, largest error "
             f"{np.abs(errors).max():.0%} (band: +-{tolerance:.0%})",
