@@ -396,3 +396,26 @@ def test_pearl_entries_are_lazy_and_say_which_stages_exist():
         harness.get_impl(f"pearl-s{missing}")
     impl = harness.get_impl(f"pearl-s{min(STAGE_NAMES)}")
     assert impl.config["stage"] == min(STAGE_NAMES)
+
+
+def test_ablation_and_compare_figures_draw_from_the_committed_runs(tmp_path):
+    from pearl_moe import replay
+    from pearl_moe.bench import figures
+
+    root = Path(__file__).resolve().parent.parent / "results"
+    if (
+        not (root / "H200" / "ablation.json").exists()
+        or not (root / "H200" / "compare.json").exists()
+    ):
+        pytest.skip("no ablation or compare run committed")
+    cells = figures.ablation_cells(replay.load_run("H200", "ablation"))
+    assert {c["step"] for c in cells} <= set(figures.STEP_LABELS)
+    assert all(c["lo"] <= c["ratio"] <= c["hi"] for c in cells)
+    rows = figures.compare_rows(replay.load_run("H200", "compare"))
+    assert {"pearl", "triton"} <= {r["impl"] for r in rows}
+    assert all(r["ratio"] > 0.9 for r in rows)  # nothing much faster than its own floor
+    for fn, name in ((figures.ablation_figure, "ablation_h200"),
+                     (figures.compare_figure, "bench_compare_h200")):  # fmt: skip
+        (path,) = fn(tmp_path)
+        assert path.name == f"{name}.png" and path.stat().st_size < 150_000
+    assert {"ablation_h200", "bench_compare_h200"} <= set(figures.BENCH_FIGURES)

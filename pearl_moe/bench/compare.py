@@ -35,6 +35,7 @@ __all__ = [
     "format_compare",
     "ablation_summary",
     "format_ablation",
+    "step_summary",
     "geomean",
 ]
 
@@ -338,3 +339,43 @@ def format_ablation(summary: dict) -> str:
             f"over {s['shapes']} shapes"
         )
     return "\n".join(lines)
+
+
+def step_summary(
+    summary: dict, decode_max_tokens: int = 256, routing: str | None = "balanced"
+) -> list[dict]:
+    """One entry per step of an :func:`ablation_summary`: the geomean of the paired ratios over
+    every problem, over decode problems (``tokens <= decode_max_tokens``) and over the others
+    (prefill), each with the range of the per-problem ratios (``lo``, ``hi``) and the widest
+    range of the per-round ratios of any one problem (``rounds_lo``, ``rounds_hi``). Only
+    problems with ``routing`` (all problems with ``None``)."""
+    out = []
+    for step in summary["steps"]:
+        cells = []
+        for row in summary["rows"]:
+            if routing is not None and row.get("routing") != routing:
+                continue
+            for cell in row["cells"]:
+                if cell["impl"] == step["to"] and cell.get("vs") == step["from"]:
+                    cells.append((row["tokens"] or 0, cell))
+        entry = {"from": step["from"], "to": step["to"]}
+        for part, keep in (
+            ("all", lambda t: True),
+            ("decode", lambda t: t <= decode_max_tokens),
+            ("prefill", lambda t: t > decode_max_tokens),
+        ):
+            chosen = [c for t, c in cells if keep(t)]
+            if not chosen:
+                continue
+            ratios = [c["ratio"] for c in chosen]
+            entry[part] = {
+                "shapes": len(chosen),
+                "geomean": geomean(ratios),
+                "lo": min(ratios),
+                "hi": max(ratios),
+                "rounds_lo": min(c["lo"] for c in chosen),
+                "rounds_hi": max(c["hi"] for c in chosen),
+                "tokens": sorted({t for t, _ in cells if keep(t)}),
+            }
+        out.append(entry)
+    return out
