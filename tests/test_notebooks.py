@@ -65,7 +65,14 @@ WHERE_IT_RUNS = (
 
 
 @pytest.mark.parametrize(
-    "name", ["00_setup_and_tour", "02_plain_gemm", "03_grouped_gemm", "04_bytes_in_flight"]
+    "name",
+    [
+        "00_setup_and_tour",
+        "02_plain_gemm",
+        "03_grouped_gemm",
+        "04_bytes_in_flight",
+        "09_benchmarks",
+    ],
 )
 def test_notebooks_say_where_kernels_run(name):
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
@@ -89,7 +96,8 @@ RING_AS_STAGE = re.compile(
 
 
 @pytest.mark.parametrize(
-    "name", ["00_setup_and_tour", "01b_cute_primer", "02_plain_gemm", "03_grouped_gemm"]
+    "name",
+    ["00_setup_and_tour", "01b_cute_primer", "02_plain_gemm", "03_grouped_gemm", "09_benchmarks"],
 )
 def test_one_vocabulary_stage_means_kernel_stage(name):
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
@@ -97,7 +105,9 @@ def test_one_vocabulary_stage_means_kernel_stage(name):
     assert not RING_AS_STAGE.findall(text), RING_AS_STAGE.findall(text)
 
 
-@pytest.mark.parametrize("name", ["01b_cute_primer", "02_plain_gemm", "03_grouped_gemm"])
+@pytest.mark.parametrize(
+    "name", ["01b_cute_primer", "02_plain_gemm", "03_grouped_gemm", "09_benchmarks"]
+)
 def test_at_least_three_exercises_derive_and_check_a_number(name):
     """Hidden answers (<details>) that show the arithmetic and then check it with the package."""
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
@@ -105,3 +115,13 @@ def test_at_least_three_exercises_derive_and_check_a_number(name):
     answers = re.findall(r"<details><summary>Answer</summary>(.*?)</details>", text, re.S)
     checked = [a for a in answers if "```python" in a and re.search(r"\d\s*[·×x*/]\s*\d", a)]
     assert len(checked) >= 3, f"{name}: {len(checked)} exercises derive and check a number"
+
+
+def test_benchmarks_notebook_replays_measured_runs_and_labels_b200_as_modeled():
+    nb = nbformat.read(NOTEBOOKS_DIR / "09_benchmarks.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert 'replay.load_run("H200", "compare")' in code and "detect_machine()" in code
+    assert "B200, modeled" in code and "modeled" in text
+    for baseline in ("cuBLAS", "grouped_mm", "quack", "Triton", "FlashInfer"):
+        assert baseline in text, baseline
