@@ -53,7 +53,10 @@ def test_buckets_are_octaves_of_rows_per_expert():
         assert len(set(buckets)) == 6
 
 
-def test_heuristic_follows_the_h200_measurements():
+def test_heuristic_follows_the_h200_measurements(monkeypatch):
+    # the heuristic alone: the committed H200 table would answer for these shapes
+    monkeypatch.setenv(autotune.ENV_TABLE, "off")
+    autotune.clear_cache()
     one = autotune.pick("sm_90a", *GLM, rows=8)
     assert (one.config.tile_m, one.config.tile_n) == (64, 256) and one.stage == 3
     assert one.source.startswith("heuristic")
