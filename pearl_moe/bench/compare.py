@@ -179,7 +179,18 @@ def compare_summary(
             "geomean_speedup": geomean(decode),
         },
         "ceilings": _ceilings(run),
+        "scheduler": _scheduler(run),
     }
+
+
+def _scheduler(run: dict) -> str:
+    from .records import run_scheduler
+
+    try:
+        walk, why = run_scheduler(run)
+    except (KeyError, ValueError):
+        return "unknown"
+    return f"{walk} walk ({why})"
 
 
 def _short(model: str | None) -> str:
@@ -251,6 +262,8 @@ def format_compare(summary: dict) -> str:
         f"read ceiling of this run {c['read_tb_s']:.2f} TB/s (probes {c['read_probe_tb_s']:.2f})"
         f"{sheet}; bf16 {c['bf16_tflop_s']:.0f} TFLOP/s"
     )
+    if summary.get("scheduler"):
+        lines.append(f"tile scheduler of our kernels in this run: {summary['scheduler']}")
     return "\n".join(lines)
 
 
