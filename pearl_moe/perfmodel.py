@@ -17,9 +17,10 @@ round takes the *larger* of two times, joined smoothly:
   tile of ``K`` K tiles takes ``K (L + t_mma) / ring_depth`` plus the per-tile work that is not
   hidden (prologue, epilogue). With B entries spanning ``b_k_tiles`` K tiles, the B ring gives its
   own bound (an entry is held for all its K tiles).
-* **Throughput (shared resources).** The largest of: HBM bytes / HBM bandwidth; L2 work / L2
-  throughput; the MMA at the per-SM peak (max clock) and at the whole-GPU dense ceiling (power);
-  and the serialization of one out-of-bounds A box read by many CTAs at once.
+* **Throughput (shared resources).** HBM and the L2 in series (a byte from HBM passes both, so
+  when both are nearly full their queues add: ``(T_hbm^p + T_l2^p)^(1/p)``), then the largest of
+  that, the MMA at the per-SM peak (max clock) and at the whole-GPU dense ceiling (power), and the
+  serialization of one out-of-bounds A box read by many CTAs at once.
 
 ``T = (T_lat^p + T_bw^p)^(1/p)``: far from saturation the latency term wins; near it the time
 approaches the bandwidth term smoothly. The same law read the other way is a **loaded latency**:
@@ -32,8 +33,15 @@ Bytes, counted where they come from
   m tiles of the same n tile run at the same time in the tile order of every kernel here, so they
   hit L2), the real rows of A once, and the output once.
 * **L2 work**: every TMA box the SMs read (A boxes of ``tile_m`` rows, real or padding, and B
-  boxes), plus the HBM traffic that passes through L2 (fills and writes). A box's padding rows are
-  the *next experts'* rows (L2 hits) or, past the end of A, zero-filled rows that cost the L2
+  boxes). The L2 pays per **row segment** of a box as well as per byte: each contiguous run of a
+  row inside one ring entry costs ``row_request_bytes`` of work on top of its bytes (the fit puts
+  it at several times the 128 bytes of a row: the L2 is limited by requests more than by bytes).
+  A ring entry of A holds 128 bytes of each row (``tile_k = 64``); a B entry spanning two K tiles
+  holds 256 contiguous bytes of each weight row, one segment for two K tiles (stage 6's "wide B").
+  This is a hypothesis the H200 ablation supports (wide B is 20-27% faster at 4096 tokens, where
+  the L2 binds, and within 3% at decode, where HBM binds) but no counter has confirmed: a profile
+  of ``lts__t_requests`` for stages 5 and 6 at 4096 tokens would. A box's padding rows are the
+  *next experts'* rows (L2 hits) or, past the end of A, zero-filled rows that cost the L2
   ``oob_l2_weight`` times an in-bounds row (TMA boxes crossing the tensor's end are slow). So at
   16 rows per expert a 16 KB A entry of a 128-row tile holds 2 KB of real rows and 14 KB served
   from L2: HBM sees only the weights in flight.
@@ -43,11 +51,25 @@ Kernel structure (stages)
 -------------------------
 * stage 1: one launch per expert with rows (a launch gap each); one CTA per tile; every CTA fills
   its ring (one latency) and stores its tile before the next CTA can use the SM.
-* stage 2: one launch of ``(m slots, n tiles, experts)`` CTAs; the empty ones (m slots past their
-  expert's rows) start, read the offsets and exit: ``cta_overhead_s`` of SM time each.
+* stage 2: one launch of ``(m slots, n tiles, experts)`` CTAs, dispatched in grid order (m slot
+  fastest). Empty CTAs (m slots past their expert's rows) start, read the offsets and exit:
+  ``cta_overhead_s`` of SM time each. Those interleaved with real tiles share every round; those
+  after the last real CTA (whole experts without rows at the end, as at 1 token per GPU) first
+  fill the SMs that the last, partial round leaves idle.
 * stages 3-7: persistent (one CTA per SM, or SM pair): one prologue, the ring stays full across
   tiles. The epilogue of a tile stalls the MMA unless it overlaps the next tile: Blackwell's
   double-buffered TMEM accumulator (or the split accumulator, half of it), Hopper's ping-pong.
+  On sm_90a each consumer warpgroup stores its own (at most 64) rows; ``epilogue_s`` is fitted on
+  the H200 and is large (several us per 64 x 128 tile at 4096 tokens, where the L2 is full), so it
+  holds whatever a lone consumer warpgroup loses between two tiles, not only the store; Blackwell's
+  epilogue warps keep an assumed ``epilogue_sm100_s``.
+* **The tile scheduler's walk** (stages 3-7, :meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`):
+  each persistent CTA walks the experts' offsets to find its tiles, one dependent load per step,
+  and its consumer computes the next tile before multiplying the current one, so over a launch it
+  pays ``walk_steps(E)`` loads it cannot hide: E with the serial walk every committed H200 run
+  used (one expert per step), ``ceil(E / 32)`` with the warp-parallel walk of this tree (32
+  experts per step). :func:`predict` takes ``scheduler=`` ("serial" or "warp-parallel", the
+  default); the calibration passes each run's (:func:`pearl_moe.bench.records.run_scheduler`).
 
 Parameters
 ----------
@@ -98,17 +120,20 @@ class ModelParams:
     """The model's constants. Calibrated ones are fitted on the H200 (see :data:`CALIBRATED`);
     the others are assumptions, each stated with its reason."""
 
-    # -- calibrated on the H200 (python -m pearl_moe calibrate --fit)
-    memory_latency_s: float = 1.457e-6  # unloaded round trip of a TMA ring entry (load + signal)
-    knee: float = 4.09  # sharpness p of the latency / throughput transition
-    l2_per_hbm: float = 2.356  # L2 throughput / datasheet HBM bandwidth (work: boxes read + fills)
-    oob_l2_weight: float = 2.28  # L2 cost of a zero-filled A-box row (past A's end) vs a real one
-    fill_l2_weight: float = 0.883  # L2 cost of a byte to or from HBM (a fill or a write) vs a hit
-    shared_box_s: float = 1.027e-8  # per K tile, per CTA sharing one partly out-of-bounds A box
-    cta_overhead_s: float = 0.405e-6  # start, barrier init and exit of one CTA (empty CTAs: all)
-    launch_overhead_s: float = 0.81e-6  # one kernel launch replayed from a CUDA graph
+    # -- calibrated on the H200 (python -m pearl_moe calibrate --fit; see CALIBRATED)
+    memory_latency_s: float = 1.403e-6  # unloaded round trip of a TMA ring entry (load + signal)
+    knee: float = 5.955  # sharpness p of the latency / throughput transition
+    l2_per_hbm: float = 14.89  # L2 work per second / datasheet HBM bandwidth (work: bytes + rows)
+    row_request_bytes: float = 858.2  # L2 work of one row segment of a TMA box, beyond its bytes
+    oob_l2_weight: float = 2.391  # L2 cost of a zero-filled A-box row (past A's end) vs a real one
+    shared_box_s: float = 1.082e-8  # per K tile, per CTA sharing one partly out-of-bounds A box
+    cta_overhead_s: float = 0.3993e-6  # start, barrier init and exit of one CTA (empty CTAs: all)
+    launch_overhead_s: float = 0.005605e-6  # one kernel launch replayed from a CUDA graph
+    epilogue_s: float = 6.831e-6  # sm_90a: a consumer warpgroup's exposed epilogue per 128 x 128
+    walk_step_s: float = 0.3596e-6  # one dependent step of the tile scheduler's walk
     # -- assumed (not identifiable from the committed runs)
-    epilogue_s: float = 0.5e-6  # consumer time to store one 128 x 128 bf16 tile (32 KB)
+    fill_l2_weight: float = 0.0  # L2 cost of a byte to or from HBM vs a hit (HBM and L2 in series)
+    epilogue_sm100_s: float = 0.5e-6  # sm_100a epilogue warps: TMEM -> registers -> 128 x 128 out
     hbm_efficiency: float = 0.88  # measured H200 read ceiling / datasheet (4.24 / 4.8 TB/s)
     mma_efficiency: float = 0.81  # measured H200 dense bf16 ceiling / datasheet (801 / 989)
     narrow_store_l2_factor: float = 2.0  # L2 work of output written with 128-bit direct stores
@@ -126,24 +151,30 @@ class ModelParams:
         return replace(self, **changes)
 
 
-#: Fitted by ``python -m pearl_moe calibrate --fit`` on every committed H200 record of the course's
-#: kernels (kinds stages, stage_sweep, and ablation once recorded); see ``calibrate.py`` for the
-#: objective. The assumed fields keep their defaults.
+#: Fitted by ``python -m pearl_moe calibrate --fit`` (2026-11-30) on the 134 committed H200 records
+#: of the course's kernels: ``results/H200/stages.json`` (63: stages 1-3, 2026-11-29),
+#: ``stage_sweep.json`` (11: ring depths of stage 3, 2026-11-29) and ``ablation.json`` (60: stages
+#: 3-7, 2026-11-30), all measured with the serial scheduler walk; objective (8-norm of the log
+#: errors, see ``calibrate.py``) 0.0843; largest error 13.2%, median 3.8%, Spearman 0.993 -- the
+#: 10% gate is not met. The assumed fields keep their defaults.
 CALIBRATED = ModelParams()
 
 # Which parameters the calibration may move, and a sentence on each (printed by calibrate).
 FITTED = {
     "memory_latency_s": "unloaded round trip of a ring entry (TMA load + barrier hand-over)",
     "knee": "how sharply latency gives way to throughput (p of the smooth maximum)",
-    "l2_per_hbm": "L2 throughput (boxes read by SMs + fills + writes) / datasheet HBM bandwidth",
+    "l2_per_hbm": "L2 work per second (bytes and row segments of the boxes SMs read) / datasheet HBM",
+    "row_request_bytes": "L2 cost of one row segment of a TMA box beyond its bytes (wide B: 1 per 2 K tiles)",
     "oob_l2_weight": "L2 cost of an A-box row past the end of A (zero-filled) / a real row",
-    "fill_l2_weight": "L2 cost of a byte filled from (or written to) HBM / a byte that hits",
     "shared_box_s": "serialization of one partly out-of-bounds A box, per K tile per sharing CTA",
     "cta_overhead_s": "one CTA's start, barrier init and exit (what an empty CTA of stage 2 costs)",
     "launch_overhead_s": "gap between two kernel launches replayed from a CUDA graph",
+    "epilogue_s": "sm_90a: what a consumer warpgroup spends per 128 x 128 outputs between tiles",
+    "walk_step_s": "one dependent step of the tile scheduler's walk over the experts (offsets load)",
 }
 ASSUMED = {
-    "epilogue_s": "not separable in stages 1-3 data (the fit drives it to ~0); 32 KB at ~64 B/clk",
+    "epilogue_sm100_s": "B200 only: TMEM drain + store of 128 x 128 outputs, 32 KB at ~64 B/clk",
+    "fill_l2_weight": "HBM and L2 are combined in series instead (the fit drove a fill cost to 0)",
     "hbm_efficiency": "B200 only: H200 measured read ceiling / datasheet, assumed to carry over",
     "mma_efficiency": "B200 only: H200 measured dense bf16 / datasheet, assumed to carry over",
     "narrow_store_l2_factor": "blog: 16-byte stores 'generated too much L2 traffic' (two per sector)",
@@ -245,7 +276,13 @@ def _rounds(oob, hbm, out, slots: int) -> Counter:
 
 @lru_cache(maxsize=512)
 def _structure(counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots: int):
-    """Launches (each a Counter of rounds), empty CTAs and real tiles of one problem."""
+    """Launches (each a Counter of rounds), empty CTAs of stage 2 as ``(interleaved, trailing)``,
+    and real tiles of one problem.
+
+    Stage 2's grid is ``(m slots, n tiles, experts)``, dispatched in linear order (m slot
+    fastest). Empty CTAs that come before the last real one are interleaved with real tiles;
+    the ones after it (experts without rows at the end, as at 1 token per GPU) are *trailing*:
+    they run on the SMs the last, partial round leaves idle."""
     rows = sum(counts)
     per_expert = []
     start = 0
@@ -254,15 +291,20 @@ def _structure(counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots
             per_expert.append(_expert_tiles(m, start, rows, cfg, k, n, stage))
         start += m
     if not per_expert:
-        return (), 0, 0
+        return (), (0, 0), 0
+    empties = (0, 0)
     if stage == 1:
         launches = tuple(_rounds(*arrs, slots) for arrs in per_expert)
-        empties = 0
     else:
         joined = [np.concatenate([arrs[i] for arrs in per_expert]) for i in range(3)]
         launches = (_rounds(*joined, slots),)
-        grid = max(1, _cdiv(rows, cfg.tile_m)) * _cdiv(n, cfg.tile_n) * len(counts)
-        empties = grid - len(joined[0]) if stage == 2 else 0
+        if stage == 2:
+            m_slots, nt = max(1, _cdiv(rows, cfg.tile_m)), _cdiv(n, cfg.tile_n)
+            grid = m_slots * nt * len(counts)
+            last = max(e for e, m in enumerate(counts) if m)
+            last_real = (nt - 1 + nt * last) * m_slots + _cdiv(counts[last], cfg.tile_m) - 1
+            trailing = grid - 1 - last_real
+            empties = (grid - len(joined[0]) - trailing, trailing)
     tiles = sum(len(a[0]) for a in per_expert)
     return launches, empties, tiles
 
@@ -283,8 +325,16 @@ def _mma_rows(cfg: GemmConfig) -> int:
 
 
 def _epilogue(cfg: GemmConfig, stage: int, params: ModelParams) -> tuple[float, float]:
-    """(time to store one tile, the part of it the MMA waits for) on one SM."""
-    store = params.epilogue_s * cfg.cta_tile_m * cfg.tile_n * cfg.dtype_bytes / _EPI_UNIT_BYTES
+    """(time to store one tile, the part of it the MMA waits for) on one SM.
+
+    ``epilogue_s`` is one store group storing 128 x 128 outputs. On sm_90a each consumer
+    warpgroup stores its own (at most 64) accumulator rows, the two warpgroups of a 128-row tile at
+    the same time; on sm_100a the epilogue warps drain the whole CTA tile."""
+    if cfg.arch == "sm_90a":
+        unit, rows = params.epilogue_s, min(cfg.cta_tile_m, 64)
+    else:
+        unit, rows = params.epilogue_sm100_s, cfg.cta_tile_m
+    store = unit * rows * cfg.tile_n * cfg.dtype_bytes / _EPI_UNIT_BYTES
     if stage <= 2:
         return store, store
     if cfg.arch == "sm_90a":
@@ -299,20 +349,26 @@ def _round_terms(rnd: _Round, cfg, k, n, rates: _Rates, params: ModelParams, ove
     t_mma = flops / rates.mma_sm
     L = params.memory_latency_s
     depth = cfg.ring_depth
-    rate = depth / (L + t_mma)  # K tiles per second per SM, A ring (and B with b_k_tiles = 1)
+    rate = depth / (L + t_mma)  # K tiles per second per SM, A ring (and B, b_k_tiles = 1)
     if cfg.b_k_tiles > 1:
         bk = cfg.b_k_tiles
         rate = min(rate, cfg.b_ring_depth * bk / (L + bk * t_mma))
     sms = rnd.tiles * cfg.cta_group
-    a_box = cfg.cta_tile_m * cfg.tile_k * cfg.dtype_bytes
-    b_box = cfg.cta_tile_n * cfg.tile_k * cfg.dtype_bytes
+    # L2 work of a box: its bytes plus row_request_bytes per row segment (one contiguous run of a
+    # row inside one ring entry: tile_k x 2 = 128 B for A; B entries of b_k_tiles K tiles hold
+    # b_k_tiles x 128 B of each weight row, so a K tile of B carries 1 / b_k_tiles of a segment).
+    row = cfg.tile_k * cfg.dtype_bytes
+    r = params.row_request_bytes
+    a_box = cfg.cta_tile_m * (row + r)
+    b_box = cfg.cta_tile_n * (row + r / cfg.b_k_tiles)
     reads = sms * K * (a_box * (1 + (params.oob_l2_weight - 1) * rnd.oob) + b_box)
     narrow = cfg.epilogue == "direct_store" and cfg.direct_store_bits < 256
     writes_extra = (params.narrow_store_l2_factor - 1) * rnd.out_bytes if narrow else 0.0
     sharers = min(rnd.tiles, _cdiv(n, cfg.tile_n))
+    t_k = max(t_mma, sms * flops / rates.mma_gpu)  # one K tile, sharing the GPU's MMA rate
     terms = {
         "latency": K / rate + overhead,
-        "math": max(K * t_mma + exposed, sms * K * flops / rates.mma_gpu),
+        "math": K * t_k + exposed,
         "memory": rnd.hbm_bytes / rates.hbm,
         "l2": (reads + params.fill_l2_weight * rnd.hbm_bytes + writes_extra) / rates.l2,
         "oob": K * sharers * rnd.oob * params.shared_box_s,
@@ -321,7 +377,13 @@ def _round_terms(rnd: _Round, cfg, k, n, rates: _Rates, params: ModelParams, ove
 
 
 def _combine(terms: dict, p: float) -> float:
-    bw = max(v for key, v in terms.items() if key != "latency")
+    """One round's time from its terms: HBM and L2 in series (a byte from HBM passes both, and
+    two nearly full queues add), the largest throughput term, then latency against it."""
+    m, l2 = terms["memory"], terms["l2"]
+    h = max(m, l2)
+    path = h * ((m / h) ** p + (l2 / h) ** p) ** (1 / p) if h > 0 else 0.0
+    others = [v for key, v in terms.items() if key not in ("latency", "memory", "l2")]
+    bw = max([path, *others])
     lat = terms["latency"]
     hi = max(lat, bw)
     if hi <= 0:
@@ -330,6 +392,21 @@ def _combine(terms: dict, p: float) -> float:
 
 
 # ---------------------------------------------------------------------------- public API
+#: How the device tile scheduler walks the experts (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
+SCHEDULERS = ("serial", "warp-parallel")
+
+
+def walk_steps(experts: int, scheduler: str = "warp-parallel") -> int:
+    """Dependent offset loads a persistent CTA's consumer makes walking all ``experts``.
+
+    ``serial``: one expert per step (the scheduler until 2026-11-30), ``experts`` steps;
+    ``warp-parallel``: the 32 lanes of a warp load 32 experts' offsets at once, ``ceil(E / 32)``.
+    """
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    return experts if scheduler == "serial" else _cdiv(experts, 32)
+
+
 def predict(
     problem: GroupedProblem,
     config: GemmConfig,
@@ -340,6 +417,7 @@ def predict(
     params: ModelParams | None = None,
     hbm_bytes_per_s: float | None = None,
     mma_flops_per_s: float | None = None,
+    scheduler: str = "warp-parallel",
 ) -> Prediction:
     """Modeled latency of ``problem`` under ``config`` on ``gpu`` (default: the arch's GPU).
 
@@ -376,7 +454,7 @@ def predict(
     if stage == 1:
         overhead = params.cta_overhead_s + L + store
     elif stage == 2:
-        overhead = params.cta_overhead_s * (1 + empties / tiles) + L + store
+        overhead = params.cta_overhead_s * (1 + empties[0] / tiles) + L + store
     else:
         overhead = exposed
     by_bound: dict[str, float] = Counter()
@@ -385,6 +463,9 @@ def predict(
     if stage >= 3:
         seconds += params.cta_overhead_s + L  # one prologue per persistent CTA
         by_bound["latency"] += params.cta_overhead_s + L
+        walk = walk_steps(problem.experts, scheduler) * params.walk_step_s
+        seconds += walk
+        by_bound["walk"] += walk
     waves = 0
     hbm_total = l2_total = 0.0
     fullest = None
@@ -402,6 +483,17 @@ def predict(
             if fullest is None or rnd.tiles > fullest[0].tiles:
                 fullest = (rnd, t, t_mma, K)
     rnd, t, t_mma, K = fullest
+    if empties[1]:
+        # trailing empty CTAs take the SMs the last round leaves idle, then share all of them
+        last = launches[-1]
+        tail = min(last, key=lambda r: r.tiles)
+        idle = (slots - tail.tiles) * _combine(
+            _round_terms(tail, cfg, problem.k, problem.n, rates, params, overhead, exposed)[0],
+            params.knee,
+        )
+        extra = max(0.0, empties[1] * params.cta_overhead_s - idle) / slots
+        seconds += extra
+        by_bound["launch"] += extra
     stream = max(t - overhead, 0.0)
     loaded = stream * cfg.ring_depth / K - t_mma
     return Prediction(

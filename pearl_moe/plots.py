@@ -42,6 +42,8 @@ __all__ = [
     "plot_calibration",
     "plot_stage_projection",
     "plot_ring_depth_sweep",
+    "plot_ablation_steps",
+    "plot_vs_floor",
     "figure_png",
 ]
 
@@ -484,13 +486,16 @@ def plot_calibration(rows, ax: Axes | None = None, tolerance: float = 0.10) -> F
         ax.plot(x, x, color="#555555", lw=1)
         ax.fill_between(x, x * (1 - tolerance), x * (1 + tolerance), color="#DDDDDD", lw=0)
         stages = sorted({r["stage"] for r in rows})
+        kinds = {"stages": ("o", ""), "stage_sweep": ("^", ", depth sweep"),
+                 "ablation": ("s", ", ablation")}  # fmt: skip
         for i, st in enumerate(stages):
             sel = np.array([r["stage"] == st for r in rows])
-            sweep = np.array([r["kind"] != "stages" for r in rows])
-            for mask, marker, extra in ((sel & ~sweep, "o", ""), (sel & sweep, "^", ", sweep")):
+            for kind in dict.fromkeys(r["kind"] for r in rows):
+                marker, extra = kinds.get(kind, ("D", f", {kind}"))
+                mask = sel & np.array([r["kind"] == kind for r in rows])
                 if mask.any():
                     ax.plot(
-                        meas[mask], model[mask], marker, ls="", ms=4,
+                        meas[mask], model[mask], marker, ls="", ms=4, mfc="none" if marker == "s" else None,
                         color=OKABE_ITO[i % len(OKABE_ITO)], label=f"stage {st}{extra}",
                     )  # fmt: skip
         errors = model / meas - 1
@@ -500,7 +505,7 @@ def plot_calibration(rows, ax: Axes | None = None, tolerance: float = 0.10) -> F
         ax.set_ylim(lo, hi)
         ax.set_xlabel("measured on the H200 (us)")
         ax.set_ylabel("modeled (us)")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=6, ncol=2)
         ax.set_title(
             f"Latency model vs H200 measurements: {len(rows)} records, largest error "
             f"{np.abs(errors).max():.0%} (band: +-{tolerance:.0%})",
@@ -573,4 +578,97 @@ def plot_ring_depth_sweep(
             + (f": {title}" if title else ""),
             fontsize=9,
         )
+    return fig
+
+
+# ---------------------------------------------------------------------------- benchmarks
+def plot_ablation_steps(
+    cells: Sequence[Mapping], step_labels: Mapping[str, str], title: str = ""
+) -> Figure:
+    """Stage-to-stage time ratios per model and token count, one panel per model.
+
+    ``cells``: dicts with ``model``, ``tokens``, ``step`` (a key of ``step_labels``), ``ratio``
+    (paired trimmed geomean) and ``lo`` / ``hi`` (range of the per-round ratios), as
+    :func:`pearl_moe.bench.compare.ablation_summary` gives them. Bars below 1: the stage is faster.
+    """
+    models = list(dict.fromkeys(c["model"] for c in cells))
+    tokens = sorted({c["tokens"] for c in cells})
+    steps = list(step_labels)
+    with style():
+        fig = Figure(figsize=(10.5, 3.5), layout="constrained")
+        axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+        width = 0.8 / max(len(steps), 1)
+        for ax, model in zip(axes, models, strict=True):
+            for j, step in enumerate(steps):
+                xs, ys, err = [], [], [[], []]
+                for i, t in enumerate(tokens):
+                    c = next(
+                        (c for c in cells
+                         if c["model"] == model and c["tokens"] == t and c["step"] == step),
+                        None,
+                    )  # fmt: skip
+                    if c is None:
+                        continue
+                    xs.append(i + (j - (len(steps) - 1) / 2) * width)
+                    ys.append(c["ratio"])
+                    err[0].append(max(c["ratio"] - c["lo"], 0))
+                    err[1].append(max(c["hi"] - c["ratio"], 0))
+                ax.bar(xs, ys, width * 0.9, color=OKABE_ITO[j % len(OKABE_ITO)],
+                       label=step_labels[step], yerr=err, capsize=2,
+                       error_kw={"elinewidth": 0.8, "ecolor": "#333333"})  # fmt: skip
+            ax.axhline(1.0, color="#555555", lw=1, ls="--")
+            ax.set_xticks(range(len(tokens)), [str(t) for t in tokens])
+            ax.set_xlabel("tokens per GPU")
+            ax.set_title(model, fontsize=9)
+            ax.grid(axis="x", visible=False)
+        axes[0].set_ylabel("time / previous stage (<1: faster)")
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(steps), fontsize=7)
+        if title:
+            fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def plot_vs_floor(
+    rows: Sequence[Mapping], impls: Mapping[str, str], title: str = "", ylabel: str = ""
+) -> Figure:
+    """Latency / floor of each implementation on each shape, one panel per model.
+
+    ``rows``: dicts with ``model``, ``shape`` (x label, e.g. ``"64"`` or ``"64 skewed"``), ``impl``
+    (a key of ``impls``, whose value is the legend label) and ``ratio`` (time / floor of the
+    shape). 1 is the floor; lower is faster. Missing bars: that implementation did not run there.
+    """
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    names = [i for i in impls if any(r["impl"] == i for r in rows)]
+    with style():
+        fig = Figure(figsize=(11, 3.6), layout="constrained")
+        axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+        width = 0.84 / max(len(names), 1)
+        for ax, model in zip(axes, models, strict=True):
+            for j, impl in enumerate(names):
+                xs, ys = [], []
+                for i, shape in enumerate(shapes):
+                    r = next(
+                        (r for r in rows
+                         if r["model"] == model and r["shape"] == shape and r["impl"] == impl),
+                        None,
+                    )  # fmt: skip
+                    if r is not None:
+                        xs.append(i + (j - (len(names) - 1) / 2) * width)
+                        ys.append(r["ratio"])
+                ax.bar(xs, ys, width * 0.92, color=OKABE_ITO[j % len(OKABE_ITO)],
+                       label=impls[impl], edgecolor="black" if j == 0 else None,
+                       linewidth=0.6 if j == 0 else 0)  # fmt: skip
+            ax.axhline(1.0, color="#555555", lw=1.2, ls="--")
+            ax.set_xticks(range(len(shapes)), shapes, fontsize=7)
+            ax.set_xlabel("tokens per GPU")
+            ax.set_title(model, fontsize=9)
+            ax.set_ylim(0.8, max(r["ratio"] for r in rows) * 1.04)
+            ax.grid(axis="x", visible=False)
+        axes[0].set_ylabel(ylabel or "latency / floor (1 = floor; lower is faster)")
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(names), fontsize=7)
+        if title:
+            fig.suptitle(title, fontsize=9)
     return fig

@@ -12,7 +12,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Stage", "STAGES", "render_stage_table", "render_speed_table", "update_readme"]
+__all__ = [
+    "Stage",
+    "STAGES",
+    "measured_steps",
+    "render_stage_table",
+    "render_speed_table",
+    "render_compare_table",
+    "update_readme",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +39,16 @@ class Stage:
         return f"{self.number:02d}" if isinstance(self.number, int) else self.number
 
     @property
+    def taught_stage(self) -> int | None:
+        """The kernel stage the notebook teaches: ``kernel_stage``, else by the course's numbering
+        (notebook 0N teaches kernel stage N - 1, for notebooks 02-08)."""
+        if self.kernel_stage is not None:
+            return self.kernel_stage
+        if isinstance(self.number, int) and 2 <= self.number <= 8:
+            return self.number - 1
+        return None
+
+    @property
     def notebook_path(self) -> Path:
         return ROOT / "notebooks" / f"{self.notebook}.ipynb"
 
@@ -38,11 +56,11 @@ class Stage:
         return self.notebook_path.exists()
 
     def has_kernel(self, arch: str) -> bool:
-        if self.kernel_stage is None:
+        if self.taught_stage is None:
             return False
         pkg = "sm100" if arch == "sm_100a" else "sm90"
         folder = Path(__file__).resolve().parent / "kernels" / pkg
-        return any(folder.glob(f"stage{self.kernel_stage}_*.py"))
+        return any(folder.glob(f"stage{self.taught_stage}_*.py"))
 
 
 STAGES: tuple[Stage, ...] = (
@@ -101,18 +119,94 @@ def _mark(ok: bool) -> str:
     return "yes" if ok else "-"
 
 
-def render_stage_table() -> str:
-    """Markdown table of the stages, marking which notebooks and kernels exist in this tree."""
+#: Where the measured step of each kernel stage comes from: the run kind and whether its records
+#: carry per-round medians (paired ratios) or only medians.
+STEP_SOURCES = (("ablation", "paired per round"), ("stages", "ratio of medians"))
+
+
+def _x(value: float) -> str:
+    return f"×{value:.2f}"
+
+
+def measured_steps(results_root: Path | None = None, gpu: str = "H200") -> dict[int, dict]:
+    """``{kernel stage: step}`` for every stage measured against the previous one on ``gpu``:
+    from the ``ablation`` run (stages 3-7, paired per round) where it has the stage, else from the
+    ``stages`` run (stages 1-3). Each step is :func:`pearl_moe.bench.compare.step_summary`'s entry
+    plus the run's ``kind``, ``date`` and ``method``."""
+    from .bench.compare import ablation_summary, step_summary
+    from .replay import load_run
+
+    root = results_root or ROOT / "results"
+    steps: dict[int, dict] = {}
+    for kind, method in STEP_SOURCES:
+        try:
+            run = load_run(gpu, kind, root)
+        except FileNotFoundError:
+            continue
+        impls = {r["impl"] for r in run["records"]}
+        chain = [f"pearl-s{n}" for n in range(1, 9) if f"pearl-s{n}" in impls]
+        for step in step_summary(ablation_summary(run, chain=chain)):
+            stage = int(step["to"].removeprefix("pearl-s"))
+            if stage not in steps and "all" in step:
+                steps[stage] = dict(
+                    step, kind=kind, date=str(run["env"]["date"])[:10], method=method
+                )
+    return steps
+
+
+def _step_cell(step: dict | None) -> str:
+    if not step:
+        return "-"
+    parts = []
+    for part in ("decode", "prefill"):
+        if part in step:
+            q = step[part]
+            parts.append(f"{part} {_x(q['geomean'])} ({q['lo']:.2f}-{q['hi']:.2f})")
+    return " · ".join(parts) + f"; all {_x(step['all']['geomean'])}"
+
+
+def render_stage_table(results_root: Path | None = None) -> str:
+    """Markdown table of the stages, marking which notebooks and kernels exist in this tree, with
+    each kernel stage's measured step on the H200 (time against the previous stage, from
+    ``results/H200``; nothing typed by hand)."""
+    steps = measured_steps(results_root)
     rows = [
-        "| # | notebook | idea | notebook exists | sm_100a kernel | sm_90a kernel |",
-        "|---|---|---|---|---|---|",
+        "| # | notebook | idea | notebook exists | sm_100a kernel | sm_90a kernel "
+        "| measured step on the H200: time / previous stage |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in STAGES:
         name = f"[{s.notebook}](notebooks/{s.notebook}.ipynb)" if s.has_notebook() else s.notebook
         rows.append(
             f"| {s.label} | {name} — {s.title} | {s.idea} | {_mark(s.has_notebook())} | "
-            f"{_mark(s.has_kernel('sm_100a'))} | {_mark(s.has_kernel('sm_90a'))} |"
+            f"{_mark(s.has_kernel('sm_100a'))} | {_mark(s.has_kernel('sm_90a'))} | "
+            f"{_step_cell(steps.get(s.taught_stage)) if s.taught_stage else '-'} |"
         )
+    notes = []
+    for kind, method in STEP_SOURCES:
+        mine = {n: st for n, st in steps.items() if st["kind"] == kind}
+        if not mine:
+            continue
+        first = next(iter(mine.values()))
+        tokens = sorted({t for st in mine.values() for p in ("decode", "prefill") if p in st
+                         for t in st[p]["tokens"]})  # fmt: skip
+        dec = [t for t in tokens if t <= 256]
+        pre = [t for t in tokens if t > 256]
+        notes.append(
+            f"Kernel stages {min(mine)}-{max(mine)}: `results/H200/{kind}.json` "
+            f"({first['date']}), {method}; geomean over the three models at "
+            f"{'/'.join(map(str, dec))} tokens per GPU (decode) and "
+            f"{'/'.join(map(str, pre))} (prefill), balanced routing, in brackets the range over "
+            "those shapes"
+        )
+    if notes:
+        rows += [
+            "",
+            "Measured step: the kernel stage a notebook teaches against the one before it, "
+            "measured on the H200 with the sm_90a kernels (below 1: the stage is faster). "
+            + ". ".join(notes)
+            + ". The figure `ablation_h200` shows every shape with the spread of its rounds.",
+        ]
     return "\n".join(rows)
 
 
@@ -229,8 +323,115 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
     return "\n".join(lines)
 
 
+#: Baselines of the compare table, in the order a reader meets them in notebook 09.
+COMPARE_BASELINES = (
+    ("triton", "Triton"),
+    ("grouped_mm", "torch grouped_mm"),
+    ("loop", "cuBLAS loop"),
+    ("quack-tuned", "quack tuned"),
+    ("quack", "quack"),
+    ("flashinfer", "FlashInfer"),
+)
+
+
+def render_compare_table(results_root: Path | None = None, gpu: str = "H200") -> str:
+    """Markdown table of the default call (``pearl``: ``grouped_gemm(A, W, offsets)``, no stage, no
+    config) against every baseline of the ``compare`` run: per shape our time (% of floor), each
+    baseline's time, the best baseline and the paired ratio; then geomean, worst, shapes above
+    1.03, the decode speed-up over tuned quack and the run's read ceiling beside the datasheet's.
+    """
+    from .bench.compare import compare_summary
+    from .bench.records import run_scheduler
+    from .replay import load_run
+
+    root = results_root or ROOT / "results"
+    try:
+        run = load_run(gpu, "compare", root)
+    except FileNotFoundError:
+        return f"_No `compare` run recorded for {gpu} yet (`python -m pearl_moe bench --kind compare`)._"
+    s = compare_summary(run)
+    recs = {(r["problem"], r["impl"]): r for r in run["records"] if r.get("status") == "ok"}
+    present = [(i, label) for i, label in COMPARE_BASELINES if i in s["baselines"]]
+    present += [(i, i) for i in s["baselines"] if i not in dict(COMPARE_BASELINES)]
+    env = run["env"]
+    walk, why = run_scheduler(run)
+    head = (
+        "| model | tokens | routing | floor µs | default call µs (% of floor) | "
+        + " | ".join(f"{label} µs" for _, label in present)
+        + " | best baseline (% of floor) | ratio (rounds) |"
+    )
+    lines = [
+        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} ({str(env['date'])[:10]}), "
+        f"`results/{gpu}/compare.json`: the three models' gate+up shapes, EP=8, CUDA-graph "
+        "medians in µs, every implementation tuned (the default call by its tuned table, "
+        "Triton by timing its candidates, quack by its autotuner). Ratio = default call / best "
+        "baseline, paired round by round (below 1: ours is faster; in brackets the range of the "
+        f"rounds). Tile scheduler of this run: {walk} walk ({why}).",
+        "",
+        head,
+        "|---|---|---|---|---|" + "---|" * len(present) + "---|---|",
+    ]
+    for r in s["rows"]:
+        pid = r["problem"]
+        ours = f"{r['ours_us']:.1f} ({r['ours_pct_floor']:.0f}%)" if "ours_us" in r else "-"
+        cells = []
+        for impl, _ in present:
+            rec = recs.get((pid, impl))
+            cells.append(f"{rec['time']['median_us']:.1f}" if rec else "-")
+        best = f"{r['best']} ({r['best_pct_floor']:.0f}%)" if "best" in r else "-"
+        ratio = "-"
+        if "ratio" in r:
+            flag = " **above 1.03**" if r["ratio"] > s["tie"] else ""
+            ratio = f"{r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}){flag}"
+        lines.append(
+            f"| {r['model']} | {r['tokens']} | {r['routing']} | {r['floor_us']:.1f} | {ours} | "
+            + " | ".join(cells)
+            + f" | {best} | {ratio} |"
+        )
+    worst = s["worst"]
+    d = s["decode_vs_quack"]
+    c = s["ceilings"]
+    above = s["above_tie"]
+
+    def shape(pid: str) -> str:
+        model, _, tokens, _, routing = pid.split("|")
+        return f"{model}, {tokens} token{'s' if tokens != '1' else ''}, {routing}"
+
+    def shapes_in(text: str) -> str:
+        return re.sub(
+            r"[^|,;()]+\|gate_up\|\d+\|EP\d+\|\w+", lambda m: shape(m.group(0).strip()), text
+        )
+
+    summary = f"Over {s['compared']} shapes: geomean ratio **{s['geomean_ratio']:.3f}**"
+    if worst:
+        summary += (
+            f", worst {worst['ratio']:.3f} ({shape(worst['problem'])}, against {worst['best']})"
+        )
+    summary += f"; {len(above)} shape(s) above {s['tie']:.2f}"
+    summary += " (" + "; ".join(shape(a) for a in above) + ")." if above else "."
+    if d["shapes"]:
+        summary += (
+            f" At decode (≤ {d['max_tokens']} tokens) the default call is "
+            f"{d['geomean_speedup']:.2f}x faster than {d['quack']} (geomean over the "
+            f"{d['shapes']} shapes where both ran)."
+        )
+    summary += (
+        f" Read ceiling of this run: {c['read_tb_s']:.2f} TB/s (read probes {c['read_probe_tb_s']:.2f}"
+        f" TB/s; {shapes_in(c['read_source'])})"
+    )
+    if c.get("datasheet_read_tb_s"):
+        summary += (
+            f", {c['read_pct_of_datasheet']:.0f}% of the {c['datasheet_gpu']} datasheet's "
+            f"{c['datasheet_read_tb_s']:.1f} TB/s"
+        )
+    summary += f"; dense bf16 ceiling {c['bf16_tflop_s']:.0f} TFLOP/s. The floor uses both."
+    lines += ["", summary]
+    return "\n".join(lines)
+
+
 _BLOCKS = {
     "stages": render_stage_table,
+    "compare": render_compare_table,
     "speed": render_speed_table,
 }
 

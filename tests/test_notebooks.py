@@ -81,6 +81,7 @@ STAGE_NOTEBOOKS = [
         "03_grouped_gemm",
         "04_bytes_in_flight",
         *STAGE_NOTEBOOKS,
+        "09_benchmarks",
     ],
 )
 def test_notebooks_say_where_kernels_run(name):
@@ -106,7 +107,14 @@ RING_AS_STAGE = re.compile(
 
 @pytest.mark.parametrize(
     "name",
-    ["00_setup_and_tour", "01b_cute_primer", "02_plain_gemm", "03_grouped_gemm", *STAGE_NOTEBOOKS],
+    [
+        "00_setup_and_tour",
+        "01b_cute_primer",
+        "02_plain_gemm",
+        "03_grouped_gemm",
+        *STAGE_NOTEBOOKS,
+        "09_benchmarks",
+    ],
 )
 def test_one_vocabulary_stage_means_kernel_stage(name):
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
@@ -115,7 +123,8 @@ def test_one_vocabulary_stage_means_kernel_stage(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["01b_cute_primer", "02_plain_gemm", "03_grouped_gemm", *STAGE_NOTEBOOKS]
+    "name",
+    ["01b_cute_primer", "02_plain_gemm", "03_grouped_gemm", *STAGE_NOTEBOOKS, "09_benchmarks"],
 )
 def test_at_least_three_exercises_derive_and_check_a_number(name):
     """Hidden answers (<details>) that show the arithmetic and then check it with the package."""
@@ -200,3 +209,13 @@ def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
     stage = namespace["STAGE"]
     assert len(checked) == 4  # two problems x stages N - 1 and N
     assert timed == ([stage] if mode == "hopper" else [])  # B200 stages are checked, not timed
+
+
+def test_benchmarks_notebook_replays_measured_runs_and_labels_b200_as_modeled():
+    nb = nbformat.read(NOTEBOOKS_DIR / "09_benchmarks.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert 'replay.load_run("H200", "compare")' in code and "detect_machine()" in code
+    assert "B200, modeled" in code and "modeled" in text
+    for baseline in ("cuBLAS", "grouped_mm", "quack", "Triton", "FlashInfer"):
+        assert baseline in text, baseline

@@ -143,3 +143,77 @@ def test_old_parameter_names_still_read():
     params = ModelParams()
     assert params.bandwidth_efficiency == params.hbm_efficiency
     assert params.math_efficiency == params.mma_efficiency
+
+
+def test_the_scheduler_walk_is_serial_or_warp_parallel():
+    from pearl_moe.perfmodel import walk_steps
+
+    assert walk_steps(112, "serial") == 112 and walk_steps(112, "warp-parallel") == 4
+    assert walk_steps(48) == 2  # the default: the warp-parallel walk of this tree
+    with pytest.raises(ValueError, match="scheduler"):
+        walk_steps(32, "binary")
+    p = make_problem("Kimi K3", 1)
+    cfg = stage_config("sm_90a", 3)
+    serial = predict(p, cfg, H200, stage=3, scheduler="serial")
+    parallel = predict(p, cfg, H200, stage=3, scheduler="warp-parallel")
+    gap = serial.seconds - parallel.seconds
+    assert gap == pytest.approx((112 - 4) * CALIBRATED.walk_step_s)
+    assert serial.time_by_bound["walk"] == pytest.approx(112 * CALIBRATED.walk_step_s)
+    # stage 2 launches one CTA per tile: no walk
+    s2 = [predict(p, cfg, H200, stage=2, scheduler=w).seconds for w in ("serial", "warp-parallel")]
+    assert s2[0] == s2[1]
+
+
+def test_trailing_empty_ctas_fill_the_idle_sms_of_the_last_round():
+    # 1 token per GPU: the experts with rows come first, the empty ones trail the grid
+    from pearl_moe.budget import resolve
+    from pearl_moe.perfmodel import _structure
+
+    p = make_problem("DeepSeek V4 Pro", 1)
+    cfg = resolve(stage_config("sm_90a", 2), H200)
+    _, (interleaved, trailing), tiles = _structure(tuple(p.counts), p.k, p.n, cfg, 2, H200.sms)
+    assert tiles == 6 * 48 and interleaved == 0 and trailing == 42 * 48
+    # 64 tokens: every expert has rows, the empty m slots sit between real tiles
+    q = make_problem("GLM 5.3", 64)
+    _, (interleaved, trailing), tiles = _structure(tuple(q.counts), q.k, q.n, cfg, 2, H200.sms)
+    assert tiles == 32 * 32 and interleaved + trailing == 3 * tiles
+    assert trailing == 3  # only the last n tile's empty m slots come after the last real CTA
+    # 2016 empty CTAs fit in the 108 SMs the third, 24-tile round leaves idle: no extra time
+    # beyond the launch; Kimi K3's 4608 trailing CTAs do not fit in the 24 idle SMs of its last round
+    hidden = predict(p, cfg, H200, stage=2).time_by_bound["launch"]
+    assert hidden == pytest.approx(CALIBRATED.launch_overhead_s)
+    k = make_problem("Kimi K3", 1)
+    assert predict(k, cfg, H200, stage=2).time_by_bound["launch"] > 5e-6
+
+
+def test_wide_b_entries_halve_the_row_segments_of_b():
+    # L2 work counts one row segment per contiguous run of a row in a ring entry
+    p = make_problem("GLM 5.3", 4096)
+    narrow = predict(p, stage_config("sm_90a", 5), H200, stage=5)
+    wide = predict(p, stage_config("sm_90a", 6), H200, stage=6)
+    a_rows, b_rows = 64, 128
+    seg = CALIBRATED.row_request_bytes
+    per_k_narrow = a_rows * (128 + seg) + b_rows * (128 + seg)
+    per_k_wide = a_rows * (128 + seg) + b_rows * (128 + seg / 2)
+    assert wide.l2_bytes / narrow.l2_bytes == pytest.approx(per_k_wide / per_k_narrow, rel=0.02)
+    assert wide.seconds < 0.9 * narrow.seconds  # the H200 ablation: 0.73-0.80 at 4096 tokens
+    # at decode HBM binds: wide B changes little
+    d = make_problem("GLM 5.3", 64)
+    ratio = (
+        predict(d, stage_config("sm_90a", 6), H200, stage=6).seconds
+        / predict(d, stage_config("sm_90a", 5), H200, stage=5).seconds
+    )
+    assert 0.95 < ratio < 1.05
+
+
+def test_the_epilogue_parameter_is_per_arch():
+    p = make_problem("GLM 5.3", 4096)
+    cfg90, cfg100 = stage_config("sm_90a", 6), stage_config("sm_100a", 6)
+    slow = CALIBRATED.with_(epilogue_s=CALIBRATED.epilogue_s * 2)
+    assert (
+        predict(p, cfg90, H200, stage=6, params=slow).seconds
+        > predict(p, cfg90, H200, stage=6).seconds
+    )
+    assert predict(p, cfg100, B200, stage=6, params=slow).seconds == pytest.approx(
+        predict(p, cfg100, B200, stage=6).seconds
+    )

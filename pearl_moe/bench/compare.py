@@ -35,6 +35,7 @@ __all__ = [
     "format_compare",
     "ablation_summary",
     "format_ablation",
+    "step_summary",
     "geomean",
 ]
 
@@ -178,7 +179,18 @@ def compare_summary(
             "geomean_speedup": geomean(decode),
         },
         "ceilings": _ceilings(run),
+        "scheduler": _scheduler(run),
     }
+
+
+def _scheduler(run: dict) -> str:
+    from .records import run_scheduler
+
+    try:
+        walk, why = run_scheduler(run)
+    except (KeyError, ValueError):
+        return "unknown"
+    return f"{walk} walk ({why})"
 
 
 def _short(model: str | None) -> str:
@@ -250,6 +262,8 @@ def format_compare(summary: dict) -> str:
         f"read ceiling of this run {c['read_tb_s']:.2f} TB/s (probes {c['read_probe_tb_s']:.2f})"
         f"{sheet}; bf16 {c['bf16_tflop_s']:.0f} TFLOP/s"
     )
+    if summary.get("scheduler"):
+        lines.append(f"tile scheduler of our kernels in this run: {summary['scheduler']}")
     return "\n".join(lines)
 
 
@@ -338,3 +352,43 @@ def format_ablation(summary: dict) -> str:
             f"over {s['shapes']} shapes"
         )
     return "\n".join(lines)
+
+
+def step_summary(
+    summary: dict, decode_max_tokens: int = 256, routing: str | None = "balanced"
+) -> list[dict]:
+    """One entry per step of an :func:`ablation_summary`: the geomean of the paired ratios over
+    every problem, over decode problems (``tokens <= decode_max_tokens``) and over the others
+    (prefill), each with the range of the per-problem ratios (``lo``, ``hi``) and the widest
+    range of the per-round ratios of any one problem (``rounds_lo``, ``rounds_hi``). Only
+    problems with ``routing`` (all problems with ``None``)."""
+    out = []
+    for step in summary["steps"]:
+        cells = []
+        for row in summary["rows"]:
+            if routing is not None and row.get("routing") != routing:
+                continue
+            for cell in row["cells"]:
+                if cell["impl"] == step["to"] and cell.get("vs") == step["from"]:
+                    cells.append((row["tokens"] or 0, cell))
+        entry = {"from": step["from"], "to": step["to"]}
+        for part, keep in (
+            ("all", lambda t: True),
+            ("decode", lambda t: t <= decode_max_tokens),
+            ("prefill", lambda t: t > decode_max_tokens),
+        ):
+            chosen = [c for t, c in cells if keep(t)]
+            if not chosen:
+                continue
+            ratios = [c["ratio"] for c in chosen]
+            entry[part] = {
+                "shapes": len(chosen),
+                "geomean": geomean(ratios),
+                "lo": min(ratios),
+                "hi": max(ratios),
+                "rounds_lo": min(c["lo"] for c in chosen),
+                "rounds_hi": max(c["hi"] for c in chosen),
+                "tokens": sorted({t for t, _ in cells if keep(t)}),
+            }
+        out.append(entry)
+    return out

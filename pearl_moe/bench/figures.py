@@ -14,7 +14,18 @@ from pathlib import Path
 from .. import replay
 from ..workloads import MODELS
 
-__all__ = ["BENCH_FIGURES", "latency_vs_tokens", "pct_of_floor", "stages_latency"]
+__all__ = [
+    "BENCH_FIGURES",
+    "latency_vs_tokens",
+    "pct_of_floor",
+    "stages_latency",
+    "ablation_cells",
+    "ablation_figure",
+    "compare_rows",
+    "compare_figure",
+    "STEP_LABELS",
+    "COMPARE_IMPLS",
+]
 
 GPU = "H200"
 
@@ -142,6 +153,100 @@ def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
     return _save(fig, out_dir, "stages_latency_h200")
 
 
+#: The ablation's steps, as the figure's legend names them.
+STEP_LABELS = {
+    ("pearl-s3", "pearl-s4"): "4 / 3: direct store",
+    ("pearl-s4", "pearl-s5"): "5 / 4: 64-row tiles",
+    ("pearl-s5", "pearl-s6"): "6 / 5: wide B entries",
+    ("pearl-s6", "pearl-s7"): "7 / 6: ping-pong consumers",
+}
+
+
+def ablation_cells(run: dict) -> list[dict]:
+    """Every (model, tokens, step) of an ablation run: the paired ratio and its round range."""
+    from .compare import ablation_summary
+
+    cells = []
+    for row in ablation_summary(run)["rows"]:
+        if row["routing"] != "balanced":
+            continue
+        for c in row["cells"]:
+            if "ratio" in c:
+                cells.append(
+                    dict(model=row["model"], tokens=row["tokens"], step=(c["vs"], c["impl"]),
+                         ratio=c["ratio"], lo=c["lo"], hi=c["hi"])
+                )  # fmt: skip
+    return cells
+
+
+def _run_date(run: dict) -> str:
+    return f"{run['env'].get('gpu', GPU).replace('NVIDIA ', '')} ({str(run['env']['date'])[:10]})"
+
+
+def ablation_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """The ablation of stages 3-7 measured on the H200: each stage's time over the previous
+    stage's, per model and tokens per GPU (bar: paired ratio of 5 interleaved rounds, the highest
+    and lowest dropped; whisker: range of the per-round ratios)."""
+    run = replay.load_run(GPU, "ablation", root)
+    cells = ablation_cells(run)
+    labels = {k: v for k, v in STEP_LABELS.items() if any(c["step"] == k for c in cells)}
+    from ..plots import plot_ablation_steps
+
+    fig = plot_ablation_steps(
+        cells,
+        labels,
+        title=f"Stage-by-stage ablation of the sm_90a kernels, measured on {_run_date(run)}, "
+        "gate+up, EP=8: time of stage N / stage N-1 (whiskers: range of the rounds)",
+    )
+    return _save(fig, out_dir, "ablation_h200")
+
+
+#: Implementations of the benchmark figure, the default call first, with their legend labels.
+COMPARE_IMPLS = {
+    "pearl": "pearl (default call)",
+    "triton": "Triton grouped GEMM",
+    "grouped_mm": "torch grouped_mm",
+    "loop": "cuBLAS per-expert loop",
+    "quack-tuned": "quack, tuned",
+    "quack": "quack",
+    "flashinfer": "FlashInfer",
+}
+
+
+def compare_rows(run: dict) -> list[dict]:
+    """One row per (shape, implementation) of a compare run: time / floor of the shape."""
+    problems = {p["id"]: p for p in run["problems"]}
+    rows = []
+    for r in run["records"]:
+        if r.get("status") != "ok":
+            continue
+        p = problems[r["problem"]]
+        shape = str(p["tokens_per_gpu"]) + (
+            "" if p["routing"] == "balanced" else f" {p['routing']}"
+        )
+        rows.append(
+            dict(model=p["model"], shape=shape, impl=r["impl"], us=r["time"]["median_us"],
+                 floor_us=p["floor_us"], ratio=r["time"]["median_us"] / p["floor_us"])
+        )  # fmt: skip
+    return rows
+
+
+def compare_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """The post's benchmark figure, measured on the H200: the three models' gate+up shapes, every
+    implementation (our default call and each baseline, each tuned), latency over the shape's
+    floor (from the run's measured ceilings), in CUDA graphs."""
+    from ..plots import plot_vs_floor
+
+    run = replay.load_run(GPU, "compare", root)
+    fig = plot_vs_floor(
+        compare_rows(run),
+        COMPARE_IMPLS,
+        title=f"Grouped GEMM, gate+up, EP=8, CUDA graphs, measured on {_run_date(run)}: "
+        "latency / floor (floor from the run's measured ceilings)",
+    )
+    return _save(fig, out_dir, "bench_compare_h200")
+
+
 def _latency_fn(model: str) -> Callable[[Path], list[Path]]:
     def fn(out_dir: Path) -> list[Path]:
         return latency_vs_tokens(model, out_dir)
@@ -155,3 +260,5 @@ BENCH_FIGURES: dict[str, Callable[[Path], list[Path]]] = {
 }
 BENCH_FIGURES["bench_pct_of_floor"] = pct_of_floor
 BENCH_FIGURES["stages_latency_h200"] = stages_latency
+BENCH_FIGURES["ablation_h200"] = ablation_figure
+BENCH_FIGURES["bench_compare_h200"] = compare_figure

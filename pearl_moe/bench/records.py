@@ -48,6 +48,9 @@ __all__ = [
     "clocks_under_load",
     "IDLE_CLOCK_SOURCE",
     "LOAD_CLOCK_SOURCE",
+    "SCHEDULER",
+    "SCHEDULER_CUTOVER",
+    "run_scheduler",
 ]
 
 SCHEMA = "pearl-moe-bench/1"
@@ -251,10 +254,39 @@ def clocks_under_load(
     return {**sample, "when": when, "source": LOAD_CLOCK_SOURCE}
 
 
+#: How the device tile scheduler of this tree walks the experts
+#: (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`): "warp-parallel", 32 experts per
+#: dependent load. Runs record it as ``env.scheduler``.
+SCHEDULER = "warp-parallel"
+#: When the warp-parallel walk replaced the serial one (one expert per dependent load): the commit
+#: "scheduler: seek walks 32 experts per step" (c374394). Runs without ``env.scheduler`` are dated:
+#: everything measured before this time used the serial walk.
+SCHEDULER_CUTOVER = "2026-11-30T11:46:45+00:00"
+
+
+def run_scheduler(run: dict) -> tuple[str, str]:
+    """``(scheduler, how we know)`` of a run: ``env.scheduler`` when recorded, else from its date
+    (before :data:`SCHEDULER_CUTOVER`: ``serial``; from then on: ``warp-parallel``)."""
+    env = run.get("env", {})
+    if env.get("scheduler"):
+        return env["scheduler"], "recorded in env.scheduler"
+    date = _dt.datetime.fromisoformat(str(env["date"]))
+    if date.tzinfo is None:
+        date = date.replace(tzinfo=_dt.timezone.utc)
+    if date < _dt.datetime.fromisoformat(SCHEDULER_CUTOVER):
+        return (
+            "serial",
+            f"run dated {env['date']}, before the warp-parallel walk ({SCHEDULER_CUTOVER})",
+        )
+    return "warp-parallel", f"run dated {env['date']}, after {SCHEDULER_CUTOVER}"
+
+
 def environment(command: str | None = None) -> dict:
-    """GPU, clocks, driver and library versions, the date and the host Python."""
+    """GPU, clocks, driver and library versions, the date, the host Python and the tile
+    scheduler's walk (:data:`SCHEDULER`)."""
     env: dict = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "scheduler": SCHEDULER,
         "host_python": platform.python_version(),
         "platform": platform.platform(),
         "command": command or " ".join(sys.argv),
