@@ -378,13 +378,20 @@ def _step_row(problem: Mapping, prev: Mapping, this: Mapping) -> dict:
     return row
 
 
+#: Steps smaller than this are reported as ties even when every round agrees on their sign.
+TIE = 0.01
+
+
 def step_verdict(row: Mapping) -> str:
     """``"faster"`` / ``"slower"`` when every round's ratio is below / above 1 (the step is
-    resolved), else ``"within noise"``; ``"not compared"`` without a paired ratio."""
+    resolved) and the median ratio is at least 1% away from 1; ``"within 1%"`` for a resolved
+    but smaller step; else ``"within noise"``; ``"not compared"`` without a paired ratio."""
     if "ratio" not in row:
         return "not compared"
     if row["rounds"] < 2:
         return "one round: unresolved"
+    if (row["hi"] < 1 or row["lo"] > 1) and abs(row["ratio"] - 1) < TIE:
+        return "within 1%"
     if row["hi"] < 1:
         return "faster"
     if row["lo"] > 1:
