@@ -41,6 +41,10 @@ CASES = {
     "s6-course": (6, course(6)),
     "s7-course": (7, course(7)),
     "s7-one-slot": (7, course(7, acc_slots=1)),  # the same tile before the split
+    # 64 rows per CTA and two 256-column atoms: each atom is folded on its own (review finding;
+    # the split-slot variant spills and is rejected, see test_rejected_configs_say_why)
+    "s7-128x512-2cta-tma": (7, course(7, tile_m=128, epilogue="tma_store", acc_slots=1)),
+    "s7-128x512-2cta-direct": (7, course(7, tile_m=128, acc_slots=1)),
 }
 
 
@@ -226,3 +230,10 @@ def test_lane_check_catches_a_folded_epilogue():
     loads = tmem_load_lanes(good)
     assert [load["lanes"] for load in loads] == [{0: [0], 1: [32], 2: [64], 3: [96]}]
     assert lanes_outside_quarter(loads) == []
+
+
+def test_two_cta_128x512_split_slots_is_rejected_with_a_reason():
+    from pearl_moe.kernels.sm100.common import check_config
+
+    problems = check_config(course(7, tile_m=128), 7)
+    assert any("spills registers" in p for p in problems), problems

@@ -19,8 +19,9 @@ run-time row count and compile-time ``n``, ``k``, ``experts``, as the sm_90a one
 difference: the grouped stages (2-7) also take a ``workspace_ptr`` right after ``out_ptr``, the
 per-expert C TMA descriptors (``E x 128 B``) that a small pre-kernel writes on the device for the
 TMA-store epilogue; ``launch`` supplies it (``stage2_grouped.workspace_for``: allocated once per
-device, stream and expert count). Direct-store kernels do not read it (``launch`` passes a null
-pointer) and need ``out`` 32-byte aligned (``launch`` checks).
+device, stream and expert count). Direct-store kernels take the same arguments but never read
+the workspace (no descriptor pre-kernel runs), and they need ``out`` 32-byte aligned (``launch``
+checks).
 
 The kernels are compile-verified on a CPU (``python -m pearl_moe inspect``,
 ``tests/test_compile_sm100.py``, ``tests/test_sm100_interface.py``); none has ever run: that needs

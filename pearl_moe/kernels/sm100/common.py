@@ -94,6 +94,15 @@ def _kernel_problems(config: GemmConfig) -> list[str]:
             f"(tile_n / cta_group); the swizzled SMEM layout of B needs 8 or a multiple of 16 "
             f"rows (other sizes abort the CuTe DSL compiler)"
         )
+    # 64 rows per CTA (2-CTA tile_m=128) with two 256-column atoms and split slots: the folded
+    # epilogue of both atoms compiles with register spills (LDL/STL in the SASS, DSL 4.8.1).
+    if config.cta_group == 2 and config.cta_tile_m == 64 and config.tile_n > MAX_MMA_N:
+        if config.acc_slots == 2:
+            problems.append(
+                "a 2-CTA 128 x 512 tile with split accumulator slots (64 rows per CTA, two "
+                "folded atoms) spills registers in the epilogue; use tile_m=256 (the post's "
+                "256 x 512 tile) or one slot"
+            )
     # Every SMEM buffer starts 1024-byte aligned (the 128B swizzle repeats every 1024 B); an A or
     # B ring entry of another size leaves padding between the buffers that the budget model does
     # not count (and 8-row B tiles of 96-byte K rows, tile_k=48, abort the compiler).
@@ -310,10 +319,16 @@ class Sm100KernelBase:
         So, as CUTLASS does for this shape (``compute_epilogue_tile_shape``), a step
         takes ``epi_tile_n / 2`` columns from each half: ``(64, (epi_tile_n/2, 2):(1, n/2))``, and
         the TMEM load tiles the warps 2 x 2 (two row halves x two column halves).
+
+        The fold is per MMA atom: a 512-wide tile is two 256-column atoms, each folded at its own
+        128 columns, so the second half of a step starts ``min(tile_n, 256) / 2`` columns on.
+        (Folding at ``tile_n / 2`` would put both halves of a step in the same 64 lanes, and with
+        split slots release slot 0 while later subtiles still read atom 0's columns.)
         """
         if self.use_2cta and self.config.cta_tile_m == 64:
             half = self.config.epi_tile_n // 2
-            cols = cute.make_layout((half, 2), stride=(1, self.config.tile_n // 2))
+            fold = min(self.config.tile_n, MAX_MMA_N) // 2
+            cols = cute.make_layout((half, 2), stride=(1, fold))
             return (cute.make_layout(self.config.cta_tile_m), cols)
         return self.epi_tile_mn
 
