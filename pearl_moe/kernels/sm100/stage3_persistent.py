@@ -403,3 +403,29 @@ def launch(
         A.shape[0],
         stream,
     )
+
+
+def stage_interface(stage: int):
+    """The module interface of course stage ``stage`` (4-7): this kernel with the options up to
+    that stage. Its ``launch`` wants ``out`` 32-byte aligned (256-bit direct stores).
+
+    Returns ``(build, can_implement, compile_kernel, compile_fake, launch)``.
+    """
+    from .common import can_implement as check
+
+    def build_stage(config: GemmConfig, sms: int = B200.sms) -> PersistentGroupedGemmKernel:
+        return build(config, sms, stage)
+
+    def can_implement_stage(config: GemmConfig, n: int, k: int) -> list[str]:
+        return check(config, stage, n, k)
+
+    def compile_stage(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
+        return compile_kernel(config, n, k, experts, sms, stage)
+
+    def compile_fake_stage(config: GemmConfig, m: int, n: int, k: int, experts: int):
+        return compile_fake(config, m, n, k, experts, stage)
+
+    def launch_stage(compiled, A, W, end_offsets, out, host_offsets, stream):
+        launch(compiled, A, W, end_offsets, out, host_offsets, stream, out_align=32)
+
+    return build_stage, can_implement_stage, compile_stage, compile_fake_stage, launch_stage

@@ -17,12 +17,8 @@ Budget, tile 64 x 128 x 64 (1-CTA, direct store, ``ring_depth`` 8 A entries, 4 B
 Compile-verified only: no B200 has ever run this kernel. Same interface as stage 3.
 """
 
-from ...config import GemmConfig
-from ...hardware import B200
 from . import stage3_persistent
-from .common import can_implement as _can_implement
-from .stage2_grouped import workspace_for
-from .stage3_persistent import PersistentGroupedGemmKernel, fake_arguments
+from .stage3_persistent import fake_arguments
 
 __all__ = [
     "STAGE",
@@ -36,31 +32,7 @@ __all__ = [
 
 STAGE = 6
 
-
-def build(config: GemmConfig, sms: int = B200.sms) -> PersistentGroupedGemmKernel:
-    """The stage-3 kernel object, its config allowed the options up to stage 6."""
-    return stage3_persistent.build(config, sms, STAGE)
-
-
-def can_implement(config: GemmConfig, n: int, k: int) -> list[str]:
-    """Reasons this stage cannot run ``config`` at ``(n, k)`` (empty: it can)."""
-    return _can_implement(config, STAGE, n, k)
-
-
-def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
-    """:func:`.stage3_persistent.compile_kernel` at stage 6 (same compiled interface)."""
-    return stage3_persistent.compile_kernel(config, n, k, experts, sms, STAGE)
-
-
-def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
-    """:func:`.stage3_persistent.compile_fake` at stage 6 (CPU inspection)."""
-    return stage3_persistent.compile_fake(config, m, n, k, experts, STAGE)
-
-
-def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
-    """:func:`.stage3_persistent.launch` for a kernel that may store 256 bits at a time: ``out``
-    must be 32-byte aligned (a ``ValueError`` otherwise, before anything is launched)."""
-    stage3_persistent.launch(
-        compiled, A, W, end_offsets, out, host_offsets, stream,
-        out_align=32, get_workspace=workspace_for,
-    )  # fmt: skip
+# The stage-3 kernel with the options up to this stage; ``launch`` wants ``out`` 32-byte aligned.
+build, can_implement, compile_kernel, compile_fake, launch = stage3_persistent.stage_interface(
+    STAGE
+)
