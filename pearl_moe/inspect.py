@@ -422,6 +422,24 @@ def _worker() -> None:
     print("PEARL_MOE_REPORTS=" + json.dumps({"reports": reports}))
 
 
+def write_artifacts(compiled, out: Path) -> tuple[str, str, str]:
+    """Write a compiled kernel's PTX, SASS and cubin into ``out``; returns ``(ptx, sass, tool)``.
+
+    The SASS is the DSL's own dump, or where it refuses this machine's nvdisasm, the cubin
+    disassembled by :func:`disassemble`.
+    """
+    art = compiled.artifacts
+    ptx, sass = art.PTX or "", art.SASS or ""
+    sass_tool = "CuTe DSL (nvdisasm)"
+    if not sass and art.CUBIN:
+        sass, sass_tool = disassemble(art.CUBIN)
+    (out / "kernel.ptx").write_text(ptx)
+    (out / "kernel.sass").write_text(sass)
+    if art.CUBIN:
+        (out / "kernel.cubin").write_bytes(art.CUBIN)
+    return ptx, sass, sass_tool
+
+
 def _compile_job(job: dict) -> dict:
     out = Path(job["out"])
     out.mkdir(parents=True, exist_ok=True)
@@ -434,15 +452,7 @@ def _compile_job(job: dict) -> dict:
         start = time.perf_counter()
         compiled = module.compile_fake(config, job["m"], job["n"], job["k"], job["experts"])
         seconds = time.perf_counter() - start
-    art = compiled.artifacts
-    ptx, sass = art.PTX or "", art.SASS or ""
-    sass_tool = "CuTe DSL (nvdisasm)"
-    if not sass and art.CUBIN:
-        sass, sass_tool = disassemble(art.CUBIN)
-    (out / "kernel.ptx").write_text(ptx)
-    (out / "kernel.sass").write_text(sass)
-    if art.CUBIN:
-        (out / "kernel.cubin").write_bytes(art.CUBIN)
+    ptx, sass, sass_tool = write_artifacts(compiled, out)
     launches = parse_launches(str(compiled.ir_module))
     opcodes = count_opcodes(sass)
     report = KernelReport(

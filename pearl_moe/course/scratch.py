@@ -245,9 +245,9 @@ def _compile(job: dict) -> dict:
     from ..inspect import (
         count_families,
         count_opcodes,
-        disassemble,
         parse_launches,
         parse_tmem_columns,
+        write_artifacts,
     )
 
     out = Path(job["out"])
@@ -266,15 +266,7 @@ def _compile(job: dict) -> dict:
     start = time.perf_counter()
     compiled = cute.compile(getattr(module, job["entry"]), *args)
     seconds = time.perf_counter() - start
-    art = compiled.artifacts
-    ptx, sass = art.PTX or "", art.SASS or ""
-    sass_tool = "CuTe DSL (nvdisasm)"
-    if not sass and art.CUBIN:
-        sass, sass_tool = disassemble(art.CUBIN)
-    (out / "kernel.ptx").write_text(ptx)
-    (out / "kernel.sass").write_text(sass)
-    if art.CUBIN:
-        (out / "kernel.cubin").write_bytes(art.CUBIN)
+    ptx, sass, sass_tool = write_artifacts(compiled, out)
     opcodes = count_opcodes(sass)
     report = ScratchReport(
         arch=job["arch"],
