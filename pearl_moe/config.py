@@ -180,10 +180,12 @@ class GemmConfig:
             yield f"wgmma has N from 8 to {MAX_MMA_N} in steps of 8; tile_n={self.tile_n}"
         if self.acc_buffers not in (None, 1):
             yield "accumulator buffers are a tensor-memory feature of sm_100a"
-        if self.acc_slots == 2 and self.tile_m > 64:
+        if self.acc_slots == 2 and self.tile_m * self.tile_n > 128 * 128:
             yield (
-                "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate 64-row "
-                f"tiles (ping-pong): tile_m must be at most 64, got {self.tile_m}"
+                "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate tiles "
+                "(ping-pong), each holding a whole tile's fp32 accumulator in its registers: "
+                f"tile_m x tile_n / 128 threads must be at most 128 registers, got "
+                f"{self.tile_m} x {self.tile_n} ({self.tile_m * self.tile_n // 128})"
             )
 
     # ------------------------------------------------------------------ derived

@@ -9,6 +9,8 @@ compiling). Stages 4-7 are compiled with the course's configuration for them
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pearl_moe.config import GemmConfig
@@ -27,6 +29,7 @@ CASES = {
     "s7-pingpong-narrowB": (7, stage_config("sm_90a", 7).with_(b_k_tiles=1)),
     "s5-16rows-shiftA": (5, stage_config("sm_90a", 5).with_(tile_m=16, shift_a_box=True)),
     "s7-32rows": (7, stage_config("sm_90a", 7).with_(tile_m=32)),
+    "s7-128x128-pingpong": (7, stage_config("sm_90a", 7).with_(tile_m=128, tile_n=128)),
 }
 DIRECT = [name for name, (_, cfg) in CASES.items() if cfg.epilogue == "direct_store"]
 TMA_STORE = [name for name in CASES if name not in DIRECT]
@@ -86,6 +89,16 @@ def test_wide_b_entries_issue_two_tma_boxes_per_copy(reports):
     # one A box plus one B box, against one A box plus the B copy's two 128-byte-wide boxes
     assert narrow.families["UTMALDG (TMA load)"] == 2
     assert wide.families["UTMALDG (TMA load)"] == 3
+
+
+def test_128_row_pingpong_runs_two_m64_wgmma_per_k_block(reports):
+    """One ping-pong warpgroup owns a whole 128-row tile: two m64 wgmma per 16-deep k block, as
+    many as the two cooperative warpgroups of a 128-row tile issue together (each one m64)."""
+    pp, coop = reports["s7-128x128-pingpong"], reports["s6-128x128-wideB"]
+    kblocks = 64 // 16  # one K tile of 64 (the mainloop body issues one K tile at a time)
+    assert pp.families["HGMMA (wgmma)"] == 2 * kblocks
+    assert coop.families["HGMMA (wgmma)"] == kblocks
+    assert "HGMMA.64x128x16.F32.BF16" in Path(pp.files["sass"]).read_text()
 
 
 def test_pingpong_hands_the_mainloop_over_on_named_barriers(reports):

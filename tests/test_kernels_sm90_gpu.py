@@ -34,6 +34,8 @@ VARIANTS = {
     "s7-narrowB": (7, dict(b_k_tiles=1)),
     "s7-64x256": (7, dict(tile_n=256)),
     "s7-ring3": (7, dict(ring_depth=3)),
+    "s7-128x128": (7, dict(tile_m=128, tile_n=128)),  # one warpgroup, two m64 blocks per tile
+    "s7-128x128-narrowB-shiftA": (7, dict(tile_m=128, b_k_tiles=1, shift_a_box=True)),
     # beyond the post: A boxes kept inside A, and tiles of fewer rows than the 64-row wgmma
     "s4-shiftA": (4, dict(shift_a_box=True)),
     "s5-16rows": (5, dict(tile_m=16)),

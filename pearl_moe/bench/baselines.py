@@ -315,14 +315,21 @@ def _pearl_kernels():
 
 
 def _parse_overrides(spec: str) -> dict:
-    """``"tile_m=64+ring_depth=5"`` -> ``{"tile_m": 64, "ring_depth": 5}`` (GemmConfig fields)."""
+    """``"tile_m=64+shift_a_box=true"`` -> ``{"tile_m": 64, "shift_a_box": True}`` (GemmConfig
+    fields; integers, true/false, or strings such as ``epilogue=direct_store``)."""
     out = {}
     for item in filter(None, spec.split("+")):
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"config override {item!r} is not key=value")
         key = LEGACY_FIELD_NAMES.get(key.strip(), key.strip())  # "stages" in older run names
-        out[key] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+        value = value.strip()
+        if value.lstrip("-").isdigit():
+            out[key] = int(value)
+        elif value.lower() in ("true", "false"):
+            out[key] = value.lower() == "true"
+        else:
+            out[key] = value
     return out
 
 

@@ -126,10 +126,11 @@ class Sm90KernelBase:
         self.b_ring_depth = config.b_ring_depth
         self.pingpong = config.acc_slots == 2
         # One wgmma warpgroup per 64 accumulator rows (wgmma's M is 64) computes a tile; in
-        # ping-pong two warpgroups each own a whole 64-row tile and take alternate tiles. A tile
-        # of fewer rows still runs a 64-row wgmma (its extra accumulator rows are dropped).
+        # ping-pong two warpgroups each own a whole tile and take alternate tiles (a 128-row tile
+        # is then two m64 wgmma per k block in one warpgroup). A tile of fewer rows still runs a
+        # 64-row wgmma (its extra accumulator rows are dropped).
         self.mma_m = max(self.tile_m, 64)
-        self.num_mma_warpgroups = self.mma_m // 64
+        self.num_mma_warpgroups = 1 if self.pingpong else self.mma_m // 64
         self.shift_a_box = config.shift_a_box
         self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
         self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups

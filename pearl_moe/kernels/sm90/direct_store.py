@@ -65,7 +65,8 @@ class DirectStoreEpilogue:
 
     @cute.jit
     def _store_direct(self, tiled_mma, acc, mC_mn, a_row0, first, valid, n_tile, mma_tidx):
-        """Store one tile's accumulator (this warpgroup's 64 rows) straight to ``out``.
+        """Store one tile's accumulator (this warpgroup's rows: 64, or 128 in a 128-row ping-pong
+        tile) straight to ``out``.
 
         ``mC_mn`` is ``out`` as (rows, n). Accumulator row ``r`` is output row ``a_row0 + r``;
         rows ``first .. first + valid - 1`` belong to the tile (``first`` > 0 when the A box
@@ -75,30 +76,34 @@ class DirectStoreEpilogue:
         tCcC = tiled_mma.get_slice(mma_tidx).partition_C(
             cute.make_identity_tensor((self.mma_m, self.tile_n))
         )
-        # (MMA, MMA_M, MMA_N) in bf16, then the same registers as 32-bit words: word (h, j) holds
-        # columns 8 j + 2 (l % 4) + {0, 1} of row half h
-        rC = cute.make_rmem_tensor(acc.layout, self.c_dtype)
-        rC.store(acc.load().to(self.c_dtype))
-        rW = cute.recast_tensor(rC, Int32)
         q = (mma_tidx % 32) % 4
         n = cute.size(mC_mn, mode=[1])
         col_tile = n_tile * self.tile_n
         base = mC_mn.iterator.toint()
-        for h in cutlass.range_constexpr(2):
-            row = tCcC[((0, h, 0), 0, 0)][0]  # this thread's row (inside the tile) in half h
-            for g in cutlass.range_constexpr(self.tile_n // 32):
-                words = [rW[h + 2 * (4 * g + p)] for p in range(4)]
-                out = quad_transpose(words, q)
-                col = col_tile + 32 * g + 8 * q
-                if row >= first and row < first + valid and col < n:
-                    offset = (Int64(a_row0 + row) * n + col) * 2  # bytes
-                    dst = cute.make_tensor(
-                        cute.make_ptr(
-                            Int32, base + offset, cute.AddressSpace.gmem, assumed_align=16
-                        ),
-                        cute.make_layout(4),
-                    )
-                    src = cute.make_rmem_tensor(cute.make_layout(4), Int32)
-                    for p in cutlass.range_constexpr(4):
-                        src[p] = out[p]
-                    cute.autovec_copy(src, dst)
+        # MMA_M is 1, or 2 when one ping-pong warpgroup computes a 128-row tile (two m64 blocks)
+        for m in cutlass.range_constexpr(cute.size(acc, mode=[1])):
+            # (MMA, MMA_N) of block m in bf16, then the same registers as 32-bit words: word
+            # (h, j) holds columns 8 j + 2 (l % 4) + {0, 1} of row half h (one block at a time
+            # keeps the bf16 copy at tile_n / 4 registers)
+            acc_m = acc[(None, m, None)]
+            rC = cute.make_rmem_tensor(acc_m.layout, self.c_dtype)
+            rC.store(acc_m.load().to(self.c_dtype))
+            rW = cute.recast_tensor(rC, Int32)
+            for h in cutlass.range_constexpr(2):
+                row = tCcC[((0, h, 0), m, 0)][0]  # this thread's row (inside the tile) in half h
+                for g in cutlass.range_constexpr(self.tile_n // 32):
+                    words = [rW[h + 2 * (4 * g + p)] for p in range(4)]
+                    out = quad_transpose(words, q)
+                    col = col_tile + 32 * g + 8 * q
+                    if row >= first and row < first + valid and col < n:
+                        offset = (Int64(a_row0 + row) * n + col) * 2  # bytes
+                        dst = cute.make_tensor(
+                            cute.make_ptr(
+                                Int32, base + offset, cute.AddressSpace.gmem, assumed_align=16
+                            ),
+                            cute.make_layout(4),
+                        )
+                        src = cute.make_rmem_tensor(cute.make_layout(4), Int32)
+                        for p in cutlass.range_constexpr(4):
+                            src[p] = out[p]
+                        cute.autovec_copy(src, dst)
