@@ -139,3 +139,26 @@ def test_robust_pick_takes_the_best_worst_case_over_routings():
     # small: worst 1.20 (skewed), mid: worst 1.03, big: worst 1.10 (balanced)
     assert tune._robust_best(balanced, skewed) == "mid"
     assert tune._robust_best(balanced, {}) == "small"
+
+
+def test_close_candidates_are_timed_again_with_more_rounds(fake_candidates):
+    entry = tune.tune_problem(
+        TINY, "sm_90a", _args(refine_within=0.2, refine_rounds=3), device="cpu"
+    )
+    assert (entry["config"]["tile_m"], entry["config"]["tile_n"]) == (16, 256)
+    first = entry["refined"]["first_pass"]
+    again = entry["candidates"]  # only the finalists, timed in the second pass
+    assert entry["refined"]["rounds"] == 3
+    assert 1 < len(again) <= 5 < len(first)
+    assert set(again) <= set(first) and list(again)[0] == list(first)[0]
+    # without the option (the fake's other candidates are 11% slower than the winner) nothing
+    # is close enough to need a second pass
+    assert "refined" not in tune.tune_problem(TINY, "sm_90a", _args(), device="cpu")
+
+
+def test_refine_finalists_are_the_close_ones_fastest_first():
+    t = lambda us: types.SimpleNamespace(median_s=us * 1e-6)  # noqa: E731
+    measured = {"a": t(104), "b": t(100), "c": t(106), "d": t(101)}
+    assert tune.refine_finalists(measured, 0.05) == ["b", "d", "a"]
+    assert tune.refine_finalists(measured, 0.0) == []
+    assert tune.refine_finalists(measured, 0.5, most=2) == ["b", "d"]

@@ -40,7 +40,7 @@ from .registry import (
     register_family,
 )
 
-__all__ = ["DEFAULT_IMPLS", "PEARL_STAGES", "FLASHINFER_WHY_NOT"]
+__all__ = ["DEFAULT_IMPLS", "PEARL_STAGES", "FLASHINFER_WHY_NOT", "parse_overrides"]
 
 
 # ------------------------------------------------------------------------- per-expert loop
@@ -314,7 +314,7 @@ def _pearl_kernels():
     return kernels
 
 
-def _parse_overrides(spec: str) -> dict:
+def parse_overrides(spec: str) -> dict:
     """``"tile_m=64+shift_a_box=true"`` -> ``{"tile_m": 64, "shift_a_box": True}`` (GemmConfig
     fields; integers, true/false, or strings such as ``epilogue=direct_store``)."""
     out = {}
@@ -341,7 +341,7 @@ def pearl_variant(name: str) -> Implementation:
     base, _, spec = name.partition(":")
     if not base.startswith("pearl-s") or not base[len("pearl-s") :].isdigit():
         raise KeyError(f"unknown implementation {name!r}")
-    return _pearl(int(base[len("pearl-s") :]), _parse_overrides(spec), name)
+    return _pearl(int(base[len("pearl-s") :]), parse_overrides(spec), name)
 
 
 def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = None):
