@@ -150,7 +150,7 @@ class SmemBudgetExplorer(_Explorer):
     """GemmConfig knobs -> the shared-memory bars and (on sm_100a) the TMEM column map.
 
     The GPU control pairs a target with a machine: an sm_100a kernel on an H200 (or a 2-CTA tile,
-    or acc_slots=2 on a 128-row Hopper tile) is refused with the reason instead of a plot.
+    or acc_slots=2 on a Hopper tile whose accumulator does not fit one warpgroup's registers) is refused with the reason instead of a plot.
     """
 
     def __init__(self, config: GemmConfig | None = None, gpu: str | None = None) -> None:

@@ -53,11 +53,12 @@ def test_the_model_ranks_the_measurements():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "largest error 13.2% (> 10%) after the refit of 2026-11-30 with the scheduler walk, "
-        "trailing empty CTAs and L2 row segments (134 records, median 3.8%, Spearman 0.993): "
-        "128-row tiles at 4096 tokens are modeled 10-13% slow while 64-row tiles fit, and stage 2 "
-        "vs 3 at 1 token differ in sign between DeepSeek V4 Pro and Kimi K3; see the calibrate "
-        "output"
+        "largest error 35.6% (> 10%; 158 records, median 4.5%, Spearman 0.993). The fit of "
+        "2026-11-30 (134 records) was at 13.2%: 128-row tiles at 4096 tokens modeled 10-13% slow, "
+        "stage 2 vs 3 at 1 token of opposite sign for DeepSeek V4 Pro and Kimi K3. The later "
+        "probe run (1024/4096 tokens, not in that fit) shows two missing mechanisms: 64 x 256 "
+        "ping-pong tiles modeled 20-36% slow (the model sees them L2-bound) and 128 x 128 tiles "
+        "with wide B entries modeled 13-20% fast; see the calibrate output"
     ),
 )
 def test_calibration_gate():
@@ -108,8 +109,10 @@ def test_each_run_says_which_scheduler_walk_it_measured():
     from pearl_moe.bench.records import SCHEDULER, environment, run_scheduler
 
     records, _ = calibrate.load_records()
-    # every committed run predates the warp-parallel walk (2026-11-30 11:46 UTC)
-    assert {r.scheduler for r in records} == {"serial"}
+    # runs before the warp-parallel walk (2026-11-30 11:46 UTC) measured the serial walk
+    walks = {r.kind: r.scheduler for r in records}
+    assert walks["stages"] == walks["ablation"] == walks["stage_sweep"] == "serial"
+    assert walks.get("probe", "warp-parallel") == "warp-parallel"
     dated = {"env": {"date": "2026-11-30T12:00:00+00:00"}}
     assert run_scheduler(dated)[0] == "warp-parallel"
     assert run_scheduler({"env": {"date": "2026-11-29T14:00:00+00:00"}})[0] == "serial"

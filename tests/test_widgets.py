@@ -135,10 +135,14 @@ def test_smem_explorer_says_why_hopper_cannot():
     ex.cta_group.value = 2  # a 2-CTA tile on an H200
     assert "Blackwell" in ex.last_error
     ex.cta_group.value = 1
-    ex.acc_slots.value = 2  # ping-pong needs 64-row tiles on Hopper
-    assert "tile_m must be at most 64" in ex.last_error
-    ex.tile_m.value = 64
+    ex.tile_n.value = 256
+    ex.acc_slots.value = 2  # a ping-pong warpgroup holds a whole tile's accumulator
+    assert ex.tile_m.value == 128
+    assert "must be at most 128 registers" in ex.last_error
+    ex.tile_n.value = 128  # 128 x 128: 128 registers per thread
     ex.epilogue.value = "direct_store"
+    assert ex.last_error is None and "pingpong" in ex.last_text
+    ex.tile_m.value = 64
     assert ex.last_error is None and "pingpong" in ex.last_text
 
 

@@ -384,7 +384,8 @@ def candidates(
       tile at 16 rows per expert is 7/8 padding), 128-row tiles at prefill, both in between;
       ``tile_n`` 192 only where it divides ``n``; never wider than ``n``.
     * **options** in the order of the course's stages (:data:`OPTIONS`): TMA store (stage 3), direct
-      store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7, 64-row tiles).
+      store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7; 64-row tiles here, 128 x 128
+      ping-pong tiles come from :func:`_small_tile_candidates` at mid sizes).
       Each is tried on the most promising shapes first, so truncation at ``limit`` drops the least
       likely combinations.
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,

@@ -2,8 +2,10 @@
 
 Blackwell's stage 7 splits the TMEM accumulator into two slots so the epilogue of one tile overlaps
 the MMA of the next. Hopper has no TMEM: the accumulator lives in the registers of the warpgroup
-that issued the wgmma. The analog is two accumulators in two consumer warpgroups (``acc_slots=2``,
-64-row tiles): warpgroup 0 takes the CTA's tiles 0, 2, 4, ..., warpgroup 1 tiles 1, 3, 5, ...
+that issued the wgmma. The analog is two accumulators in two consumer warpgroups (``acc_slots=2``):
+warpgroup 0 takes the CTA's tiles 0, 2, 4, ..., warpgroup 1 tiles 1, 3, 5, ... Each warpgroup owns a
+whole tile: 64 rows (one m64 wgmma per k block), or 128 rows at ``tile_n`` <= 128 (two m64 wgmma per
+k block, the same 128 accumulator registers per thread as a 64 x 256 tile).
 While one converts and stores its tile, the other already runs the next tile's wgmma::
 
     WG 0:  [ MMA tile 0 ][ store 0 ]            [ MMA tile 2 ][ store 2 ] ...
@@ -17,9 +19,9 @@ could wait for an entry two fills ahead of the producer, and an mbarrier's phase
 cannot tell fill ``f`` from fill ``f - 2``: it would read the older tile's data.
 
 Register budget: 128 producer threads at 40 registers + 256 consumer threads at 232 registers =
-64,512 of the SM's 65,536; each consumer thread keeps a 64 x tile_n / 128 fp32 accumulator
-(64 registers at tile_n = 128). The epilogue is the direct store of stage 4 (no shared buffer the
-two warpgroups would have to share).
+64,512 of the SM's 65,536; each consumer thread keeps a tile_m x tile_n / 128 fp32 accumulator
+(64 registers at 64 x 128, 128 at 64 x 256 or 128 x 128). The epilogue is the direct store of
+stage 4 (no shared buffer the two warpgroups would have to share).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 What changes since stage 6
 --------------------------
-``acc_slots=2`` at ``tile_m=64``: a second consumer warpgroup with its own accumulator
+``acc_slots=2`` at ``tile_m=64`` (the course's tile; 128 x 128 tiles also fit one warpgroup's
+registers and the tuner uses them at mid sizes): a second consumer warpgroup with its own accumulator
 (:class:`.pingpong.PingPongTurns`). The warpgroups take alternate tiles of the CTA and hand the
 mainloop over through two named barriers, so one stores its tile while the other multiplies the
 next. Blackwell's stage 7 gets the same overlap by splitting its TMEM accumulator into two slots;
