@@ -28,6 +28,9 @@ Terms used throughout:
   are dropped. At decode an expert has a handful of rows: smaller A entries, more of them.
 * ``shift_a_box`` starts each A box early enough that it ends inside A (TMA boxes that cross the
   tensor's end are slow); the epilogue then skips the rows before the tile.
+* ``swap_ab`` (sm_90a) swaps the wgmma operands: a 64-row block of weights is the MMA's M and the
+  tile's ``tile_m`` tokens its N (8-64), so a decode tile computes no padding rows; the
+  accumulator is then weight rows x tokens, written by the direct store.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -78,6 +81,7 @@ class GemmConfig:
     acc_slots: int = 1
     store_bits: int | None = None  # direct stores: None = the widest the arch has
     shift_a_box: bool = False  # start A boxes early enough to end inside A (needs direct_store)
+    swap_ab: bool = False  # sm_90a: weights as the 64-row wgmma operand, tokens as its N
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -128,6 +132,8 @@ class GemmConfig:
     def _sm100_problems(self):
         if self.shift_a_box:
             yield "shift_a_box is implemented by the sm_90a kernels only"
+        if self.swap_ab:
+            yield "swap_ab is implemented by the sm_90a kernels only"
         if self.cta_group not in (1, 2):
             yield f"cta_group must be 1 or 2, got {self.cta_group}"
             return
@@ -180,6 +186,18 @@ class GemmConfig:
             yield f"wgmma has N from 8 to {MAX_MMA_N} in steps of 8; tile_n={self.tile_n}"
         if self.acc_buffers not in (None, 1):
             yield "accumulator buffers are a tensor-memory feature of sm_100a"
+        if self.swap_ab:
+            if self.epilogue != "direct_store":
+                yield (
+                    "swap_ab leaves the accumulator transposed (weight rows x tokens): only the "
+                    "direct store writes it (epilogue='direct_store')"
+                )
+            if self.tile_m > 64:
+                yield f"swap_ab makes tile_m the wgmma's N: at most 64 here, got {self.tile_m}"
+            if self.tile_n % 64:
+                yield (f"swap_ab makes tile_n the wgmma's M: a multiple of 64, got {self.tile_n}")
+            if self.acc_slots != 1:
+                yield "swap_ab has one consumer warpgroup (acc_slots=1)"
         if self.acc_slots == 2 and self.tile_m * self.tile_n > 128 * 128:
             yield (
                 "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate tiles "
@@ -271,6 +289,8 @@ class GemmConfig:
             parts.append(f"B{self.b_k_tiles}")
         if self.shift_a_box:
             parts.append("shiftA")
+        if self.swap_ab:
+            parts.append("swapAB")
         if self.epilogue == "direct_store":
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -61,9 +62,14 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=5, help="timed replays per impl per round")
     p.add_argument("--tune-rounds", type=int, default=3)
     p.add_argument("--tune-reps", type=int, default=3)
-    p.add_argument("--limit", type=int, default=20, help="most tuning candidates per shape")
+    p.add_argument("--limit", type=int, default=28, help="most tuning candidates per shape")
     p.add_argument("--jobs", type=int, default=12, help="compile worker processes")
     p.add_argument("--table", default=None, help="use this table instead of tuning (no tune)")
+    p.add_argument(
+        "--merge-table",
+        default=None,
+        help="start the tune from this table: shapes not in --tune-tokens keep its entries",
+    )
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # tests: "cpu"
     p.add_argument(
         "--plan",
@@ -313,9 +319,14 @@ def main(argv=None) -> int:
     if "tune" in phases and not args.table:
 
         def do_tune(deadline):
+            merge = []
+            if args.merge_table:
+                shutil.copyfile(args.merge_table, table_path)
+            else:
+                merge = ["--no-merge"]
             targs = tune.parse_args(
                 ["--rounds", str(args.tune_rounds), "--reps", str(args.tune_reps),
-                 "--limit", str(args.limit), "--no-merge"]
+                 "--limit", str(args.limit), *merge]
             )  # fmt: skip
             tenv = environment(command + "  [phase tune]")
             table = tune.run_tuning(

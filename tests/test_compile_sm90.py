@@ -9,6 +9,7 @@ compiling). Stages 4-7 are compiled with the course's configuration for them
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,23 @@ CASES = {
     "s5-16rows-shiftA": (5, stage_config("sm_90a", 5).with_(tile_m=16, shift_a_box=True)),
     "s7-32rows": (7, stage_config("sm_90a", 7).with_(tile_m=32)),
     "s7-128x128-pingpong": (7, stage_config("sm_90a", 7).with_(tile_m=128, tile_n=128)),
+    # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
+    "s6-16x128-swapAB": (
+        6,
+        stage_config("sm_90a", 6).with_(tile_m=16, shift_a_box=True, swap_ab=True),
+    ),  # fmt: skip
+    "s5-8x256-swapAB": (
+        5,
+        stage_config("sm_90a", 5).with_(tile_m=8, tile_n=256, shift_a_box=True, swap_ab=True),
+    ),  # fmt: skip
 }
-DIRECT = [name for name, (_, cfg) in CASES.items() if cfg.epilogue == "direct_store"]
-TMA_STORE = [name for name in CASES if name not in DIRECT]
+SWAPPED = [name for name, (_, cfg) in CASES.items() if cfg.swap_ab]
+DIRECT = [
+    name
+    for name, (_, cfg) in CASES.items()
+    if cfg.epilogue == "direct_store" and name not in SWAPPED
+]
+TMA_STORE = [name for name in CASES if name not in DIRECT + SWAPPED]
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +114,20 @@ def test_128_row_pingpong_runs_two_m64_wgmma_per_k_block(reports):
     assert pp.families["HGMMA (wgmma)"] == 2 * kblocks
     assert coop.families["HGMMA (wgmma)"] == kblocks
     assert "HGMMA.64x128x16.F32.BF16" in Path(pp.files["sass"]).read_text()
+
+
+@pytest.mark.parametrize("name", SWAPPED)
+def test_swapped_operands_make_the_tokens_the_wgmma_n(reports, name):
+    """With ``swap_ab`` every wgmma is 64 weight rows x tile_m tokens (no padding rows computed),
+    tile_n / 64 of them per k block, and the transposed accumulator leaves by bf16 stores."""
+    report = reports[name]
+    cfg = report.gemm_config
+    sass = Path(report.files["sass"]).read_text()
+    shapes = set(re.findall(r"HGMMA\.(\d+)x(\d+)x16", sass))
+    assert shapes == {("64", str(cfg.tile_m))}
+    assert report.families["HGMMA (wgmma)"] == (cfg.tile_n // 64) * (cfg.tile_k // 16)
+    assert report.families["UTMASTG (TMA store)"] == 0
+    assert set(re.findall(r"STG\.E[.A-Z0-9]*", sass)) == {"STG.E.U16"}
 
 
 def test_pingpong_hands_the_mainloop_over_on_named_barriers(reports):

@@ -111,6 +111,18 @@ def test_2cta_splits_a_and_b_across_the_pair():
         (dict(epilogue="smem"), "epilogue must be"),
         (dict(b_k_tiles=3), "b_k_tiles"),
         (dict(epi_tile_n=48), "epi_tile_n"),
+        (dict(swap_ab=True, epilogue="direct_store"), "sm_90a kernels only"),
+        (dict(arch="sm_90a", tile_m=16, swap_ab=True), "only the direct store"),
+        (dict(arch="sm_90a", tile_m=128, swap_ab=True, epilogue="direct_store"), "at most 64"),
+        (
+            dict(arch="sm_90a", tile_m=16, tile_n=96, swap_ab=True, epilogue="direct_store"),
+            "multiple of 64",
+        ),
+        (
+            dict(arch="sm_90a", tile_m=64, swap_ab=True, epilogue="direct_store", acc_slots=2),
+            "one consumer warpgroup",
+        ),
+        (dict(arch="sm_90a", tile_m=128, tile_n=256, acc_slots=2), "at most 128 registers"),
     ],
 )
 def test_configurations_that_cannot_exist(kwargs, message):

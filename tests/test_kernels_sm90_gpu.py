@@ -42,6 +42,11 @@ VARIANTS = {
     "s5-8rows-shiftA": (5, dict(tile_m=8, shift_a_box=True)),
     "s6-16rows-shiftA": (6, dict(tile_m=16, shift_a_box=True)),
     "s7-32rows-shiftA": (7, dict(tile_m=32, shift_a_box=True)),
+    # swapped operands: weights as the wgmma's M, tokens as its N
+    "s5-16x128-swapAB": (5, dict(tile_m=16, shift_a_box=True, swap_ab=True)),
+    "s6-8x128-swapAB": (6, dict(tile_m=8, shift_a_box=True, swap_ab=True)),
+    "s6-32x256-swapAB": (6, dict(tile_m=32, tile_n=256, shift_a_box=True, swap_ab=True)),
+    "s5-64x128-swapAB-noshift": (5, dict(tile_m=64, swap_ab=True)),
 }
 TOKENS = (1, 16, 64, 256, 1024)
 ROUTINGS = ("balanced", "random", "skewed")

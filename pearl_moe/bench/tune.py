@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokens", default=DEFAULT_TOKENS, help="tokens per GPU, comma list")
     p.add_argument("--ep", type=int, default=8, help="expert-parallel degree")
     p.add_argument("--projection", default="gate_up", choices=("gate_up", "down"))
-    p.add_argument("--limit", type=int, default=20, help="most candidates per shape")
+    p.add_argument("--limit", type=int, default=28, help="most candidates per shape")
     p.add_argument(
         "--skew-tokens",
         default="64",
@@ -375,7 +375,9 @@ def run_tuning(
     if out.is_file() and not getattr(args, "no_merge", False):
         old = json.loads(out.read_text())
         if old.get("schema") == TABLE_SCHEMA and old.get("gpu") == gpu:
-            table["entries"] = old["entries"]
+            # entries of shapes this run does not tune stay, saying when they were tuned
+            when = (old.get("env") or {}).get("date")
+            table["entries"] = [{"tuned_at": when, **e} for e in old["entries"]]
     bar = tqdm(total=len(problems), desc="tune", unit="shape") if tqdm else None
     skipped = []
     for problem in problems:
@@ -392,6 +394,7 @@ def run_tuning(
             print(f"\ntune {problem.name}: {type(exc).__name__}: {exc}"[:800], flush=True)
             harness_sync(device)
         else:
+            entry["tuned_at"] = env.get("date")
             table["entries"] = merge_entries(table["entries"], [entry])
             _write_table(out, table)
         if torch.device(device).type == "cuda":

@@ -344,7 +344,9 @@ def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[
     * tile widths: 128 and 256, and at most one row per expert also 96 (only the experts some
       token picked are active, e.g. 6 for DeepSeek V4 Pro at 1 token: 6 x 6144 / 128 = 288
       tiles are 2.2 waves of 132 SMs, 6 x 6144 / 96 = 384 tiles are 2.9);
-    * options in the order the H200 ablation ranked them: plain, wide B entries, ping-pong.
+    * options in the order the H200 ablation ranked them: plain, wide B entries, ping-pong;
+      before them, at decode, the same heights with swapped operands (``swap_ab``: the weights
+      as the wgmma's 64-row M, the tile's tokens as its N), which compute no padding rows.
     """
     if per_expert <= 64:
         heights = [m for m in (8, 16, 32, 64) if m >= per_expert][:2]
@@ -358,6 +360,18 @@ def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[
     widths = [w for w in widths if w <= max(n, 64)]
     direct = {"epilogue": "direct_store", "shift_a_box": True}
     out = []
+    if per_expert <= 64:
+        # swapped operands first: the weights are the wgmma's M, the tokens its N (no padding rows)
+        for b_k_tiles in (1, 2):
+            for tile_n in (128, 256):
+                for tile_m in heights:
+                    if tile_m < 64 and tile_n <= max(n, 64):
+                        out.append(
+                            base.with_(
+                                tile_m=tile_m, tile_n=tile_n, b_k_tiles=b_k_tiles,
+                                swap_ab=True, **direct,
+                            )
+                        )  # fmt: skip
     for extra in ({}, {"b_k_tiles": 2}, {"acc_slots": 2}):
         for tile_n in widths:
             for tile_m in heights:
@@ -369,7 +383,7 @@ def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[
 
 
 def candidates(
-    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 20
+    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 28
 ) -> list[tuple[int, GemmConfig]]:
     """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
 

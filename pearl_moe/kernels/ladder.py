@@ -112,6 +112,8 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
         later(4, "shifting A boxes inside A (with the direct store)")
     if config.tile_m < 64:
         later(5, f"a {config.tile_m}-row tile (smaller than the 64-row MMA)")
+    if config.swap_ab:
+        later(5, "swapped operands (tokens as the MMA's N)")
     if config.arch == "sm_100a" and config.cta_group == 1 and config.tile_m == 64:
         later(5, "the 1-CTA 64-row tile")
     if config.b_k_tiles > 1:

@@ -131,6 +131,12 @@ class Sm90KernelBase:
         # 64-row wgmma (its extra accumulator rows are dropped).
         self.mma_m = max(self.tile_m, 64)
         self.num_mma_warpgroups = 1 if self.pingpong else self.mma_m // 64
+        # Swapped operands: the tile's tile_n weight rows are the wgmma's M (tile_n / 64 m64
+        # blocks, one warpgroup) and its tile_m tokens the wgmma's N.
+        self.swap_ab = config.swap_ab
+        if self.swap_ab:
+            self.mma_m = self.tile_n
+            self.num_mma_warpgroups = 1
         self.shift_a_box = config.shift_a_box
         self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
         self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups
@@ -148,7 +154,7 @@ class Sm90KernelBase:
             row.sm90_mma_major_mode(),
             self.acc_dtype,
             (self.num_mma_warpgroups, 1, 1),
-            tiler_mn=(64, self.tile_n),
+            tiler_mn=(64, self.tile_m if self.swap_ab else self.tile_n),
         )
         # (tile_m, tile_k, ring_depth), (tile_n, tile_k * b_k_tiles, b_ring_depth),
         # (tile_m, epi_n, epi_buffers)
@@ -261,20 +267,21 @@ class Sm90KernelBase:
     def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, a_index, b_index=None, b_kblock0=0):
         """All wgmma instructions of one k tile (tile_k / 16 of them), committed as one group.
 
-        ``a_index`` / ``b_index`` pick the ring entries (the same entry unless B has a ring of
-        its own); ``b_kblock0`` is this K tile's first k block inside a wide B entry.
+        ``tCrA`` / ``tCrB`` are the fragments of the A ring (tokens) and of the B ring (weights);
+        with ``swap_ab`` the wgmma takes them the other way round. ``a_index`` / ``b_index`` pick
+        the ring entries (the same entry unless B has a ring of its own); ``b_kblock0`` is this K
+        tile's first k block inside a wide B entry.
         """
         if cutlass.const_expr(b_index is None):
             b_index = a_index
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
-            cute.gemm(
-                tiled_mma,
-                acc,
-                tCrA[(None, None, kb, a_index)],
-                tCrB[(None, None, b_kblock0 + kb, b_index)],
-                acc,
-            )
+            a_kblock = tCrA[(None, None, kb, a_index)]
+            b_kblock = tCrB[(None, None, b_kblock0 + kb, b_index)]
+            if cutlass.const_expr(self.swap_ab):  # weights are the MMA's A, tokens its B
+                cute.gemm(tiled_mma, acc, b_kblock, a_kblock, acc)
+            else:
+                cute.gemm(tiled_mma, acc, a_kblock, b_kblock, acc)
         cute.nvgpu.warpgroup.commit_group()
 
     @cute.jit

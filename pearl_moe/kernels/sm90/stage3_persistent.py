@@ -219,14 +219,27 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                 slot = consumer_tidx // WARPGROUP_THREADS
                 mma_tidx = consumer_tidx % WARPGROUP_THREADS
             thr_mma = tiled_mma.get_slice(mma_tidx // WARPGROUP_THREADS * WARPGROUP_THREADS)
-            # (MMA, MMA_M, MMA_K, ring_depth)
-            tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
-            # (MMA, MMA_N, MMA_K * b_k_tiles, b_ring_depth)
-            tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
-            # (MMA, MMA_M, MMA_N)
-            acc = cute.make_rmem_tensor(
-                thr_mma.partition_shape_C((self.mma_m, self.tile_n)), self.acc_dtype
-            )
+            if cutlass.const_expr(self.swap_ab):
+                # the weights are the wgmma's A, the tile's tokens its B:
+                # (MMA, MMA_N = tile_m / wgmma N, MMA_K, ring_depth) of the A ring's tile_m rows
+                tCrA = tiled_mma.make_fragment_B(
+                    thr_mma.partition_B(self._a_box_view(sA, a_smem_layout))
+                )
+                # (MMA, MMA_M = tile_n / 64, MMA_K * b_k_tiles, b_ring_depth)
+                tCrB = tiled_mma.make_fragment_A(thr_mma.partition_A(sB))
+                # (MMA, MMA_M, MMA_N): weight rows x tokens
+                acc = cute.make_rmem_tensor(
+                    thr_mma.partition_shape_C((self.tile_n, self.tile_m)), self.acc_dtype
+                )
+            else:
+                # (MMA, MMA_M, MMA_K, ring_depth)
+                tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+                # (MMA, MMA_N, MMA_K * b_k_tiles, b_ring_depth)
+                tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+                # (MMA, MMA_M, MMA_N)
+                acc = cute.make_rmem_tensor(
+                    thr_mma.partition_shape_C((self.mma_m, self.tile_n)), self.acc_dtype
+                )
             store_pipeline = None
             epi_barrier = None
             if cutlass.const_expr(not self.direct_store):
@@ -323,7 +336,11 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         Accumulator row ``r`` holds A row ``a_row0 + r``; the tile's rows are ``[row0, row0 +
         valid)``.
         """
-        if cutlass.const_expr(self.direct_store):
+        if cutlass.const_expr(self.swap_ab):
+            self._store_swapped(
+                tiled_mma, acc, mC_mn, a_row0, row0 - a_row0, valid, n_tile, mma_tidx
+            )
+        elif cutlass.const_expr(self.direct_store):
             self._store_direct(
                 tiled_mma, acc, mC_mn, a_row0, row0 - a_row0, valid, n_tile, mma_tidx
             )
