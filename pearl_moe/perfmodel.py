@@ -319,9 +319,12 @@ class _Rates:
 
 
 def _mma_rows(cfg: GemmConfig) -> int:
-    """Accumulator rows one SM's MMA computes per K tile (a wgmma is at least 64 rows)."""
+    """Accumulator rows one SM's MMA computes per K tile (a wgmma is at least 64 rows; with
+    ``swap_ab`` the tokens are the wgmma's N, so it computes exactly the tile's rows)."""
     rows = cfg.cta_tile_m
-    return max(rows, 64) if cfg.arch == "sm_90a" else rows
+    if cfg.arch == "sm_90a" and not cfg.swap_ab:
+        return max(rows, 64)
+    return rows
 
 
 def _epilogue(cfg: GemmConfig, stage: int, params: ModelParams) -> tuple[float, float]:
@@ -331,7 +334,9 @@ def _epilogue(cfg: GemmConfig, stage: int, params: ModelParams) -> tuple[float, 
     warpgroup stores its own (at most 64) accumulator rows, the two warpgroups of a 128-row tile at
     the same time; on sm_100a the epilogue warps drain the whole CTA tile."""
     if cfg.arch == "sm_90a":
-        unit, rows = params.epilogue_s, min(cfg.cta_tile_m, 64)
+        # one warpgroup stores a whole tile in ping-pong and with swapped operands
+        whole = cfg.acc_slots == 2 or cfg.swap_ab
+        unit, rows = params.epilogue_s, cfg.cta_tile_m if whole else min(cfg.cta_tile_m, 64)
     else:
         unit, rows = params.epilogue_sm100_s, cfg.cta_tile_m
     store = unit * rows * cfg.tile_n * cfg.dtype_bytes / _EPI_UNIT_BYTES

@@ -340,6 +340,19 @@ def main(argv=None) -> int:
         s.phase("tune", do_tune, args.tune_s)
 
     # ------------------------------------------------------------------ compare, ablation
+    def table_in_use() -> str:
+        """Which table the default call reads in this session (what autotune.load_table finds)."""
+        if table_path.exists():
+            return str(table_path)
+        if args.table:
+            return args.table
+        committed = autotune.TABLE_DIR / f"{gpu}.json"
+        if os.environ.get(autotune.ENV_TABLE):
+            return f"${autotune.ENV_TABLE}={os.environ[autotune.ENV_TABLE]}"
+        if committed.is_file():
+            return f"the committed pearl_moe/tuning/{gpu}.json"
+        return "none (heuristic)"
+
     def bench(kind, probs, impl_names, extra_args, deadline):
         bargs = cli.parse_args(
             ["--kind", kind, "--rounds", str(args.rounds), "--reps", str(args.reps), *extra_args]
@@ -348,8 +361,8 @@ def main(argv=None) -> int:
         run["method"] = cli.method_text(bargs)
         if kind == "compare":
             run["method"]["default_call"] = (
-                f"pearl = grouped_gemm(A, W, offsets) with no stage or config: the tuned pick; "
-                f"table: {table_path if table_path.exists() else args.table or 'none (heuristic)'}"
+                "pearl = grouped_gemm(A, W, offsets) with no stage or config: the tuned pick; "
+                f"table: {table_in_use()}"
             )
         path = s.out / f"{kind}.json"
         cli.run_problems(

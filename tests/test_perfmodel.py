@@ -217,3 +217,15 @@ def test_the_epilogue_parameter_is_per_arch():
     assert predict(p, cfg100, B200, stage=6, params=slow).seconds == pytest.approx(
         predict(p, cfg100, B200, stage=6).seconds
     )
+
+
+def test_swapped_operands_compute_no_padding_rows():
+    from pearl_moe import perfmodel
+
+    plain = GemmConfig(arch="sm_90a", tile_m=16, epilogue="direct_store", shift_a_box=True)
+    swapped = plain.with_(swap_ab=True)
+    assert perfmodel._mma_rows(plain) == 64  # a 64-row wgmma over a 16-row A box
+    assert perfmodel._mma_rows(swapped) == 16  # 64 weight rows x 16 tokens per wgmma
+    p = make_problem("GLM 5.3", 1, ep=8)  # compute is no bound at 1 token: same time either way
+    a, b = predict(p, plain.resolved()), predict(p, swapped.resolved())
+    assert a.seconds == pytest.approx(b.seconds, rel=0.02)
