@@ -37,15 +37,34 @@ SMALL = GroupedProblem(
 )
 
 
-def test_rounds_rotate_the_order():
-    names = ["a", "b", "c"]
-    assert [harness.interleaved_order(names, r) for r in range(4)] == [
-        ["a", "b", "c"],
-        ["b", "c", "a"],
-        ["c", "a", "b"],
-        ["a", "b", "c"],
-    ]
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_rounds_balance_positions_and_predecessors(n):
+    from collections import Counter
+
+    names = [chr(ord("a") + i) for i in range(n)]
+    cycle = harness.order_cycle(n)
+    rows = [harness.interleaved_order(names, r) for r in range(cycle)]
+    assert all(sorted(row) == names for row in rows)
+    # every implementation in every position equally often
+    for pos in range(n):
+        assert len(Counter(row[pos] for row in rows)) == n or n == 1
+        assert set(Counter(row[pos] for row in rows).values()) == {cycle // n}
+    # every ordered pair (x right before y) equally often: nobody always follows the same one
+    pairs = Counter((row[i], row[i + 1]) for row in rows for i in range(n - 1))
+    if n > 1:
+        assert len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1
+    assert harness.interleaved_order(names, cycle) == rows[0]
     assert harness.interleaved_order([], 3) == []
+
+
+def test_the_predecessor_changes_from_round_to_round():
+    names = ["pearl", "triton", "grouped_mm", "loop", "quack-tuned"]
+    before = []
+    for r in range(5):
+        row = harness.interleaved_order(names, r)
+        i = row.index("pearl")
+        before.append(row[i - 1] if i else None)
+    assert len(set(before)) >= 4  # a plain rotation gives None, then quack-tuned four times
 
 
 def test_interleaved_paired_ratio_resolves_two_percent_under_drift(monkeypatch):

@@ -5,7 +5,8 @@
 
 For every problem: measure nothing until every implementation has passed its correctness check on
 fresh random inputs (one reference for all); then time them together in interleaved rounds of
-CUDA-graph replays (A B C, B C A, ...: ``--rounds`` rounds of ``--reps`` replays each), so that ratios
+CUDA-graph replays (``--rounds`` rounds of ``--reps`` replays each, in an order where every
+implementation takes every position and follows every other equally often), so that ratios
 between implementations of one run resolve differences of 1-2 %. The two ceilings (read bandwidth
 and bf16 rate) are measured once at the start of the run, on the same GPU. The JSON file is
 rewritten after every problem, so an interrupted run keeps what it finished.
@@ -332,7 +333,8 @@ def method_text(args) -> dict:
         "after timing, the graph's output for every input set is checked the same way",
         "timing": f"each implementation in its own CUDA graph of >= {args.launches} calls over "
         f"rotating input sets shared by all (enough sets to cycle >= 4x L2); {args.rounds} "
-        f"interleaved rounds (A B C, B C A, ...), each: {args.warmup_replays} untimed replay(s) "
+        f"interleaved rounds (a Williams design: each implementation in every position and after "
+        f"every other equally often), each: {args.warmup_replays} untimed replay(s) "
         f"then {args.reps} timed replays per implementation; time per call = replay time / "
         "calls; median over all replays, round medians and their spread (range_pct, iqr_pct) "
         "recorded; ratios between implementations are taken round by round",

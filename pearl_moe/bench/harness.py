@@ -14,9 +14,10 @@ tile configuration) and returns a :class:`Prepared` whose ``run(out)`` is the wo
 The order is always: correctness first (fresh random inputs, output poisoned with NaN, compared with
 a float32 reference at a tolerance set by PyTorch's own bf16 error), then timing (warm-up, a CUDA
 graph of several launches over rotating input sets, replays, median/min/max). Several
-implementations of one problem are timed in interleaved rounds (:func:`time_interleaved`): A B C,
-B C A, C A B ..., so that a drift during the run touches all alike and ratios hold to a few tenths
-of a percent.
+implementations of one problem are timed in interleaved rounds (:func:`time_interleaved`), in an
+order where each takes every position and follows every other equally often
+(:func:`interleaved_order`), so that a drift during the run, or the state one implementation leaves
+the GPU in, touches all alike and ratios hold to a few tenths of a percent.
 """
 
 from __future__ import annotations
@@ -357,14 +358,42 @@ def sets_for(problem: GroupedProblem, l2_bytes: int, memory_cap_bytes: int = 40 
     return max(1, min(sets, memory_cap_bytes // max(per_set_bytes, 1)))
 
 
+def order_cycle(n: int) -> int:
+    """Rounds after which :func:`interleaved_order` repeats (and is fully balanced): n for an even
+    number of implementations, 2 n for an odd one."""
+    return n if n % 2 == 0 else 2 * n
+
+
 def interleaved_order(names: list, round_index: int) -> list:
-    """The order implementations are timed in round ``round_index``: A B C, then B C A, C A B ...
+    """The order implementations are timed in round ``round_index``: a Williams design.
+
     Every implementation is interleaved with the others (drifts of clock, temperature or the
-    machine's neighbours hit all alike) and takes every position equally often."""
-    if not names:
+    machine's neighbours hit all alike), takes every position equally often, and follows every
+    other implementation equally often over :func:`order_cycle` rounds. The last matters: an
+    implementation inherits the GPU state its predecessor leaves (at decode the H200 runs at its
+    power limit). A plain rotation (A B C, B C A, C A B) keeps every predecessor fixed, and in the
+    compare runs of 2026-11-30 it put our kernel right after quack-tuned in 4 of 5 rounds, where
+    it ran 3-8% slower than in the round it opened.
+
+    Row 0 is 0, 1, n-1, 2, n-2, ...; row k adds k (mod n). For even n round r is row r; for odd n
+    the rounds alternate a row and its reverse (row 0, row 0 reversed, row 1, ...), so that a
+    run of fewer rounds than the cycle already varies every predecessor.
+    """
+    n = len(names)
+    if n == 0:
         return []
-    r = round_index % len(names)
-    return list(names[r:]) + list(names[:r])
+    base, lo, hi = [0], 1, n - 1
+    for i in range(1, n):
+        if i % 2:
+            base.append(lo)
+            lo += 1
+        else:
+            base.append(hi)
+            hi -= 1
+    r = round_index % order_cycle(n)
+    k, reverse = (r, False) if n % 2 == 0 else (r // 2, r % 2 == 1)
+    row = [names[(x + k) % n] for x in base]
+    return row[::-1] if reverse else row
 
 
 @dataclass
