@@ -316,12 +316,22 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------------ tune
     table_path = s.out / f"tuning_{gpu}.json"
+    used_table = {"path": args.table} if args.table else {}  # what use_table was given
     if "tune" in phases and not args.table:
 
         def do_tune(deadline):
             merge = []
             if args.merge_table:
-                shutil.copyfile(args.merge_table, table_path)
+                start = json.loads(Path(args.merge_table).read_text())
+                if start.get("gpu") != gpu:
+                    print(
+                        f"--merge-table {args.merge_table} is for {start.get('gpu')}, not {gpu}: "
+                        "tuning from an empty table",
+                        flush=True,
+                    )
+                    merge = ["--no-merge"]
+                elif Path(args.merge_table).resolve() != table_path.resolve():
+                    shutil.copyfile(args.merge_table, table_path)
             else:
                 merge = ["--no-merge"]
             targs = tune.parse_args(
@@ -333,6 +343,7 @@ def main(argv=None) -> int:
                 tune_problems, arch, gpu, sms, targs, table_path, tenv, deadline, tqdm, args.device
             )
             autotune.use_table(table_path)
+            used_table["path"] = str(table_path)
             s.log["files"]["tune"] = str(table_path)
             print(tune.format_table(table), flush=True)
             return table
@@ -342,10 +353,8 @@ def main(argv=None) -> int:
     # ------------------------------------------------------------------ compare, ablation
     def table_in_use() -> str:
         """Which table the default call reads in this session (what autotune.load_table finds)."""
-        if table_path.exists():
-            return str(table_path)
-        if args.table:
-            return args.table
+        if used_table.get("path"):
+            return used_table["path"]
         committed = autotune.TABLE_DIR / f"{gpu}.json"
         if os.environ.get(autotune.ENV_TABLE):
             return f"${autotune.ENV_TABLE}={os.environ[autotune.ENV_TABLE]}"

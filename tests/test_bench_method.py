@@ -55,6 +55,9 @@ def test_rounds_balance_positions_and_predecessors(n):
         assert len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1
     assert harness.interleaved_order(names, cycle) == rows[0]
     assert harness.interleaved_order([], 3) == []
+    if n >= 3:  # back to back, no implementation ends one round and opens the next
+        for r in range(cycle):
+            assert rows[r][-1] != rows[(r + 1) % cycle][0]
 
 
 def test_the_predecessor_changes_from_round_to_round():
@@ -64,7 +67,7 @@ def test_the_predecessor_changes_from_round_to_round():
         row = harness.interleaved_order(names, r)
         i = row.index("pearl")
         before.append(row[i - 1] if i else None)
-    assert len(set(before)) >= 4  # a plain rotation gives None, then quack-tuned four times
+    assert len(set(before)) >= 3  # a plain rotation gives None, then quack-tuned four times
 
 
 def test_interleaved_paired_ratio_resolves_two_percent_under_drift(monkeypatch):
@@ -97,7 +100,9 @@ def test_interleaved_paired_ratio_resolves_two_percent_under_drift(monkeypatch):
 def test_each_turn_starts_with_an_untimed_replay(monkeypatch):
     fake = FakeCuda().install(monkeypatch)
     impls = {"a": fake.impl("a", 1e-4), "b": fake.impl("b", 1e-4)}
-    harness.time_interleaved(impls, SMALL, rounds=2, reps=3, launches=4, device="cpu")
+    harness.time_interleaved(
+        impls, SMALL, rounds=2, reps=3, launches=4, device="cpu", first_round=0
+    )
     # after capture (2 replays each): a warm-up + 3 timed per impl per round, order a b / b a
     timed = [name for name, _ in fake.replays[4:]]
     assert timed == ["a"] * 4 + ["b"] * 4 + ["b"] * 4 + ["a"] * 4

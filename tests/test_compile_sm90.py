@@ -150,3 +150,15 @@ def test_direct_store_adds_a_ring_entry(reports):
     assert reports["s3-128x128x64"].gemm_config.ring_depth == 6
     assert reports["s4-course"].gemm_config.ring_depth == 7
     assert reports["s4-course"].smem_bytes <= 232_448
+
+
+@pytest.mark.parametrize("tile_n", [48, 80, 112])
+def test_direct_store_refuses_tiles_it_would_not_fill(tile_n):
+    """The direct store writes 32 columns per quad transpose: a tile_n of 16 more would leave its
+    last 16 columns unwritten, so the kernel refuses it (the tuner's widths are 96-256)."""
+    from pearl_moe.kernels.sm90.common import can_implement
+
+    cfg = stage_config("sm_90a", 4).with_(tile_m=64, tile_n=tile_n)
+    assert any("multiple of 32" in why for why in can_implement(cfg, 4096, 4096, 4))
+    tma = cfg.with_(epilogue="tma_store", epi_tile_n=16, ring_depth=None)
+    assert not any("multiple of 32" in why for why in can_implement(tma, 4096, 4096, 3))

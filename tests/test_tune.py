@@ -71,7 +71,8 @@ def test_tune_picks_the_fastest_correct_candidate(fake_candidates, tmp_path):
     assert entry["bucket"] == autotune.rows_bucket(TINY.rows, 8)
     assert entry["measured_at"] == "Tiny 8 tokens (EP8, balanced)"
     assert entry["median_us"] == pytest.approx(90, rel=0.1)
-    assert entry["vs_heuristic"] == pytest.approx(0.9 / 1.0128, abs=0.005)  # heuristic: 64 x 128
+    # heuristic: 64 x 128 (the fake clock drifts 20% per second; paired rounds keep most of it out)
+    assert entry["vs_heuristic"] == pytest.approx(0.9 / 1.0128, abs=0.01)
     times = list(entry["candidates"].values())
     assert times == sorted(times) and len(times) >= 3
     assert any(

@@ -333,8 +333,10 @@ def method_text(args) -> dict:
         "after timing, the graph's output for every input set is checked the same way",
         "timing": f"each implementation in its own CUDA graph of >= {args.launches} calls over "
         f"rotating input sets shared by all (enough sets to cycle >= 4x L2); {args.rounds} "
-        f"interleaved rounds (a Williams design: each implementation in every position and after "
-        f"every other equally often), each: {args.warmup_replays} untimed replay(s) "
+        f"interleaved rounds, in the order of harness.interleaved_order (a Williams design: over "
+        f"a cycle of rounds each implementation takes every position and comes after every other "
+        f"equally often; {args.rounds} round(s) here, from round crc32(problem name) of the "
+        f"cycle), each: {args.warmup_replays} untimed replay(s) "
         f"then {args.reps} timed replays per implementation; time per call = replay time / "
         "calls; median over all replays, round medians and their spread (range_pct, iqr_pct) "
         "recorded; ratios between implementations are taken round by round",

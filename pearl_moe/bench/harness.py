@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -368,16 +369,17 @@ def interleaved_order(names: list, round_index: int) -> list:
     """The order implementations are timed in round ``round_index``: a Williams design.
 
     Every implementation is interleaved with the others (drifts of clock, temperature or the
-    machine's neighbours hit all alike), takes every position equally often, and follows every
-    other implementation equally often over :func:`order_cycle` rounds. The last matters: an
-    implementation inherits the GPU state its predecessor leaves (at decode the H200 runs at its
-    power limit). A plain rotation (A B C, B C A, C A B) keeps every predecessor fixed, and in the
-    compare runs of 2026-11-30 it put our kernel right after quack-tuned in 4 of 5 rounds, where
-    it ran 3-8% slower than in the round it opened.
+    machine's neighbours hit all alike). Over :func:`order_cycle` consecutive rounds each takes
+    every position equally often and comes right after every other equally often; a run of
+    fewer rounds is balanced only in part. The predecessor matters: an implementation inherits
+    the GPU state the one before leaves (at decode the H200 runs at its power limit). A plain
+    rotation (A B C, B C A, C A B) keeps every predecessor fixed; in the committed compare run
+    of 2026-11-30 it put our kernel right after quack-tuned in 4 of 5 rounds.
 
-    Row 0 is 0, 1, n-1, 2, n-2, ...; row k adds k (mod n). For even n round r is row r; for odd n
-    the rounds alternate a row and its reverse (row 0, row 0 reversed, row 1, ...), so that a
-    run of fewer rounds than the cycle already varies every predecessor.
+    Row 0 is 0, 1, n-1, 2, n-2, ...; forward row k adds k (mod n). For even n round r is forward
+    row r. For odd n the rounds alternate forward and reversed rows (forward row r for even r,
+    reversed row r for odd r, indices mod n), which over 2 n rounds uses every row both ways,
+    and no round starts with the implementation that ended the round before.
     """
     n = len(names)
     if n == 0:
@@ -391,9 +393,8 @@ def interleaved_order(names: list, round_index: int) -> list:
             base.append(hi)
             hi -= 1
     r = round_index % order_cycle(n)
-    k, reverse = (r, False) if n % 2 == 0 else (r // 2, r % 2 == 1)
-    row = [names[(x + k) % n] for x in base]
-    return row[::-1] if reverse else row
+    row = [names[(x + r) % n] for x in base]
+    return row[::-1] if n % 2 and r % 2 else row
 
 
 @dataclass
@@ -463,12 +464,15 @@ def time_interleaved(
     memory_cap_bytes: int = 40 << 30,
     verify: bool = True,
     warmup_replays: int = 1,
+    first_round: int | None = None,
 ) -> dict:
     """Time several implementations of one problem in interleaved rounds.
 
     All implementations share the same input sets (enough of them to cycle through several times
     the L2 size, see :func:`sets_for`); each is captured in its own CUDA graph. Then ``rounds``
-    rounds: in each, every implementation in turn (order rotating, :func:`interleaved_order`)
+    rounds: in each, every implementation in turn (in the order of :func:`interleaved_order`,
+    from round ``first_round`` of its cycle: by default a hash of the problem's name, so that the
+    same implementation does not open every problem)
     gets ``warmup_replays`` untimed replays and ``reps`` timed ones. A drift of the GPU's clock or
     of its neighbours during the run then touches every implementation alike, and the ratio of
     two implementations can be taken round by round (:mod:`pearl_moe.bench.compare`).
@@ -494,9 +498,11 @@ def time_interleaved(
             results[name] = (exc, {})
             _sync(device)
     names = list(timers)
+    if first_round is None:
+        first_round = zlib.crc32(problem.name.encode())
     for r in range(rounds):
         marks = []
-        for name in interleaved_order(names, r):
+        for name in interleaved_order(names, first_round + r):
             timer = timers[name]
             for _ in range(warmup_replays):
                 timer.graph.replay()

@@ -235,10 +235,13 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
         "spread_pct": round(measured[best].spread["range_pct"], 2),
     }
     h_label = f"s{heuristic.stage} {heuristic.config.describe()}"
-    if h_label in measured and h_label != best:
+    # paired within one pass: the second if the heuristic's pick was a finalist, else the first
+    entry["heuristic"] = h_label
+    pair_pass = measured if h_label in measured else first_pass
+    if h_label in pair_pass and best in pair_pass and h_label != best:
         rec = lambda t: {"time": t.as_dict()}  # noqa: E731
         entry["vs_heuristic"] = round(
-            paired_ratio(rec(measured[best]), rec(measured[h_label]))["ratio"], 4
+            paired_ratio(rec(pair_pass[best]), rec(pair_pass[h_label]))["ratio"], 4
         )
     entry["candidates"] = {
         lb: round(t.median_s * 1e6, 2)
@@ -266,9 +269,11 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
 def refine_finalists(measured: dict, within: float, most: int = 5) -> list[str]:
     """Candidates whose first-pass median is within ``within`` (a fraction) of the fastest, at
     most ``most`` of them, fastest first: the ones :func:`tune_problem` times again with more
-    rounds. A first pass of 3 short rounds can misrank compute-bound shapes, whose rounds move by
-    5-10% with the power-limited clock (GLM 5.3 at 1024 tokens picked a 64 x 128 tile that more
-    rounds showed 10% slower than a 128 x 128 ping-pong)."""
+    rounds. A first pass of 3 short rounds can misrank close candidates at compute-bound shapes,
+    whose rounds move with the power-limited clock; the second pass settles the order among
+    those within ``within``. (A candidate the first pass put further behind is not retried: at
+    GLM 5.3 with 1024 tokens one pass had the 128 x 128 ping-pong 10% behind the 64 x 128 tile;
+    the probe run's 7 rounds had it 11% ahead.)"""
     if within <= 0 or not measured:
         return []
     ranked = sorted(measured, key=lambda lb: measured[lb].median_s)
@@ -414,7 +419,10 @@ def format_table(table: dict) -> str:
     ]
     for e in table["entries"]:
         key = f"{e['n']}x{e['k']}x{e['experts']} @{e['bucket']}"
-        vs = f"{e['vs_heuristic']:.3f}" if "vs_heuristic" in e else "="
+        if "vs_heuristic" in e:
+            vs = f"{e['vs_heuristic']:.3f}"
+        else:  # "=": the heuristic's pick won; "-": not compared (older tables say nothing)
+            vs = "=" if e.get("heuristic") == f"s{e['stage']} {e['label']}" else "-"
         lines.append(
             f"{key:<28}{e.get('measured_at', ''):<34}{'s' + str(e['stage']) + ' ' + e.get('label', ''):<40}"
             f"{e.get('median_us', float('nan')):>9.1f}{vs:>9}"

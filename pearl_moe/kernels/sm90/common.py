@@ -82,6 +82,11 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
         problems.append(
             f"sm90 B ring entries span 1 or 2 K tiles, got b_k_tiles={config.b_k_tiles}"
         )
+    if config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % 32:
+        problems.append(
+            "the direct store writes 32-column groups (a quad transpose per 4 x 8 columns): "
+            f"tile_n must be a multiple of 32, got {config.tile_n}"
+        )
     if config.acc_slots == 2 and config.epilogue != "direct_store":
         problems.append(
             "the ping-pong consumers (acc_slots=2) store directly from registers: the two "
