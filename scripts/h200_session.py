@@ -55,10 +55,17 @@ def parse_args(argv=None):
     p.add_argument("--tune-tokens", default="1,16,64,256,1024,4096")
     p.add_argument("--compare-tokens", default="1,16,64,256,1024,4096")
     p.add_argument("--skewed-tokens", default="64")
-    p.add_argument("--quack-tuned-tokens", default="64,4096", help="'' to leave quack-tuned out")
+    p.add_argument(
+        "--quack-tuned-tokens", default="1,16,64,256,4096", help="'' to leave quack-tuned out"
+    )
     p.add_argument("--compare-impls", default="pearl,triton,grouped_mm,loop")
     p.add_argument("--ablation-tokens", default="16,64,256,4096")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (compare, ablation)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds (compare, ablation; default: one cycle of the round order)",
+    )
     p.add_argument("--reps", type=int, default=5, help="timed replays per impl per round")
     p.add_argument("--tune-rounds", type=int, default=3)
     p.add_argument("--tune-reps", type=int, default=3)
@@ -190,7 +197,7 @@ def plan(args) -> str:
             f"tune: {len(tune_p)} shapes, {ncand} candidates ({ncand / len(tune_p):.1f} per "
             f"shape; stages here: {abl_impls}) ~{t:.0f} s (budget {args.tune_s:.0f})"
         )
-    calls = _calls_per_impl(args.rounds, args.reps)
+    calls = _calls_per_impl(args.rounds or 10, args.reps)  # one cycle: 10 rounds for 5 impls
     impls = _csv(args.compare_impls)
     qt = [int(x) for x in _csv(args.quack_tuned_tokens)]
     t = 0.0
@@ -364,7 +371,14 @@ def main(argv=None) -> int:
 
     def bench(kind, probs, impl_names, extra_args, deadline):
         bargs = cli.parse_args(
-            ["--kind", kind, "--rounds", str(args.rounds), "--reps", str(args.reps), *extra_args]
+            [
+                "--kind",
+                kind,
+                *(["--rounds", str(args.rounds)] if args.rounds else []),
+                "--reps",
+                str(args.reps),
+                *extra_args,
+            ]  # fmt: skip
         )
         run = new_run(kind, dict(env, command=f"{command}  [phase {kind}]"), dict(ceilings))
         run["method"] = cli.method_text(bargs)

@@ -250,3 +250,15 @@ def test_compare_is_stored_with_the_run(tmp_path, fake_registry):
     write_run(run, out)
     back = json.loads(out.read_text())
     assert back["compare"]["compared"] == 2 and read_run(out)["compare"]["ours"] == "pearl"
+
+
+def test_default_rounds_are_whole_cycles_of_the_order():
+    import types
+
+    from pearl_moe.bench import cli
+
+    auto = types.SimpleNamespace(rounds=None)
+    assert [cli.rounds_for(auto, n) for n in (1, 2, 3, 4, 5, 6)] == [6, 6, 6, 8, 10, 6]
+    assert cli.rounds_for(types.SimpleNamespace(rounds=7), 5) == 7
+    for n in (2, 3, 4, 5, 6):
+        assert cli.rounds_for(auto, n) % harness.order_cycle(n) == 0

@@ -79,7 +79,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="IMPL=T1,T2",
         help="run IMPL only at these token counts (e.g. quack-tuned=64,4096); repeatable",
     )
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per problem")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds per problem (default: whole cycles of the round order, at "
+        "least 5: 10 for 5 implementations, 8 for 4, 6 for 3)",
+    )
     p.add_argument(
         "--reps", type=int, default=5, help="timed graph replays per implementation per round"
     )
@@ -299,7 +305,7 @@ def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> 
             times = harness.time_interleaved(
                 timed,
                 problem,
-                rounds=args.rounds,
+                rounds=rounds_for(args, len(timed)),
                 reps=args.reps,
                 launches=args.launches,
                 device=device,
@@ -326,17 +332,33 @@ def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> 
     return [records[name] for name in here]
 
 
+def rounds_for(args, implementations: int) -> int:
+    """``--rounds``, or whole cycles of the round order (balanced positions and predecessors):
+    the fewest that make at least 5 rounds (10 for 5 implementations, 8 for 4, 6 for 3)."""
+    from .harness import order_cycle
+
+    if args.rounds:
+        return args.rounds
+    cycle = order_cycle(max(implementations, 1))
+    return cycle * -(-5 // cycle)
+
+
 def method_text(args) -> dict:
+    rounds_text = (
+        f"{args.rounds} (a full cycle only where that is a multiple of the cycle)"
+        if args.rounds
+        else "whole cycles (at least 5) of"
+    )
     return {
         "check": "fresh random inputs (A ~ N(0,1), W ~ N(0,1/k)), output poisoned with NaN, "
         "max abs error vs a float32 reference <= 2 x torch bf16 error + 1e-3, every row written; "
         "after timing, the graph's output for every input set is checked the same way",
         "timing": f"each implementation in its own CUDA graph of >= {args.launches} calls over "
-        f"rotating input sets shared by all (enough sets to cycle >= 4x L2); {args.rounds} "
+        f"rotating input sets shared by all (enough sets to cycle >= 4x L2); {rounds_text} "
         f"interleaved rounds, in the order of harness.interleaved_order (a Williams design: over "
         f"a cycle of rounds each implementation takes every position and comes after every other "
-        f"equally often; {args.rounds} round(s) here, from round crc32(problem name) of the "
-        f"cycle), each: {args.warmup_replays} untimed replay(s) "
+        f"equally often; the rounds start at round crc32(problem name) of the cycle), each: "
+        f"{args.warmup_replays} untimed replay(s) "
         f"then {args.reps} timed replays per implementation; time per call = replay time / "
         "calls; median over all replays, round medians and their spread (range_pct, iqr_pct) "
         "recorded; ratios between implementations are taken round by round",
