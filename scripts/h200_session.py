@@ -323,7 +323,6 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------------ tune
     table_path = s.out / f"tuning_{gpu}.json"
-    used_table = {"path": args.table} if args.table else {}  # what use_table was given
     if "tune" in phases and not args.table:
 
         def do_tune(deadline):
@@ -350,7 +349,6 @@ def main(argv=None) -> int:
                 tune_problems, arch, gpu, sms, targs, table_path, tenv, deadline, tqdm, args.device
             )
             autotune.use_table(table_path)
-            used_table["path"] = str(table_path)
             s.log["files"]["tune"] = str(table_path)
             print(tune.format_table(table), flush=True)
             return table
@@ -359,15 +357,13 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------------ compare, ablation
     def table_in_use() -> str:
-        """Which table the default call reads in this session (what autotune.load_table finds)."""
-        if used_table.get("path"):
-            return used_table["path"]
-        committed = autotune.TABLE_DIR / f"{gpu}.json"
-        if os.environ.get(autotune.ENV_TABLE):
-            return f"${autotune.ENV_TABLE}={os.environ[autotune.ENV_TABLE]}"
-        if committed.is_file():
+        """Which table the default call reads in this session (the file autotune.load_table reads)."""
+        path = autotune.table_path(gpu)
+        if path is None or not path.is_file():
+            return "none (heuristic)"
+        if path.resolve() == (autotune.TABLE_DIR / f"{gpu}.json").resolve():
             return f"the committed pearl_moe/tuning/{gpu}.json"
-        return "none (heuristic)"
+        return str(path)
 
     def bench(kind, probs, impl_names, extra_args, deadline):
         bargs = cli.parse_args(

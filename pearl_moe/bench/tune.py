@@ -191,14 +191,7 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
     times = harness.time_interleaved(
         good, problem, rounds=args.rounds, reps=args.reps, launches=args.launches, device=device
     )
-    measured = {}
-    for label, (timing, _) in times.items():
-        if isinstance(timing, Exception):
-            rejected[label] = f"error: {type(timing).__name__}: {timing}"[:300]
-        elif timing.outputs_ok is False:
-            rejected[label] = f"incorrect after timing: {timing.outputs_message}"[:300]
-        else:
-            measured[label] = timing
+    measured = _timed_correctly(times, rejected)
     if not measured:
         raise RuntimeError(f"no candidate ran correctly on {problem.name}: {rejected}")
     by_label = dict(zip([f"s{s} {c.describe()}" for s, c in cands], cands, strict=True))
@@ -210,12 +203,7 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
             {lb: good[lb] for lb in finalists}, problem, rounds=args.refine_rounds,
             reps=args.reps, launches=args.launches, device=device,
         )  # fmt: skip
-        measured = {}
-        for label, (timing, _) in again.items():
-            if not isinstance(timing, Exception) and timing.outputs_ok is not False:
-                measured[label] = timing
-            else:
-                rejected[label] = f"failed when timed again: {timing}"[:300]
+        measured = _timed_correctly(again, rejected, "timed again: ")
         if not measured:
             raise RuntimeError(f"no finalist ran correctly again on {problem.name}: {rejected}")
     best = _robust_best(measured, skewed)
@@ -264,6 +252,20 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
     if rejected:
         entry["rejected"] = rejected
     return entry
+
+
+def _timed_correctly(times: dict, rejected: dict, when: str = "") -> dict:
+    """The timings of :func:`harness.time_interleaved` that ran and whose outputs checked out;
+    the others go to ``rejected`` with the reason (prefixed by ``when``)."""
+    out = {}
+    for label, (timing, _) in times.items():
+        if isinstance(timing, Exception):
+            rejected[label] = f"{when}error: {type(timing).__name__}: {timing}"[:300]
+        elif timing.outputs_ok is False:
+            rejected[label] = f"{when}incorrect after timing: {timing.outputs_message}"[:300]
+        else:
+            out[label] = timing
+    return out
 
 
 def refine_finalists(measured: dict, within: float, most: int = 5) -> list[str]:

@@ -229,6 +229,17 @@ def _validate_table(table: dict, where: str) -> dict:
     return table
 
 
+def table_path(gpu: str) -> Path | None:
+    """The file :func:`load_table` reads for ``gpu`` (None: tables are off): :func:`use_table`'s
+    path, else ``$PEARL_MOE_TUNING``, else ``pearl_moe/tuning/<gpu>.json`` (it may not exist)."""
+    env = os.environ.get(ENV_TABLE, "").strip()
+    if "path" in _TABLE_OVERRIDE:
+        return _TABLE_OVERRIDE["path"]
+    if env.lower() in ("off", "none", "0"):
+        return None
+    return Path(env) if env else TABLE_DIR / f"{gpu}.json"
+
+
 def load_table(gpu: str) -> dict | None:
     """The tuning table for ``gpu`` (None if there is none): :func:`use_table`'s, else the file
     ``$PEARL_MOE_TUNING`` names (``off``: none), else ``pearl_moe/tuning/<gpu>.json``."""
@@ -237,15 +248,7 @@ def load_table(gpu: str) -> dict | None:
         return table if table.get("gpu") == gpu else None
     if gpu in _TABLES:
         return _TABLES[gpu]
-    env = os.environ.get(ENV_TABLE, "").strip()
-    if "path" in _TABLE_OVERRIDE:
-        path = _TABLE_OVERRIDE["path"]
-    elif env.lower() in ("off", "none", "0"):
-        path = None
-    elif env:
-        path = Path(env)
-    else:
-        path = TABLE_DIR / f"{gpu}.json"
+    path = table_path(gpu)
     table = None
     if path is not None and path.is_file():
         table = _validate_table(json.loads(path.read_text()), str(path))
