@@ -423,19 +423,27 @@ class Sm100KernelBase:
         storage = smem.allocate(self._shared_storage())
         return sA, sB, sC, storage
 
+    def _tma_umma_ring(self, barriers, entries, tx_bytes, cluster_layout_vmnk, defer_sync):
+        """(producer, consumer) of a TMA -> UMMA ring of ``entries`` full/empty mbarrier pairs:
+        the TMA arrives with ``tx_bytes``, the MMA warp's one thread releases."""
+        return pipeline.PipelineTmaUmma.create(
+            barrier_storage=barriers,
+            num_stages=entries,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+            tx_count=tx_bytes,
+            cta_layout_vmnk=cluster_layout_vmnk,
+            defer_sync=defer_sync,
+        ).make_participants()
+
     def _make_pipelines(self, storage, cluster_layout_vmnk=None, defer_sync=False):
         """A/B ring (TMA -> UMMA), accumulator hand-off (UMMA -> epilogue) and the TMEM allocator."""
         # One TMA thread arrives on each "full" barrier: no multicast in our (cta_group, 1) clusters;
         # in 2-CTA mode the pair's loads land on the leader's barrier, counted in tx bytes.
-        ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
-            barrier_storage=storage.ab_mbar.data_ptr(),
-            num_stages=self.ring_depth,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
-            tx_count=self.num_tma_load_bytes,
-            cta_layout_vmnk=cluster_layout_vmnk,
-            defer_sync=defer_sync,
-        ).make_participants()
+        ab_producer, ab_consumer = self._tma_umma_ring(
+            storage.ab_mbar.data_ptr(), self.ring_depth, self.num_tma_load_bytes,
+            cluster_layout_vmnk, defer_sync,
+        )  # fmt: skip
         acc_pipeline = pipeline.PipelineUmmaAsync.create(
             barrier_storage=storage.acc_mbar.data_ptr(),
             num_stages=self.num_acc_stages,

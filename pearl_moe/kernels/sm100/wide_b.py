@@ -24,7 +24,6 @@ Compile-verified only: no B200 has ever run this code.
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import tcgen05
 
 __all__ = ["WideBEntries"]
@@ -36,15 +35,10 @@ class WideBEntries:
 
     def _make_b_pipeline(self, storage, cluster_layout_vmnk):
         """The B ring (TMA -> UMMA): ``b_ring_depth`` entries of ``b_k_tiles`` K tiles each."""
-        return pipeline.PipelineTmaUmma.create(
-            barrier_storage=storage.b_mbar.data_ptr(),
-            num_stages=self.b_ring_depth,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
-            tx_count=self.num_b_load_bytes,
-            cta_layout_vmnk=cluster_layout_vmnk,
-            defer_sync=True,
-        ).make_participants()
+        return self._tma_umma_ring(
+            storage.b_mbar.data_ptr(), self.b_ring_depth, self.num_b_load_bytes,
+            cluster_layout_vmnk, True,
+        )  # fmt: skip
 
     @cute.jit
     def load_k_tiles_wide_b(
