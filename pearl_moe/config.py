@@ -31,6 +31,10 @@ Terms used throughout:
 * ``swap_ab`` (sm_90a) swaps the wgmma operands: a 64-row block of weights is the MMA's M and the
   tile's ``tile_m`` tokens its N (8-64), so a decode tile computes no padding rows; the
   accumulator is then weight rows x tokens, written by the direct store.
+* ``walk`` is how the device tile scheduler finds a tile's expert (``"warp-parallel"``: 32 experts
+  per dependent load, the default; ``"serial"``: one expert per load, as the course's first
+  persistent kernel did; ``"hybrid"``: the current expert first, then 32 at a time). All give the
+  same tiles in the same order.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -41,10 +45,12 @@ from dataclasses import dataclass, replace
 
 from .budget import resolve  # one way: the budget model reads configs and imports nothing of ours
 
-__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES"]
+__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES", "WALKS"]
 
 ARCHS = ("sm_100a", "sm_90a")
 EPILOGUES = ("tma_store", "direct_store")
+#: Tile-scheduler walks (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
+WALKS = ("warp-parallel", "serial", "hybrid")
 
 #: Field names used by measurements recorded before the course settled its vocabulary.
 LEGACY_FIELD_NAMES = {
@@ -82,6 +88,7 @@ class GemmConfig:
     store_bits: int | None = None  # direct stores: None = the widest the arch has
     shift_a_box: bool = False  # start A boxes early enough to end inside A (needs direct_store)
     swap_ab: bool = False  # sm_90a: weights as the 64-row wgmma operand, tokens as its N
+    walk: str = "warp-parallel"  # how the tile scheduler finds a tile's expert (WALKS)
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -97,6 +104,8 @@ class GemmConfig:
             return
         if self.epilogue not in EPILOGUES:
             yield f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}"
+        if self.walk not in WALKS:
+            yield f"walk must be one of {WALKS}, got {self.walk!r}"
         if self.tile_k <= 0 or self.tile_k % 16:
             yield f"tile_k must be a positive multiple of 16 (the bf16 MMA K), got {self.tile_k}"
         if self.ring_depth is not None and self.ring_depth < 2:
@@ -291,6 +300,8 @@ class GemmConfig:
             parts.append("shiftA")
         if self.swap_ab:
             parts.append("swapAB")
+        if self.walk != "warp-parallel":
+            parts.append(f"{self.walk}walk")
         if self.epilogue == "direct_store":
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:

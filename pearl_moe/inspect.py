@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budget import smem_budget, tmem_columns
-from .config import ARCHS, EPILOGUES, GemmConfig
+from .config import ARCHS, EPILOGUES, WALKS, GemmConfig
 
 __all__ = [
     "FAMILIES",
@@ -510,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--shift-a-box", action="store_true", default=None, help="keep A boxes inside A (sm_90a)"
     )
+    p.add_argument(
+        "--walk", choices=WALKS, default=None, help="how the tile scheduler finds a tile's expert"
+    )
     p.add_argument("--acc-buffers", type=int, default=None)
     p.add_argument("--acc-slots", type=int, default=None, choices=(1, 2))
     p.add_argument("--epi-tile-n", type=int, default=None)
@@ -539,6 +542,7 @@ def config_from_args(args) -> GemmConfig:
             "store_bits",
             "b_k_tiles",
             "shift_a_box",
+            "walk",
             "acc_buffers",
             "acc_slots",
             "epi_tile_n",

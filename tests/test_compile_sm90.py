@@ -31,6 +31,9 @@ CASES = {
     "s5-16rows-shiftA": (5, stage_config("sm_90a", 5).with_(tile_m=16, shift_a_box=True)),
     "s7-32rows": (7, stage_config("sm_90a", 7).with_(tile_m=32)),
     "s7-128x128-pingpong": (7, stage_config("sm_90a", 7).with_(tile_m=128, tile_n=128)),
+    # the scheduler's first walk: one expert per dependent load
+    "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
+    "s6-hybridwalk": (6, stage_config("sm_90a", 6).with_(walk="hybrid")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
     "s6-16x128-swapAB": (
         6,
@@ -162,3 +165,13 @@ def test_direct_store_refuses_tiles_it_would_not_fill(tile_n):
     assert any("multiple of 32" in why for why in can_implement(cfg, 4096, 4096, 4))
     tma = cfg.with_(epilogue="tma_store", epi_tile_n=16, ring_depth=None)
     assert not any("multiple of 32" in why for why in can_implement(tma, 4096, 4096, 3))
+
+
+def test_scheduler_walk_is_the_one_configured(reports):
+    """The warp-parallel walk's prefix sum is 5 ``SHFL.UP`` per seek; the serial walk has none."""
+    for name, (_, cfg) in CASES.items():
+        if cfg.walk == "serial":
+            assert not any(op.startswith("SHFL.UP") for op in reports[name].opcodes), name
+        elif cfg.arch == "sm_90a" and name[1] in "34567":
+            ups = sum(n for op, n in reports[name].opcodes.items() if op.startswith("SHFL.UP"))
+            assert ups > 0 and ups % 5 == 0, (name, ups)

@@ -123,6 +123,7 @@ def test_2cta_splits_a_and_b_across_the_pair():
             "one consumer warpgroup",
         ),
         (dict(arch="sm_90a", tile_m=128, tile_n=256, acc_slots=2), "at most 128 registers"),
+        (dict(walk="linear"), "walk must be one of"),
     ],
 )
 def test_configurations_that_cannot_exist(kwargs, message):
@@ -139,6 +140,7 @@ def test_too_large_tiles_do_not_fit_two_ring_entries():
 def test_describe_is_short_and_informative():
     label = resolve(BLOG.with_(epilogue="direct_store", b_k_tiles=2)).describe()
     assert label.startswith("sm_100a 128x128x64 1cta") and "B2" in label and "direct" in label
+    assert "walk" not in label and "serialwalk" in BLOG.with_(walk="serial").describe()
 
 
 def test_config_and_budget_import_one_way():

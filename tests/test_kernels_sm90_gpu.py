@@ -47,6 +47,10 @@ VARIANTS = {
     "s6-8x128-swapAB": (6, dict(tile_m=8, shift_a_box=True, swap_ab=True)),
     "s6-32x256-swapAB": (6, dict(tile_m=32, tile_n=256, shift_a_box=True, swap_ab=True)),
     "s5-64x128-swapAB-noshift": (5, dict(tile_m=64, swap_ab=True)),
+    # the tile scheduler's first walk (one expert per dependent load)
+    "s6-serialwalk": (6, dict(walk="serial")),
+    "s7-serialwalk": (7, dict(walk="serial")),
+    "s6-hybridwalk": (6, dict(walk="hybrid")),
 }
 TOKENS = (1, 16, 64, 256, 1024)
 ROUTINGS = ("balanced", "random", "skewed")
@@ -125,6 +129,15 @@ def test_option_variants(variant, counts, n, k):
     stage, changes = VARIANTS[variant]
     config = stage_config("sm_90a", stage).with_(**changes)
     _check(stage, counts, n, k, seed=len(counts), config=config)
+
+
+@pytest.mark.parametrize("walk", ("warp-parallel", "serial", "hybrid"))
+def test_walks_over_many_ragged_experts(walk):
+    """112 experts (four 32-lane steps of the warp-parallel walk), skewed routing: empty experts
+    and experts that end mid-tile on both sides of each 32-expert boundary."""
+    p = make_problem("Kimi K3", 64, ep=8, routing="skewed", seed=5)
+    config = stage_config("sm_90a", 6).with_(walk=walk)
+    _check(6, p.counts, p.n, p.k, seed=5, config=config)
 
 
 @pytest.mark.parametrize("stage", GROUPED)

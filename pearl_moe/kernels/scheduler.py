@@ -61,16 +61,20 @@ class TileScheduler:
 
     ``offsets``: E int32 end offsets (device tensor); ``rows``: rows of A and out (run-time);
     ``experts``, ``tile_m``, ``n_tiles``: compile-time sizes; ``step``: tiles between two visits
-    of one CTA (the number of persistent CTAs, or CTA pairs in 2-CTA mode).
+    of one CTA (the number of persistent CTAs, or CTA pairs in 2-CTA mode); ``walk``:
+    ``"warp-parallel"`` or ``"serial"`` (compile-time, :attr:`pearl_moe.config.GemmConfig.walk`).
     """
 
-    def __init__(self, offsets, rows, experts: int, tile_m: int, n_tiles: int, step):
+    def __init__(
+        self, offsets, rows, experts: int, tile_m: int, n_tiles: int, step, walk="warp-parallel"
+    ):
         self.offsets = offsets
         self.rows = as_numeric(rows)
         self.step = as_numeric(step)
         self.experts = experts
         self.tile_m = tile_m
         self.n_tiles = n_tiles
+        self.walk = walk
 
     # The DSL passes values that live across `if` / `while` regions as lists of IR values: the
     # offsets tensor, the row count and the step travel; the compile-time sizes stay Python ints.
@@ -91,6 +95,7 @@ class TileScheduler:
             self.tile_m,
             self.n_tiles,
             new_from_mlir_values(self.step, values[n_offs + n_rows :]),
+            self.walk,
         )
 
     @cute.jit
@@ -116,8 +121,39 @@ class TileScheduler:
         sum over the lanes (5 shuffles) gives the running tile count, and a ballot finds the
         first lane whose running count passes ``tile``. A walk over E experts costs
         ``ceil(E / 32)`` dependent loads instead of E (112 experts: 4 instead of 112 round trips
-        to L2 before a CTA's first tile).
+        to L2 before a CTA's first tile). With ``walk="serial"`` each lane walks the same experts
+        one at a time instead (one dependent load per expert).
         """
+        if cutlass.const_expr(self.walk == "serial"):
+            expert, first = self._seek_serial(tile, expert, first)
+        elif cutlass.const_expr(self.walk == "hybrid"):
+            expert, first = self._seek_hybrid(tile, expert, first)
+        else:
+            expert, first = self._seek_warp(tile, expert, first)
+        return expert, first
+
+    @cute.jit
+    def _seek_hybrid(self, tile: Int32, expert: Int32, first: Int32):
+        # the current expert first (one load, no shuffles): at prefill the next tile is nearly
+        # always still in it; past it, the warp-parallel walk from the next expert on
+        count = Int32(0)
+        if expert < self.experts:
+            count = self.expert_tiles(expert)
+        if expert < self.experts and tile >= first + count:
+            expert, first = self._seek_warp(tile, expert + 1, first + count)
+        return expert, first
+
+    @cute.jit
+    def _seek_serial(self, tile: Int32, expert: Int32, first: Int32):
+        count = self.expert_tiles(cutlass.min(expert, self.experts - 1))
+        while expert < self.experts and tile >= first + count:
+            first = first + count
+            expert = expert + 1
+            count = self.expert_tiles(cutlass.min(expert, self.experts - 1))
+        return expert, first
+
+    @cute.jit
+    def _seek_warp(self, tile: Int32, expert: Int32, first: Int32):
         lane = cute.arch.lane_idx()
         searching = expert < self.experts
         while searching:

@@ -196,7 +196,13 @@ class PersistentGroupedGemmKernel(
         tile_m = self.mma_tiler_mnk[0]
         # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
         sched = scheduler.TileScheduler(
-            mOffs, cute.size(mA_mk, mode=[0]), experts, tile_m, n_tiles, self.num_clusters
+            mOffs,
+            cute.size(mA_mk, mode=[0]),
+            experts,
+            tile_m,
+            n_tiles,
+            self.num_clusters,
+            self.config.walk,
         )
 
         pipeline_init_wait(cluster_shape_mn=cluster_layout_vmnk)

@@ -151,7 +151,13 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
             )
         # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
         sched = scheduler.TileScheduler(
-            mOffs, cute.size(mA_mk, mode=[0]), self.experts, self.tile_m, self.n_tiles, ctas
+            mOffs,
+            cute.size(mA_mk, mode=[0]),
+            self.experts,
+            self.tile_m,
+            self.n_tiles,
+            ctas,
+            self.config.walk,
         )
 
         # ============ TMA producer warpgroup ============
