@@ -68,8 +68,11 @@ Kernel structure (stages)
   and its consumer computes the next tile before multiplying the current one, so over a launch it
   pays ``walk_steps(E)`` loads it cannot hide: E with the serial walk every committed H200 run
   used (one expert per step), ``ceil(E / 32)`` with the warp-parallel walk of this tree (32
-  experts per step). :func:`predict` takes ``scheduler=`` ("serial" or "warp-parallel", the
-  default); the calibration passes each run's (:func:`pearl_moe.bench.records.run_scheduler`).
+  experts per step). :func:`predict` takes ``scheduler=`` ("serial", "warp-parallel", the
+  default, or "hybrid"); the calibration passes each record's: its configuration's ``walk`` where
+  recorded, else its run's (:func:`pearl_moe.bench.records.run_scheduler`). The model counts the
+  walk's loads only. On the H200 the serial walk measured faster than the warp-parallel one at
+  prefill with 64 x 128 tiles (``results/H200/walk.json``), which no load count explains.
 
 Parameters
 ----------
@@ -398,18 +401,24 @@ def _combine(terms: dict, p: float) -> float:
 
 # ---------------------------------------------------------------------------- public API
 #: How the device tile scheduler walks the experts (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
-SCHEDULERS = ("serial", "warp-parallel")
+#: The same names as :data:`pearl_moe.config.WALKS` (``GemmConfig.walk``).
+SCHEDULERS = ("serial", "warp-parallel", "hybrid")
 
 
 def walk_steps(experts: int, scheduler: str = "warp-parallel") -> int:
     """Dependent offset loads a persistent CTA's consumer makes walking all ``experts``.
 
     ``serial``: one expert per step (the scheduler until 2026-11-30), ``experts`` steps;
-    ``warp-parallel``: the 32 lanes of a warp load 32 experts' offsets at once, ``ceil(E / 32)``.
+    ``warp-parallel``: the 32 lanes of a warp load 32 experts' offsets at once, ``ceil(E / 32)``;
+    ``hybrid``: the current expert first, then 32 at a time, ``1 + ceil((E - 1) / 32)``.
     """
     if scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
-    return experts if scheduler == "serial" else _cdiv(experts, 32)
+    if scheduler == "serial":
+        return experts
+    if scheduler == "hybrid":
+        return 1 + _cdiv(max(experts - 1, 0), 32)
+    return _cdiv(experts, 32)
 
 
 def predict(

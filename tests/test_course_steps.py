@@ -276,9 +276,13 @@ def committed():
 
 def test_notebook_05_claims(committed):
     g = committed[4]["geomean"]
-    assert abs(g["decode"]["geomean"] - 1) < 0.02  # "no consistent gain at decode"
-    assert g["prefill"]["slower"] == g["prefill"]["shapes"] == 3  # "slower in every round"
-    assert g["decode"]["faster"] > 0 and g["decode"]["slower"] > 0  # "go both ways"
+    assert abs(g["decode"]["geomean"] - 1) < 0.03  # "close to 1"
+    resolved = [
+        r for r in committed[4]["rows"] if r["tokens"] <= 256 and r["verdict"] != "within noise"
+    ]
+    assert resolved and all(0.93 <= r["ratio"] <= 0.995 for r in resolved)  # "1-6% faster"
+    assert g["decode"]["slower"] == 0
+    assert g["prefill"]["slower"] == 2 and g["prefill"]["geomean"] > 1  # "in every round on two"
 
 
 def test_notebook_06_claims(committed):
@@ -292,12 +296,51 @@ def test_notebook_06_claims(committed):
 
 def test_notebook_07_claims(committed):
     g = committed[6]["geomean"]
-    assert g["decode"]["geomean"] < 1 and g["prefill"]["geomean"] < g["decode"]["geomean"]
+    assert abs(g["decode"]["geomean"] - 1) < 0.01  # "at decode it changes nothing measurable"
+    assert g["decode"]["faster"] == g["decode"]["slower"] == 0
     assert g["prefill"]["faster"] == 3  # "a lot at 4096 tokens"
 
 
 def test_notebook_08_claims(committed):
     g = committed[7]["geomean"]
     assert abs(g["decode"]["geomean"] - 1) < 0.02  # "a wash"
-    verdicts = sorted(r["verdict"] for r in committed[7]["rows"] if r["tokens"] == 4096)
-    assert verdicts == ["faster", "slower", "within noise"]  # "three different ways"
+    prefill = [r for r in committed[7]["rows"] if r["tokens"] == 4096]
+    assert all(r["verdict"] == "faster" and 0.83 <= r["ratio"] <= 0.97 for r in prefill)  # 4-16%
+
+
+@pytest.fixture(scope="module")
+def walk_run():
+    from pearl_moe.bench.records import read_run
+    from pearl_moe.course.results import results_path
+
+    path = results_path("walk.json")
+    if not path.exists():
+        pytest.skip("no committed results/H200/walk.json")
+    return read_run(path)
+
+
+def _walk_ratio(run, model, tokens, num, den):
+    from pearl_moe.bench.compare import paired_ratio
+
+    pid = f"{model}|gate_up|{tokens}|EP8|balanced"
+    by = {r["impl"]: r for r in run["records"] if r["problem"] == pid and r["status"] == "ok"}
+    return paired_ratio(by[num], by[den])["ratio"]
+
+
+def test_notebook_08_and_09_walk_claims(walk_run):
+    models = ("GLM 5.3", "DeepSeek V4 Pro", "Kimi K3")
+    # 09: warp-parallel / serial at 4096 tokens: 1.06-1.20x with stage 6, 0.98-1.09x with stage 7
+    for m in models:
+        assert 1.05 <= _walk_ratio(walk_run, m, 4096, "pearl-s6", "pearl-s6:walk=serial") <= 1.21
+        assert 0.97 <= _walk_ratio(walk_run, m, 4096, "pearl-s7", "pearl-s7:walk=serial") <= 1.10
+        for t in (16, 64):  # "equal at 16-64 tokens"
+            assert abs(_walk_ratio(walk_run, m, t, "pearl-s6", "pearl-s6:walk=serial") - 1) < 0.01
+    # 09: the serial walk 3-6% slower at 1 token for DeepSeek V4 Pro and Kimi K3
+    for m in models[1:]:
+        assert 0.93 <= _walk_ratio(walk_run, m, 1, "pearl-s6", "pearl-s6:walk=serial") <= 0.975
+    # 08: with the serial walk, stage 7 / stage 6 at 4096 splits three ways
+    s7_s6 = [
+        _walk_ratio(walk_run, m, 4096, "pearl-s7:walk=serial", "pearl-s6:walk=serial")
+        for m in models
+    ]
+    assert abs(s7_s6[0] - 1) < 0.02 and 1.12 <= s7_s6[1] <= 1.17 and 0.88 <= s7_s6[2] <= 0.92
