@@ -135,6 +135,24 @@ def test_candidates_are_pruned_runnable_and_include_the_defaults(shape, top_k, t
         assert configs[0].tile_m == 64  # decode: the heuristic's 64-row tile first
 
 
+@pytest.mark.parametrize("model", ["GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"])
+def test_serial_walk_twins_fill_the_free_slots_at_prefill_only(model):
+    from pearl_moe.workloads import make_problem
+
+    for tokens in (1, 64, 256, 1024, 4096):
+        p = make_problem(model, tokens, ep=8)
+        cands = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows)
+        twins = [c for _, c in cands if c.walk == "serial"]
+        base = [c for _, c in cands if c.walk != "serial"]
+        assert len(cands) <= 28
+        if p.rows / p.experts < autotune.SERIAL_WALK_ROWS:
+            assert not twins
+            continue
+        assert twins and all(c.acc_slots == 1 for c in twins)
+        assert all(c.with_(walk="warp-parallel") in base for c in twins)  # a twin of a candidate
+        assert [c for _, c in cands][: len(base)] == base  # the space itself comes first
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """``grouped_gemm`` on CPU tensors as if on an H200; compiles and launches recorded."""

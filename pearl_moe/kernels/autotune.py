@@ -385,6 +385,11 @@ def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[
     return out
 
 
+#: Rows per expert from which the tuner also times serial-walk twins (the 4096-token shapes of the
+#: three models have 512-1024; their 1024-token shapes, 128-256, fill the limit without them).
+SERIAL_WALK_ROWS = 512
+
+
 def candidates(
     arch: str, n: int, k: int, experts: int, rows: int, limit: int = 28
 ) -> list[tuple[int, GemmConfig]]:
@@ -407,6 +412,10 @@ def candidates(
       likely combinations.
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
       so the table never picks something slower than either (within the run's noise).
+    * **the scheduler's walk**: from :data:`SERIAL_WALK_ROWS` rows per expert on, the slots the
+      space above leaves under ``limit`` go to serial-walk twins of its single-consumer
+      candidates, in order (on the H200 the serial walk took 0.83-0.95x the warp-parallel walk's
+      time with 64 x 128 tiles at 4096 tokens, and 1.03-1.06x at 1 token: ``results/H200/walk.json``).
 
     Configurations of stages whose kernel does not exist here (``stage_module`` would raise
     ModuleNotFoundError) or that the kernel refuses (:func:`pearl_moe.kernels.api.can_implement`)
@@ -444,4 +453,10 @@ def candidates(
         out.append((stage, config))
         if len(out) >= limit:
             break
+    if arch == "sm_90a" and per_expert >= SERIAL_WALK_ROWS:
+        for stage, config in list(out):
+            if len(out) >= limit:
+                break
+            if config.acc_slots == 1 and config.walk == "warp-parallel":
+                out.append((stage, config.with_(walk="serial")))
     return out
