@@ -66,9 +66,9 @@ Kernel structure (stages)
 * **The tile scheduler's walk** (stages 3-7, :meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`):
   each persistent CTA walks the experts' offsets to find its tiles, one dependent load per step,
   and its consumer computes the next tile before multiplying the current one, so over a launch it
-  pays ``walk_steps(E)`` loads it cannot hide: E with the serial walk every committed H200 run
-  used (one expert per step), ``ceil(E / 32)`` with the warp-parallel walk of this tree (32
-  experts per step). :func:`predict` takes ``scheduler=`` ("serial", "warp-parallel", the
+  pays ``walk_steps(E)`` loads it cannot hide: E with the serial walk (one expert per step; the
+  H200 runs before 2026-11-30 11:46 UTC), ``ceil(E / 32)`` with the warp-parallel walk (32
+  experts per step, the default since). :func:`predict` takes ``scheduler=`` ("serial", "warp-parallel", the
   default, or "hybrid"); the calibration passes each record's: its configuration's ``walk`` where
   recorded, else its run's (:func:`pearl_moe.bench.records.run_scheduler`). The model counts the
   walk's loads only. On the H200 the serial walk measured faster than the warp-parallel one at

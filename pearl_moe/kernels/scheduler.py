@@ -62,7 +62,7 @@ class TileScheduler:
     ``offsets``: E int32 end offsets (device tensor); ``rows``: rows of A and out (run-time);
     ``experts``, ``tile_m``, ``n_tiles``: compile-time sizes; ``step``: tiles between two visits
     of one CTA (the number of persistent CTAs, or CTA pairs in 2-CTA mode); ``walk``:
-    ``"warp-parallel"`` or ``"serial"`` (compile-time, :attr:`pearl_moe.config.GemmConfig.walk`).
+    ``"warp-parallel"``, ``"serial"`` or ``"hybrid"`` (compile-time, ``GemmConfig.walk``).
     """
 
     def __init__(
@@ -122,7 +122,8 @@ class TileScheduler:
         first lane whose running count passes ``tile``. A walk over E experts costs
         ``ceil(E / 32)`` dependent loads instead of E (112 experts: 4 instead of 112 round trips
         to L2 before a CTA's first tile). With ``walk="serial"`` each lane walks the same experts
-        one at a time instead (one dependent load per expert).
+        one at a time instead (one dependent load per expert); ``walk="hybrid"`` checks the
+        current expert first and walks 32 at a time only past it.
         """
         if cutlass.const_expr(self.walk == "serial"):
             expert, first = self._seek_serial(tile, expert, first)
