@@ -115,9 +115,8 @@ def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None):
                     hbm_bytes_per_s=ceilings["read_bytes_per_s"],
                     mma_flops_per_s=ceilings["bf16_flops_per_s"],
                     gpu=run["env"].get("gpu") or gpu,
-                    scheduler=cfg_entry.get(
-                        "walk", walk
-                    ),  # recorded before GemmConfig.walk: the run's
+                    # a configuration recorded before GemmConfig.walk existed: the run's walk
+                    scheduler=cfg_entry.get("walk", walk),
                 )
             )
     return records, excluded
