@@ -25,7 +25,9 @@ from __future__ import annotations
 import math
 import statistics
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from ..workloads import GroupedProblem
@@ -263,6 +265,8 @@ class Timing:
     outputs_message: str = ""
     rounds: int = 1
     round_medians_s: list = field(default_factory=list)
+    #: per round, the implementation timed right before this one (None: the first turn)
+    after: list = field(default_factory=list)
 
     @classmethod
     def from_rounds(cls, rounds: list[list[float]], launches: int, sets: int) -> Timing:
@@ -298,6 +302,8 @@ class Timing:
             d["rounds"] = self.rounds
             d["round_median_us"] = [t * 1e6 for t in self.round_medians_s]
             d.update(self.spread)
+            if self.after:
+                d["after"] = list(self.after)
         if self.outputs_ok is not None:
             d["outputs_ok"] = self.outputs_ok
             d["outputs_message"] = self.outputs_message
@@ -397,6 +403,74 @@ def interleaved_order(names: list, round_index: int) -> list:
     return row[::-1] if n % 2 and r % 2 else row
 
 
+@lru_cache(maxsize=64)
+def _arranged_rows(n: int, rounds: int, offset: int = 0) -> tuple:
+    """Row indices of :func:`interleaved_order` for ``rounds`` rounds of ``n`` implementations,
+    arranged so that the hand-overs between rounds (the last of one round before the first of the
+    next, read cyclically) are spread: no implementation right after itself, and no ordered pair
+    more often than ``ceil(rounds / (n (n - 1)))`` times. A depth-first search over the cycle's
+    rows (``rounds`` consecutive rows from row ``offset``: whole cycles use every row equally
+    often); the plain sequence where no arrangement exists (one or two implementations)."""
+    cycle = order_cycle(n)
+    pool = [(offset + r) % cycle for r in range(rounds)]
+    plain = tuple(pool)
+    if n < 3 or rounds < 2:
+        return plain
+    rows = {r: interleaved_order(list(range(n)), r) for r in set(pool)}
+    cap = -(-rounds // (n * (n - 1)))
+    left = Counter(pool)
+    seq = [pool[0]]
+    left[pool[0]] -= 1
+    used: Counter = Counter()
+    steps = [0]
+
+    def arc(a: int, b: int) -> tuple:
+        return rows[a][-1], rows[b][0]
+
+    def dfs() -> bool:
+        steps[0] += 1
+        if steps[0] > 200_000:  # give up: fall back to the plain sequence
+            return False
+        if len(seq) == rounds:
+            last = arc(seq[-1], seq[0])  # the cycle closes (runs of several cycles repeat it)
+            return last[0] != last[1] and used[last] < cap
+        for r in sorted(left, key=lambda r: (used[arc(seq[-1], r)], r)):
+            if not left[r]:
+                continue
+            a = arc(seq[-1], r)
+            if a[0] == a[1] or used[a] >= cap:
+                continue
+            seq.append(r)
+            left[r] -= 1
+            used[a] += 1
+            if dfs():
+                return True
+            seq.pop()
+            left[r] += 1
+            used[a] -= 1
+        return False
+
+    return tuple(seq) if dfs() else plain
+
+
+def round_orders(names: list, rounds: int, start: int = 0) -> list[list]:
+    """The order of each of ``rounds`` rounds: the rows of :func:`interleaved_order` (every
+    implementation in every position, and right after every other, equally often over a cycle),
+    arranged by :func:`_arranged_rows` so that the hand-over from one round to the next does not
+    keep putting the same implementation after the same one. (In sequence, the rows hand over from
+    each implementation to the next in the list: in the compare run of 2026-11-30 15:16 UTC our
+    kernel followed quack-tuned at 2 of 9 hand-overs, on top of 2 of 10 rounds inside them.)
+    ``start`` rotates the arrangement (the bench passes a hash of the problem's name)."""
+    n = len(names)
+    if n == 0:
+        return [[] for _ in range(rounds)]
+    cycle = order_cycle(n)
+    seq = _arranged_rows(n, rounds, start % cycle if rounds % cycle else 0)
+    shift = start % len(seq) if seq else 0
+    seq = seq[shift:] + seq[:shift]
+    return [[names[i] for i in interleaved_order(list(range(n)), r)] for r in seq]
+
+
 @dataclass
 class GraphTimer:
     """One implementation captured in a CUDA graph of ``launches`` calls over the input sets."""
@@ -410,6 +484,7 @@ class GraphTimer:
     config: dict
     rounds: list = field(default_factory=list)
     failure: Exception | None = None
+    after: list = field(default_factory=list)  # per round: the implementation timed just before
 
 
 def capture(impl: Implementation, problem: GroupedProblem, inputs: list, launches: int, device):
@@ -470,9 +545,9 @@ def time_interleaved(
 
     All implementations share the same input sets (enough of them to cycle through several times
     the L2 size, see :func:`sets_for`); each is captured in its own CUDA graph. Then ``rounds``
-    rounds: in each, every implementation in turn (in the order of :func:`interleaved_order`,
-    from round ``first_round`` of its cycle: by default a hash of the problem's name, so that the
-    same implementation does not open every problem)
+    rounds: in each, every implementation in turn (in the orders of :func:`round_orders`,
+    started at ``first_round``: by default a hash of the problem's name, so that the same
+    implementation does not open every problem)
     gets ``warmup_replays`` untimed replays and ``reps`` timed ones. A drift of the GPU's clock or
     of its neighbours during the run then touches every implementation alike, and the ratio of
     two implementations can be taken round by round (:mod:`pearl_moe.bench.compare`).
@@ -500,9 +575,13 @@ def time_interleaved(
     names = list(timers)
     if first_round is None:
         first_round = zlib.crc32(problem.name.encode())
+    orders = round_orders(names, rounds, first_round)
+    before = None
     for r in range(rounds):
         marks = []
-        for name in interleaved_order(names, first_round + r):
+        for name in orders[r]:
+            timers[name].after.append(before)
+            before = name
             timer = timers[name]
             for _ in range(warmup_replays):
                 timer.graph.replay()
@@ -522,6 +601,7 @@ def time_interleaved(
     for name in names:
         timer = timers[name]
         timing = Timing.from_rounds(timer.rounds, timer.launches, timer.sets)
+        timing.after = list(timer.after)
         if verify:
             timing.outputs_ok, timing.outputs_message = verify_outputs(
                 problem, inputs, timer.outputs, refs
