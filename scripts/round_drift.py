@@ -3,7 +3,7 @@
     python3 scripts/round_drift.py OUT.json "DeepSeek V4 Pro:64" "GLM 5.3:64" -- triton pearl ...
 
 For each problem every implementation is captured in a CUDA graph (harness.capture), then timed
-in ``--rounds`` interleaved rounds (order rotating, as the bench does). After each implementation's
+in interleaved rounds (in the bench's order, ``harness.round_orders``). After each implementation's
 turn the script synchronizes and samples NVML (SM clock, power, temperature, throttle reasons), so
 each timing sits next to the state of the GPU it ran in. Written to see whether the slowdown of our
 decode kernels over a compare run's rounds (their first round fastest, triton flat) follows the
@@ -61,8 +61,9 @@ def main(argv: list[str]) -> int:
         }
         rows = []
         t0 = time.time()
+        orders = harness.round_orders(names, rounds)
         for r in range(rounds):
-            for name in harness.interleaved_order(names, r):
+            for name in orders[r]:
                 timer = timers[name]
                 timer.graph.replay()
                 times = []
