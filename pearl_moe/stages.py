@@ -407,8 +407,11 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
         summary += (
             f", worst {worst['ratio']:.3f} ({shape(worst['problem'])}, against {worst['best']})"
         )
-    summary += f"; {len(above)} shape(s) above {s['tie']:.2f}"
-    summary += " (" + "; ".join(shape(a) for a in above) + ")." if above else "."
+    if above:
+        count = f"{len(above)} shape{'s' if len(above) > 1 else ''}"
+        summary += f"; {count} above {s['tie']:.2f} (" + "; ".join(shape(a) for a in above) + ")."
+    else:
+        summary += f"; no shape above {s['tie']:.2f}."
     if d["shapes"]:
         summary += (
             f" At decode (≤ {d['max_tokens']} tokens) the default call is "
