@@ -63,16 +63,9 @@ def main(argv=None) -> int:
                 timers[before].graph.replay()
             torch.cuda.synchronize()
             time.sleep(gap / 1000)
-            target.graph.replay()  # the turn's untimed replay
-            events = []
-            for _ in range(args.reps):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                target.graph.replay()
-                b.record()
-                events.append((a, b))
+            events = harness.queue_turn(target, args.reps)  # one untimed replay, then reps
             torch.cuda.synchronize()
-            us = statistics.median(a.elapsed_time(b) * 1e3 / target.launches for a, b in events)
+            us = statistics.median(harness.turn_seconds(target, events)) * 1e6
             times[f"{before}|{gap:g}"].append(us)
     rows = []
     for key, values in times.items():

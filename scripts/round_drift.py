@@ -65,17 +65,9 @@ def main(argv: list[str]) -> int:
         for r in range(rounds):
             for name in orders[r]:
                 timer = timers[name]
-                timer.graph.replay()
-                times = []
-                for _ in range(5):
-                    start = torch.cuda.Event(enable_timing=True)
-                    stop = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    timer.graph.replay()
-                    stop.record()
-                    times.append((start, stop))
+                events = harness.queue_turn(timer, reps=5)
                 torch.cuda.synchronize()
-                us = statistics.median(a.elapsed_time(b) * 1e3 / timer.launches for a, b in times)
+                us = statistics.median(harness.turn_seconds(timer, events)) * 1e6
                 rows.append(
                     {
                         "round": r,

@@ -60,7 +60,9 @@ __all__ = [
     "sets_for",
     "interleaved_order",
     "capture",
+    "queue_turn",
     "time_interleaved",
+    "turn_seconds",
     "time_impl",
     "spread_of",
     "verify_outputs",
@@ -528,6 +530,30 @@ def capture(impl: Implementation, problem: GroupedProblem, inputs: list, launche
     return GraphTimer(impl.name, graph, launches, sets, inputs, outputs, config)
 
 
+def queue_turn(timer: GraphTimer, reps: int, warmup_replays: int = 1) -> list:
+    """Queue one turn of ``timer``'s graph: ``warmup_replays`` untimed replays, then ``reps``
+    replays each between two CUDA events. Returns the event pairs (read them after a sync with
+    :func:`turn_seconds`)."""
+    import torch
+
+    for _ in range(warmup_replays):
+        timer.graph.replay()
+    events = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        timer.graph.replay()
+        stop.record()
+        events.append((start, stop))
+    return events
+
+
+def turn_seconds(timer: GraphTimer, events: list) -> list[float]:
+    """Seconds per call of each timed replay of a turn queued by :func:`queue_turn`."""
+    return [a.elapsed_time(b) * 1e-3 / timer.launches for a, b in events]
+
+
 def time_interleaved(
     impls: dict,
     problem: GroupedProblem,
@@ -583,20 +609,10 @@ def time_interleaved(
             timers[name].after.append(before)
             before = name
             timer = timers[name]
-            for _ in range(warmup_replays):
-                timer.graph.replay()
-            events = []
-            for _ in range(reps):
-                start = torch.cuda.Event(enable_timing=True)
-                stop = torch.cuda.Event(enable_timing=True)
-                start.record()
-                timer.graph.replay()
-                stop.record()
-                events.append((start, stop))
-            marks.append((timer, events))
+            marks.append((timer, queue_turn(timer, reps, warmup_replays)))
         torch.cuda.synchronize(device)
         for timer, events in marks:
-            timer.rounds.append([a.elapsed_time(b) * 1e-3 / timer.launches for a, b in events])
+            timer.rounds.append(turn_seconds(timer, events))
     refs: dict = {}
     for name in names:
         timer = timers[name]
