@@ -21,16 +21,15 @@ sys.path.insert(0, str(ROOT))
 
 def compile_requests(impls, problems, arch: str, sms: int) -> list[tuple]:
     """``(arch, stage, config, n, k, experts, sms)`` of every pearl stage variant on every problem."""
-    from pearl_moe.bench.baselines import parse_overrides
-    from pearl_moe.kernels.ladder import stage_config
+    from pearl_moe.bench.baselines import parse_variant, variant_config
 
     requests = []
     for name in impls:
-        base, _, spec = name.partition(":")
-        if not base.startswith("pearl-s") or not base[len("pearl-s") :].isdigit():
+        try:
+            stage, overrides = parse_variant(name)
+        except KeyError:  # a baseline: nothing to compile
             continue
-        stage = int(base[len("pearl-s") :])
-        config = stage_config(arch, stage).with_(**parse_overrides(spec)).resolved()
+        config = variant_config(arch, stage, overrides)
         for p in problems:
             requests.append((arch, stage, config, p.n, p.k, p.experts, sms))
     return list(dict.fromkeys(requests))

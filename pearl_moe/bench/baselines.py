@@ -338,10 +338,23 @@ def pearl_variant(name: str) -> Implementation:
     course configuration on this GPU with those fields changed (validated by GemmConfig; a ring
     depth not given is the deepest that fits the changed tile). ``pearl-sN`` without overrides is
     stage N (ImplementationUnavailable if the kernels have no stage N)."""
+    return _pearl(*parse_variant(name), name)
+
+
+def parse_variant(name: str) -> tuple[int, dict]:
+    """``"pearl-s6:walk=serial"`` -> ``(6, {"walk": "serial"})``; KeyError for other names."""
     base, _, spec = name.partition(":")
     if not base.startswith("pearl-s") or not base[len("pearl-s") :].isdigit():
         raise KeyError(f"unknown implementation {name!r}")
-    return _pearl(int(base[len("pearl-s") :]), parse_overrides(spec), name)
+    return int(base[len("pearl-s") :]), parse_overrides(spec)
+
+
+def variant_config(arch: str, stage: int, overrides: dict):
+    """The configuration ``pearl-sN:overrides`` runs on ``arch``: stage N's course configuration
+    with those fields changed, resolved (the deepest ring that fits where none is given)."""
+    from ..kernels.ladder import stage_config
+
+    return stage_config(arch, stage).with_(**overrides).resolved()
 
 
 def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = None):
@@ -362,7 +375,6 @@ def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = 
 
     def prepare(A, W, offsets, counts):
         from ..kernels.api import _arch_of, default_config
-        from ..kernels.ladder import stage_config
         from ..workloads import counts_to_offsets
 
         arch = _arch_of(A.device)
@@ -373,7 +385,7 @@ def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = 
             config, picked = choice.config, choice.stage
             call_kwargs = {}
         elif overrides:
-            config = stage_config(arch, stage).with_(**overrides).resolved()
+            config = variant_config(arch, stage, overrides)
             picked = stage
             call_kwargs = {"config": config}
         else:
