@@ -74,6 +74,16 @@ Kernel structure (stages)
   walk's loads only. On the H200 the serial walk measured faster than the warp-parallel one at
   prefill with 64 x 128 tiles (``results/H200/walk.json``), which no load count explains.
 
+What the model leaves out
+-------------------------
+The H200 runs every shape measured here at its 700 W power cap (``results/H200/power/``,
+notebook 09 section 11): under back-to-back replays the SM clock settles at 1.17-1.62 GHz
+depending on the kernel, and a prefill call takes 5-22% longer than a cold one. The model has one
+clock per GPU and no power term, so the measured dense ceiling it is given stands for a clock the
+kernel itself may not reach. Shared-memory bandwidth is not a term either: Nsight Compute puts
+bank reads plus writes at 35-59% of peak for the prefill kernels, whose 128-row tiles are bound by
+the tensor pipe at the capped clock (a shared-memory term was tried and the fit turned it off).
+
 Parameters
 ----------
 :data:`CALIBRATED` holds the values fitted on the H200 (``python -m pearl_moe calibrate --fit``

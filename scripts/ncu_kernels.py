@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         torch.cuda.nvtx.range_pop()
     torch.cuda.cudart().cudaProfilerStop()
     for name, _ in runs:
-        print("profiled", problem.id, name)
+        print("profiled", problem.name, name)
     return 0
 
 

@@ -49,21 +49,52 @@ def test_the_model_ranks_the_measurements():
     assert s["spearman"] >= calibrate.MIN_SPEARMAN
     # 5.6% since the ablation of 2026-11-30 15:22 (warp-parallel walk) replaced the one the
     # parameters were fitted on (serial walk): the model has no term for what the walk does to
-    # the kernel (notebook 09, section 9)
-    assert s["median_error"] <= 0.06
+    # the kernel (notebook 09, section 9); 6.1% since tile_shapes.json (2026-11-30 17:36) added
+    # 66 records of tile shapes the fit never saw (median 11.8% on those, notebook 04)
+    assert s["median_error"] <= 0.065
+
+
+def test_tile_shapes_run_is_modeled_out_of_sample_as_notebook_04_says():
+    from pathlib import Path
+
+    path = Path(calibrate.RESULTS) / "H200" / "tile_shapes.json"
+    if not path.exists():
+        pytest.skip("no committed results/H200/tile_shapes.json")
+    every, _ = calibrate.load_records()
+    records = [r for r in every if r.kind == "probe" and r.measured_s in _times(path)]
+    assert len(records) == 66
+    rows = calibrate.evaluate(records, CALIBRATED)
+    s = calibrate.summary(rows)
+    assert 0.115 <= s["median_error"] <= 0.12
+    wide64 = [
+        r["error"] for r in rows if r["config"].startswith(("sm_90a 64x192", "sm_90a 64x256"))
+    ]
+    wide64 += [r["error"] for r in rows if r["config"].startswith("sm_90a 64x64")]
+    assert 0.35 <= max(wide64) <= 0.37  # "up to 36% slow"
+    s5 = [r["error"] for r in rows if r["impl"] == "pearl-s5" and "|1024|" in r["problem"]]
+    assert 0.43 <= max(s5) <= 0.45  # "up to 44% slow"
+
+
+def _times(path):
+    from pearl_moe.bench.records import read_run
+
+    run = read_run(path)
+    return {r["time"]["median_us"] * 1e-6 for r in run["records"] if r["status"] == "ok"}
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "largest error 35.6% (> 10%; 248 records, median 5.4%, Spearman 0.992). The fit of "
+        "largest error 44.4% (> 10%; 314 records, median 6.1%, Spearman 0.990). The fit of "
         "2026-11-30 (134 records, serial walk) was at 13.2%. Missing mechanisms, each seen in "
-        "several records: 64 x 256 ping-pong tiles at 1024/4096 tokens modeled 20-36% slow (the "
-        "model sees them L2-bound); 128 x 128 ping-pong tiles modeled 13-20% fast; the "
-        "warp-parallel walk's cost at prefill with 64 x 128 tiles (1.06-1.27x the serial walk's "
-        "time in CUDA-graph replays, 1.01-1.07x under Nsight Compute one launch at a time), which "
-        "no count of the walk's loads explains; 64 x 128 tiles at 1 token modeled 11-17% fast. "
-        "A refit on all 248 records reaches 26.4% (median 6.1%); see the calibrate output"
+        "several records: the L2 term overcharges 64-row tiles that are wide (64 x 192, 64 x 256: "
+        "up to 36% slow), 64 x 64 tiles, and 64 x 128 tiles without wide B at 1024 tokens (up "
+        "to 44% slow; tile_shapes.json, out of sample); 128 x 128 ping-pong tiles are modeled "
+        "13-20% fast; the warp-parallel walk's cost at prefill with 64 x 128 tiles (1.03-1.27x "
+        "the serial walk's time), which neither the walk's loads nor the producer's sleeps "
+        "explain (notebook 09, section 11); 64 x 128 tiles at 1 token modeled 11-17% fast; and "
+        "the H200 runs every shape at its 700 W power cap with a kernel-dependent SM clock "
+        "(1.17-1.62 GHz), where the model has one clock and no power term"
     ),
 )
 def test_calibration_gate():
