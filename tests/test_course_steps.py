@@ -373,6 +373,14 @@ def test_notebook_09_power_cap_claims():
     assert all(abs(ratio(r) - 1) <= 0.02 for r in decode if tile_m[r["impl"]] == 64)
     wide = [ratio(r) for r in decode if tile_m[r["impl"]] == 128]
     assert 1.02 <= min(wide) and max(wide) <= 1.10  # "the 128-row tiles lose 2-10%"
+    # the walk's gap is as large cold as steady: stage 6 at 4096 tokens, warp-parallel / serial
+    cell = {
+        (r["problem"].split(" gate_up")[0], r["impl"], " 4096 tok" in r["problem"]): r for r in rows
+    }
+    for model, cold, steady in (("GLM 5.3", 1.09, 1.10), ("DeepSeek V4 Pro", 1.24, 1.20)):
+        warp, serial = cell[(model, "pearl-s6", True)], cell[(model, "pearl-s6:walk=serial", True)]
+        assert abs(warp["cold_us"] / serial["cold_us"] - cold) < 0.005
+        assert abs(warp["steady_us"] / serial["steady_us"] - steady) < 0.005
 
 
 def test_notebook_09_walk_evidence_claims(walk_run):
