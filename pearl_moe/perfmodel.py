@@ -72,7 +72,9 @@ Kernel structure (stages)
   default, or "hybrid"); the calibration passes each record's: its configuration's ``walk`` where
   recorded, else its run's (:func:`pearl_moe.bench.records.run_scheduler`). The model counts the
   walk's loads only. On the H200 the serial walk measured faster than the warp-parallel one at
-  prefill with 64 x 128 tiles (``results/H200/walk.json``), which no load count explains.
+  prefill with 64 x 128 tiles (``results/H200/walk.json``); with it those kernels read 2-2.5x
+  the HBM bytes at 4096 tokens (L2 reuse between CTAs lost, see below), which the model does not
+  count.
 
 What the model leaves out
 -------------------------
@@ -83,6 +85,13 @@ clock per GPU and no power term, so the measured dense ceiling it is given stand
 kernel itself may not reach. Shared-memory bandwidth is not a term either: Nsight Compute puts
 bank reads plus writes at 35-59% of peak for the prefill kernels, whose 128-row tiles are bound by
 the tensor pipe at the capped clock (a shared-memory term was tried and the fit turned it off).
+And every HBM byte is counted once (the paragraph above). Nsight Compute finds 0.93-1.02x that
+count at 256 and 1024 tokens and for 128-row and 64 x 256 tiles at 4096, but not for 64 x 64,
+128 x 64 and 64 x 128 tiles at 4096 tokens (nor for Kimi K3's 64 x 64 tiles and stage 5 at 1024):
+CTAs that share an expert's rows or a weight slab drift apart, L2 loses the data between them,
+and they read up to 4.7x the bytes
+(``results/H200/power/ncu_dram_bytes.json``). How far they drift depends on timing (the
+scheduler walk changes it for stage 6), so no count of tiles predicts it here.
 
 Parameters
 ----------
