@@ -267,7 +267,10 @@ def test_committed_results_follow_the_schema():
     files = sorted(root.glob("*/*.json"))
     if not files:
         pytest.skip("no committed results")
-    for f in files + sorted(root.glob("*/history/compare*.json")):
+    history = sorted(root.glob("*/history/compare*.json")) + sorted(
+        root.glob("*/history/*.json.gz")
+    )
+    for f in files + history:
         run = read_run(f)
         for r in run["records"]:
             if r["status"] == "ok":

@@ -507,3 +507,41 @@ def test_notebook_09_l2_sources_claim():
     misses = "lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum"
     assert 1.155 <= warp[sectors] / serial[sectors] <= 1.165
     assert 1.285 <= warp[misses] / serial[misses] <= 1.295
+
+
+def test_notebook_09_arranged_order_claims():
+    """Section 10: the compare run with the arranged order, and its neighbour effect."""
+    import statistics
+
+    from pearl_moe.bench.compare import compare_summary
+    from pearl_moe.bench.records import read_run
+    from pearl_moe.course.results import results_path
+
+    path = results_path("history/compare_arranged_order.json.gz")
+    if not path.exists():
+        pytest.skip("no committed arranged-order compare run")
+    run = read_run(path)
+    s = compare_summary(run)
+    assert round(s["geomean_ratio"], 3) == 0.985 and round(s["worst"]["ratio"], 3) == 1.019
+    assert not s["above_tie"] and round(s["decode_vs_quack"]["geomean_speedup"], 2) == 1.13
+
+    def after_quack(impl, pid):
+        r = next(x for x in run["records"] if x["problem"] == pid and x["impl"] == impl)
+        pairs = list(zip(r["time"]["after"], r["time"]["round_median_us"], strict=True))
+        q = [us for a, us in pairs if a == "quack-tuned"]
+        rest = [us for a, us in pairs if a and a != "quack-tuned"]
+        return statistics.median(q) / statistics.median(rest), len(q)
+
+    for model in ("DeepSeek V4 Pro", "Kimi K3"):
+        for tokens in (64, 256):
+            pid = f"{model}|gate_up|{tokens}|EP8|balanced"
+            for impl in ("pearl", "triton"):
+                assert 1.025 <= after_quack(impl, pid)[0] <= 1.06  # "3-6% slower"
+    for tokens in (16, 64, 256):
+        pid = f"GLM 5.3|gate_up|{tokens}|EP8|balanced"
+        assert abs(after_quack("pearl", pid)[0] - 1) <= 0.016
+        if tokens < 256:
+            assert abs(after_quack("triton", pid)[0] - 1) <= 0.017
+    assert 1.055 <= after_quack("triton", "GLM 5.3|gate_up|256|EP8|balanced")[0] <= 1.06
+    assert after_quack("pearl", "Kimi K3|gate_up|64|EP8|balanced")[1] == 3
+    assert after_quack("triton", "Kimi K3|gate_up|64|EP8|balanced")[1] == 2

@@ -411,9 +411,17 @@ def write_run(run: dict, path: str | Path) -> Path:
 
 
 def read_run(path: str | Path) -> dict:
-    """Read and validate a result file. The clocks of runs recorded with the older, shorter label
-    are shown with :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
-    run = validate_run(json.loads(Path(path).read_text()))
+    """Read and validate a result file (``.json``, or ``.json.gz`` for runs kept in ``history/``).
+    The clocks of runs recorded with the older, shorter label are shown with
+    :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        import gzip
+
+        text = gzip.decompress(path.read_bytes()).decode()
+    else:
+        text = path.read_text()
+    run = validate_run(json.loads(text))
     clocks = run["env"].get("clocks")
     if isinstance(clocks, dict) and clocks.get("source") == _LEGACY_IDLE_CLOCK_SOURCE:
         clocks["source"] = IDLE_CLOCK_SOURCE
