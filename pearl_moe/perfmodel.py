@@ -92,6 +92,10 @@ CTAs that share an expert's rows or a weight slab drift apart, L2 loses the data
 and they read up to 4.7x the bytes
 (``results/H200/power/ncu_dram_bytes.json``). How far they drift depends on timing (the
 scheduler walk changes it for stage 6), so no count of tiles predicts it here.
+The L2 term charges every TMA box in full, but the L2 serves requests of CTAs that read the same
+data at the same time together: Nsight Compute counts 0.55-0.96 of the boxes' sectors as L2
+requests at GLM 5.3 / 4096 tokens (``results/H200/power/ncu_glm4096.csv``), fewest for wide B
+boxes shared by many CTAs (64 x 256), and wide B cut requests for 64 x 128 tiles only.
 
 Parameters
 ----------

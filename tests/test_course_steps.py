@@ -545,3 +545,48 @@ def test_notebook_09_arranged_order_claims():
     assert 1.055 <= after_quack("triton", "GLM 5.3|gate_up|256|EP8|balanced")[0] <= 1.06
     assert after_quack("pearl", "Kimi K3|gate_up|64|EP8|balanced")[1] == 3
     assert after_quack("triton", "Kimi K3|gate_up|64|EP8|balanced")[1] == 2
+
+
+def test_notebook_04_l2_merge_claims():
+    """Notebook 04: L2 requests against the sectors the TMA boxes hold (GLM 5.3, 4096 tokens)."""
+    import csv
+
+    from pearl_moe.bench.baselines import parse_variant, variant_config
+    from pearl_moe.budget import resolve
+    from pearl_moe.course.results import results_path
+    from pearl_moe.hardware import H200
+    from pearl_moe.perfmodel import _structure
+
+    path = results_path("power/ncu_glm4096.csv")
+    if not path.exists():
+        pytest.skip("no committed results/H200/power/ncu_glm4096.csv")
+    impls = [  # the order of scripts/device_power_probe.sh's Nsight Compute step
+        "pearl-s3",
+        "pearl-s5",
+        "pearl-s6",
+        "pearl-s6:walk=serial",
+        "pearl-s7:tile_m=64+tile_n=256+b_k_tiles=1+shift_a_box=true",
+        "pearl-s7:tile_m=128+tile_n=128+shift_a_box=true",
+        "pearl-s3:tile_m=128+tile_n=256+ring_depth=4",
+        "pearl-s3:tile_m=64+tile_n=64",
+        "pearl-s3:tile_m=64+tile_n=256",
+    ]
+    by = {}
+    for row in csv.DictReader(path.open()):
+        by.setdefault(int(row["ID"]), {})[row["Metric Name"]] = float(
+            row["Metric Value"].replace(",", "")
+        )
+    p = make_problem("GLM 5.3", 4096, ep=8)
+    merge = {}
+    for i, name in enumerate(impls):
+        stage, overrides = parse_variant(name)
+        c = resolve(variant_config("sm_90a", stage, overrides), H200)
+        _, _, tiles = _structure(tuple(p.counts), p.k, p.n, c, stage, H200.sms)
+        box_sectors = tiles * (p.k // c.tile_k) * (c.cta_tile_m + c.cta_tile_n) * c.tile_k * 2 / 32
+        merge[name] = by[i]["lts__t_sectors.sum"] / box_sectors
+    assert 0.545 <= min(merge.values()) and max(merge.values()) <= 0.965  # "0.55-0.96"
+    assert 0.545 <= merge[impls[8]] <= merge[impls[4]] <= 0.605  # 64 x 256
+    assert 0.605 <= merge[impls[6]] <= 0.615 and 0.955 <= merge[impls[7]] <= 0.965
+    requests = {name: by[i]["lts__t_requests.sum"] for i, name in enumerate(impls)}
+    assert 0.77 <= requests["pearl-s6"] / requests["pearl-s5"] <= 0.79  # "cut by 22%"
+    assert 165e6 <= requests[impls[5]] <= 170e6 and 169e6 <= requests["pearl-s3"] <= 171e6
