@@ -86,8 +86,9 @@ kernel itself may not reach. Shared-memory bandwidth is not a term either: Nsigh
 bank reads plus writes at 35-59% of peak for the prefill kernels, whose 128-row tiles are bound by
 the tensor pipe at the capped clock (a shared-memory term was tried and the fit turned it off).
 And every HBM byte is counted once (the paragraph above). Nsight Compute finds 0.93-1.02x that
-count at 256 and 1024 tokens and for 128-row and 64 x 256 tiles at 4096, but not for 64 x 64,
-128 x 64 and 64 x 128 tiles at 4096 tokens (nor for Kimi K3's 64 x 64 tiles and stage 5 at 1024):
+count at 256 and 1024 tokens, and 0.94-1.26x at 4096 for 128 x 128 to 128 x 256 and 64 x 256
+tiles and stage 7, but not for 64 x 64, 128 x 64 and 64 x 128 tiles at 4096 tokens (nor for Kimi K3's 64 x 64 tiles
+and stage 5 at 1024):
 CTAs that share an expert's rows or a weight slab drift apart, L2 loses the data between them,
 and they read up to 4.7x the bytes
 (``results/H200/power/ncu_dram_bytes.json``). How far they drift depends on timing (the
