@@ -11,7 +11,9 @@ predecessor in ``--before`` and each pause in ``--gaps-ms`` it replays the prede
 ``--reps`` timed ones, as a bench turn does). The order of the (predecessor, pause) cells is
 shuffled in every repeat. With the target itself as a predecessor the result is the steady state;
 the pause after which every predecessor gives the same time is how long a bench must wait between
-rounds for the round's first turn not to inherit the last one's state.
+rounds for the round's first turn not to inherit the last one's state. A negative pause (``-1``)
+queues the target right behind the predecessor with no synchronize, as the bench queues the turns
+of a round.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ def main(argv=None) -> int:
         for before, gap in cells:
             for _ in range(args.lead):
                 timers[before].graph.replay()
-            torch.cuda.synchronize()
-            time.sleep(gap / 1000)
+            if gap >= 0:  # a negative pause: queued right behind, as the bench's turns are
+                torch.cuda.synchronize()
+                time.sleep(gap / 1000)
             events = harness.queue_turn(target, args.reps)  # one untimed replay, then reps
             torch.cuda.synchronize()
             us = statistics.median(harness.turn_seconds(target, events)) * 1e6

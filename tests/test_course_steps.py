@@ -590,3 +590,29 @@ def test_notebook_04_l2_merge_claims():
     requests = {name: by[i]["lts__t_requests.sum"] for i, name in enumerate(impls)}
     assert 0.77 <= requests["pearl-s6"] / requests["pearl-s5"] <= 0.79  # "cut by 22%"
     assert 165e6 <= requests[impls[5]] <= 170e6 and 169e6 <= requests["pearl-s3"] <= 171e6
+
+
+def test_notebook_09_queued_predecessor_claims():
+    """Section 10: the neighbour effect in isolation, queued and after a pause."""
+    import json
+
+    from pearl_moe.course.results import results_path
+
+    def cell(path):
+        rows = json.loads(path.read_text())["rows"]
+        return {(r["before"], r["gap_ms"]): r["median_us"] for r in rows}
+
+    expected = {  # model: (queued, synchronized without a pause) slowdown after quack-tuned
+        "deepseek_v4_pro": (1.025, 1.007),
+        "kimi_k3": (1.021, 1.020),
+    }
+    for name, (queued, synced) in expected.items():
+        path = results_path(f"history/predecessor_gap_queued_{name}_64.json")
+        if not path.exists():
+            pytest.skip("no committed queued predecessor test")
+        t = cell(path)
+        assert abs(t[("quack-tuned", -1.0)] / t[("pearl", -1.0)] - queued) < 0.0015
+        assert abs(t[("quack-tuned", 0.0)] / t[("pearl", 0.0)] - synced) < 0.0015
+        assert abs(t[("quack-tuned", 100.0)] / t[("pearl", 100.0)] - 1) <= 0.005
+        for gap in (-1.0, 0.0, 100.0):
+            assert abs(t[("triton", gap)] / t[("pearl", gap)] - 1) <= 0.006
