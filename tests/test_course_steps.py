@@ -616,3 +616,31 @@ def test_notebook_09_queued_predecessor_claims():
         assert abs(t[("quack-tuned", 100.0)] / t[("pearl", 100.0)] - 1) <= 0.005
         for gap in (-1.0, 0.0, 100.0):
             assert abs(t[("triton", gap)] / t[("pearl", gap)] - 1) <= 0.006
+
+
+def test_notebook_09_reread_bandwidth_claim():
+    """Section 11: the kernels that re-read from HBM use 1.5-3.1 TB/s of it, below the ceiling."""
+    import json
+
+    from pearl_moe.course.results import results_path
+
+    path = results_path("power/ncu_dram_bytes.json")
+    if not path.exists():
+        pytest.skip("no committed results/H200/power/ncu_dram_bytes.json")
+    dram = json.loads(path.read_text())
+    col = {m: i for i, m in enumerate(dram["metrics"])}
+    rereaders = (
+        "pearl-s5",
+        "pearl-s6",
+        "pearl-s3:tile_m=64+tile_n=64",
+        "pearl-s3:tile_m=128+tile_n=64",
+    )
+    rates = [
+        values[col["dram__bytes_read.sum"]] / (values[col["gpu__time_duration.sum"]] * 1e-9) / 1e12
+        for run in dram["runs"].values()
+        for key, rows in run.items()
+        if key.endswith("|4096")
+        for impl, values in zip(dram["impls"], rows, strict=True)
+        if impl in rereaders
+    ]
+    assert len(rates) == 20 and 1.5 <= min(rates) and max(rates) <= 3.1
