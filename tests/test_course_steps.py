@@ -413,33 +413,16 @@ def test_notebook_09_walk_evidence_claims(walk_run):
 
 def test_notebook_09_and_04_hbm_reread_claims():
     """Section 11 (and notebook 04): HBM bytes read against the model's count, both ncu runs."""
-    import json
+    from pearl_moe.course.profiles import hbm_reads
 
-    from pearl_moe.bench.baselines import parse_variant, variant_config
-    from pearl_moe.course.results import results_path
-    from pearl_moe.hardware import H200
-    from pearl_moe.perfmodel import predict
-
-    path = results_path("power/ncu_dram_bytes.json")
-    if not path.exists():
+    reads = hbm_reads()
+    if reads is None:
         pytest.skip("no committed results/H200/power/ncu_dram_bytes.json")
-    dram = json.loads(path.read_text())
-    col = {m: i for i, m in enumerate(dram["metrics"])}
     ratio, time = {}, {}
-    for run in dram["runs"].values():
-        for key, rows in run.items():
-            model, tokens = key.split("|")
-            problem = make_problem(model, int(tokens), ep=8)
-            for impl, values in zip(dram["impls"], rows, strict=True):
-                stage, overrides = parse_variant(impl)
-                least = predict(
-                    problem, variant_config("sm_90a", stage, overrides), H200, stage=stage
-                )
-                r = values[col["dram__bytes_read.sum"]] / least.hbm_bytes
-                ratio.setdefault((impl, model, int(tokens)), []).append(r)
-                time.setdefault((impl, model, int(tokens)), []).append(
-                    values[col["gpu__time_duration.sum"]]
-                )
+    for r in reads["rows"]:
+        key = (r["impl"], r["model"], r["tokens"])
+        ratio.setdefault(key, []).append(r["ratio"])
+        time.setdefault(key, []).append(r["seconds"])
 
     def span(pred):
         values = [r for key, rs in ratio.items() if pred(*key) for r in rs]
@@ -490,18 +473,13 @@ def test_notebook_09_and_04_hbm_reread_claims():
 
 def test_notebook_09_l2_sources_claim():
     """Section 11: with the warp-parallel walk, 16% more L2 sectors from TMA, 29% more misses."""
-    import csv
-
+    from pearl_moe.course.profiles import ncu_metrics
     from pearl_moe.course.results import results_path
 
     path = results_path("power/ncu_l2_sources.csv")
     if not path.exists():
         pytest.skip("no committed results/H200/power/ncu_l2_sources.csv")
-    by = {}
-    for row in csv.DictReader(path.open()):
-        by.setdefault(int(row["ID"]), {})[row["Metric Name"]] = float(
-            row["Metric Value"].replace(",", "")
-        )
+    by = ncu_metrics(path)
     warp, serial = by[0], by[1]  # pearl-s6, pearl-s6:walk=serial (scripts/device_l2_sources.sh)
     sectors = "lts__t_sectors_srcunit_tex_op_read.sum"
     misses = "lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum"
@@ -549,10 +527,9 @@ def test_notebook_09_arranged_order_claims():
 
 def test_notebook_04_l2_merge_claims():
     """Notebook 04: L2 requests against the sectors the TMA boxes hold (GLM 5.3, 4096 tokens)."""
-    import csv
-
     from pearl_moe.bench.baselines import parse_variant, variant_config
     from pearl_moe.budget import resolve
+    from pearl_moe.course.profiles import ncu_metrics
     from pearl_moe.course.results import results_path
     from pearl_moe.hardware import H200
     from pearl_moe.perfmodel import _structure
@@ -571,11 +548,7 @@ def test_notebook_04_l2_merge_claims():
         "pearl-s3:tile_m=64+tile_n=64",
         "pearl-s3:tile_m=64+tile_n=256",
     ]
-    by = {}
-    for row in csv.DictReader(path.open()):
-        by.setdefault(int(row["ID"]), {})[row["Metric Name"]] = float(
-            row["Metric Value"].replace(",", "")
-        )
+    by = ncu_metrics(path)
     p = make_problem("GLM 5.3", 4096, ep=8)
     merge = {}
     for i, name in enumerate(impls):
@@ -620,15 +593,11 @@ def test_notebook_09_queued_predecessor_claims():
 
 def test_notebook_09_reread_bandwidth_claim():
     """Section 11: the kernels that re-read from HBM use 1.5-3.1 TB/s of it, below the ceiling."""
-    import json
+    from pearl_moe.course.profiles import hbm_reads
 
-    from pearl_moe.course.results import results_path
-
-    path = results_path("power/ncu_dram_bytes.json")
-    if not path.exists():
+    reads = hbm_reads()
+    if reads is None:
         pytest.skip("no committed results/H200/power/ncu_dram_bytes.json")
-    dram = json.loads(path.read_text())
-    col = {m: i for i, m in enumerate(dram["metrics"])}
     rereaders = (
         "pearl-s5",
         "pearl-s6",
@@ -636,11 +605,8 @@ def test_notebook_09_reread_bandwidth_claim():
         "pearl-s3:tile_m=128+tile_n=64",
     )
     rates = [
-        values[col["dram__bytes_read.sum"]] / (values[col["gpu__time_duration.sum"]] * 1e-9) / 1e12
-        for run in dram["runs"].values()
-        for key, rows in run.items()
-        if key.endswith("|4096")
-        for impl, values in zip(dram["impls"], rows, strict=True)
-        if impl in rereaders
+        r["dram_bytes"] / r["seconds"] / 1e12
+        for r in reads["rows"]
+        if r["tokens"] == 4096 and r["impl"] in rereaders
     ]
     assert len(rates) == 20 and 1.5 <= min(rates) and max(rates) <= 3.1

@@ -20,6 +20,9 @@ module                 what it holds
                        :func:`stage_series`, :func:`check_table`, :func:`ablation_step`, ...: the
                        recorded H200 runs of our kernels, each number labeled with where it comes
                        from
+``profiles``           :func:`hbm_reads`, :func:`ncu_metrics`: the Nsight Compute exports under
+                       ``results/H200/power/`` (HBM bytes each kernel read against the model's
+                       count; metrics per profiled launch)
 ``host_run``           :func:`run_printing`: run CuTe host code on the CPU, read its ``cute.printf``
 ``live``               :func:`can_run_live`, :func:`stage_impl`, :func:`time_step_live`: run a
                        stage with the benchmark harness on a GPU
@@ -44,6 +47,7 @@ from .plots import (
     plot_stage_sweep,
     say_model,
 )
+from .profiles import hbm_reads, ncu_metrics
 from .results import (
     DECODE_MAX_TOKENS,
     STAGE_IMPLS,
@@ -122,6 +126,8 @@ __all__ = [
     "step_latency_bars",
     "step_verdict",
     "gpu_check_lines",
+    "hbm_reads",
+    "ncu_metrics",
     "run_printing",
     "can_run_live",
     "stage_impl",
