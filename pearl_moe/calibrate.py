@@ -67,6 +67,7 @@ class Record:
     mma_flops_per_s: float  # the run's measured dense bf16 ceiling
     gpu: str
     scheduler: str = "warp-parallel"  # how the run's tile scheduler walked the experts
+    source: str = ""  # the result file it was read from (two runs may share a kind)
 
     @property
     def label(self) -> str:
@@ -117,6 +118,7 @@ def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None):
                     gpu=run["env"].get("gpu") or gpu,
                     # a configuration recorded before GemmConfig.walk existed: the run's walk
                     scheduler=cfg_entry.get("walk", walk),
+                    source=path.name,
                 )
             )
     return records, excluded
