@@ -35,6 +35,13 @@ Terms used throughout:
   per dependent load, the default; ``"serial"``: one expert per load, as the course's first
   persistent kernel did; ``"hybrid"``: the current expert first, then 32 at a time). All give the
   same tiles in the same order.
+* ``schedule`` is how persistent CTAs (stage 3 on) share the tiles: ``"static"`` (CTA ``c`` takes
+  tiles ``c, c + C, c + 2C, ...``, the default) or ``"dynamic"`` (sm_90a: after its first tile a
+  CTA claims the next free tile from a counter in global memory, so the tiles in flight stay a
+  window of about ``C`` consecutive tiles however fast each SM runs, and CTAs that share an n tile
+  of weights read it at about the same time). ``"scattered"`` (sm_90a, a control experiment) is
+  the static schedule with CTA ``c`` starting at tile ``(c * s) mod C`` for a stride ``s`` near
+  ``C / 2``, so that neighbouring tiles go to CTAs far apart.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -45,12 +52,14 @@ from dataclasses import dataclass, replace
 
 from .budget import resolve  # one way: the budget model reads configs and imports nothing of ours
 
-__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES", "WALKS"]
+__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES", "SCHEDULES", "WALKS"]
 
 ARCHS = ("sm_100a", "sm_90a")
 EPILOGUES = ("tma_store", "direct_store")
 #: Tile-scheduler walks (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
 WALKS = ("warp-parallel", "serial", "hybrid")
+#: How persistent CTAs share the tiles (``GemmConfig.schedule``).
+SCHEDULES = ("static", "dynamic", "scattered")
 
 #: Field names used by measurements recorded before the course settled its vocabulary.
 LEGACY_FIELD_NAMES = {
@@ -89,6 +98,7 @@ class GemmConfig:
     shift_a_box: bool = False  # start A boxes early enough to end inside A (needs direct_store)
     swap_ab: bool = False  # sm_90a: weights as the 64-row wgmma operand, tokens as its N
     walk: str = "warp-parallel"  # how the tile scheduler finds a tile's expert (WALKS)
+    schedule: str = "static"  # how persistent CTAs share the tiles (SCHEDULES)
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -106,6 +116,13 @@ class GemmConfig:
             yield f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}"
         if self.walk not in WALKS:
             yield f"walk must be one of {WALKS}, got {self.walk!r}"
+        if self.schedule not in SCHEDULES:
+            yield f"schedule must be one of {SCHEDULES}, got {self.schedule!r}"
+        elif self.schedule != "static" and self.arch != "sm_90a":
+            yield (
+                f"schedule={self.schedule!r} is built for sm_90a only (Blackwell's counterpart of "
+                "the dynamic schedule, cluster launch control, is not implemented here)"
+            )
         if self.tile_k <= 0 or self.tile_k % 16:
             yield f"tile_k must be a positive multiple of 16 (the bf16 MMA K), got {self.tile_k}"
         if self.ring_depth is not None and self.ring_depth < 2:
@@ -302,6 +319,8 @@ class GemmConfig:
             parts.append("swapAB")
         if self.walk != "warp-parallel":
             parts.append(f"{self.walk}walk")
+        if self.schedule != "static":
+            parts.append(self.schedule)
         if self.epilogue == "direct_store":
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:

@@ -34,6 +34,9 @@ CASES = {
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     "s6-hybridwalk": (6, stage_config("sm_90a", 6).with_(walk="hybrid")),
+    # the dynamic schedule: tiles claimed from a counter in global memory
+    "s5-dynamic": (5, stage_config("sm_90a", 5).with_(schedule="dynamic")),
+    "s7-dynamic": (7, stage_config("sm_90a", 7).with_(schedule="dynamic")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
     "s6-16x128-swapAB": (
         6,
@@ -165,6 +168,19 @@ def test_direct_store_refuses_tiles_it_would_not_fill(tile_n):
     assert any("multiple of 32" in why for why in can_implement(cfg, 4096, 4096, 4))
     tma = cfg.with_(epilogue="tma_store", epi_tile_n=16, ring_depth=None)
     assert not any("multiple of 32" in why for why in can_implement(tma, 4096, 4096, 3))
+
+
+def test_dynamic_schedule_claims_with_atomic_inc(reports):
+    """The dynamic schedule's producer claims tiles with a wrapping ``atom.inc`` (the first claim, then one per tile: the counter
+    returns to 0 by itself); static schedules have no global atomics at all."""
+    for name, (_, cfg) in CASES.items():
+        atomics = {
+            op: n for op, n in reports[name].opcodes.items() if op.startswith(("ATOMG", "RED"))
+        }
+        if cfg.schedule == "dynamic":
+            assert atomics == {"ATOMG.E.INC.STRONG.GPU": 2}, (name, atomics)
+        else:
+            assert not atomics, (name, atomics)
 
 
 def test_scheduler_walk_is_the_one_configured(reports):

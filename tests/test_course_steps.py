@@ -400,7 +400,7 @@ def test_notebook_09_walk_evidence_claims(walk_run):
         0.9e6 <= warp["nanosleeps_taken"] <= 0.95e6
         and 0.14e6 <= serial["nanosleeps_taken"] <= 0.16e6
     )
-    spin = read_run(results_path("history/walk_spin_acquire.json"))
+    spin = read_run(results_path("history/walk_spin_acquire.json.gz"))
     expected = {"GLM 5.3": (1.07, 1.11), "DeepSeek V4 Pro": (1.14, 1.20), "Kimi K3": (1.03, 1.06)}
     for model, (polling, committed) in expected.items():
         args = (model, 4096, "pearl-s6", "pearl-s6:walk=serial")

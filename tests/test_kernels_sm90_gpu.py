@@ -51,6 +51,18 @@ VARIANTS = {
     "s6-serialwalk": (6, dict(walk="serial")),
     "s7-serialwalk": (7, dict(walk="serial")),
     "s6-hybridwalk": (6, dict(walk="hybrid")),
+    # the dynamic schedule: CTAs claim tiles from a counter in global memory
+    "s3-dynamic": (3, dict(schedule="dynamic")),
+    "s5-dynamic": (5, dict(schedule="dynamic")),
+    "s6-dynamic": (6, dict(schedule="dynamic")),
+    "s7-dynamic": (7, dict(schedule="dynamic")),
+    "s7-128x128-dynamic": (7, dict(tile_m=128, tile_n=128, schedule="dynamic")),
+    "s5-scattered": (5, dict(schedule="scattered")),
+    "s7-scattered": (7, dict(schedule="scattered")),
+    "s6-16x128-swapAB-dynamic": (
+        6,
+        dict(tile_m=16, shift_a_box=True, swap_ab=True, schedule="dynamic"),
+    ),  # fmt: skip
 }
 TOKENS = (1, 16, 64, 256, 1024)
 ROUTINGS = ("balanced", "random", "skewed")
@@ -138,6 +150,33 @@ def test_walks_over_many_ragged_experts(walk):
     p = make_problem("Kimi K3", 64, ep=8, routing="skewed", seed=5)
     config = stage_config("sm_90a", 6).with_(walk=walk)
     _check(6, p.counts, p.n, p.k, seed=5, config=config)
+
+
+@pytest.mark.parametrize("stage", (3, 5, 7))
+def test_dynamic_schedule_leaves_its_counter_at_zero(stage):
+    """Every launch of the dynamic schedule claims exactly as many tiles as there are, so its
+    counter is back at 0 afterwards: fewer tiles than CTAs (decode), no rows, many tiles, each
+    repeated, then 20 CUDA-graph replays of a prefill-sized problem, each checked."""
+    from pearl_moe.kernels.host import cuda_stream, tile_counter
+
+    config = stage_config("sm_90a", stage).with_(schedule="dynamic")
+    for counts, n, k in (((3, 0, 5, 1), 256, 256), ((0, 0), 256, 128), ((900, 3, 700), 1024, 512)):
+        for seed in range(3):
+            _check(stage, counts, n, k, seed=seed, config=config)
+            assert tile_counter("cuda", cuda_stream()).item() == 0
+    p = make_problem("GLM 5.3", 1024, ep=8, routing="skewed", seed=2)
+    A, W, offs = random_inputs(p.counts, 1024, 768, seed=2)
+    ref = grouped_gemm(A, W, offs, stage=stage, config=config.with_(schedule="static"))
+    out = torch.full_like(ref, float("nan"))
+    grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
+    for _ in range(20):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, ref)  # the same tiles, each computed once, in any order
 
 
 @pytest.mark.parametrize("stage", GROUPED)

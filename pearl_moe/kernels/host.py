@@ -25,7 +25,11 @@ __all__ = [
     "grouped_grid",
     "schedule_tiles",
     "cuda_stream",
+    "tile_counter",
 ]
+
+#: One tile counter per (device, stream): the dynamic schedule's (see :func:`tile_counter`).
+_TILE_COUNTERS: dict = {}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -88,6 +92,26 @@ def cuda_stream(device=None):
     import torch
 
     return cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+
+
+def tile_counter(device, stream=None):
+    """The int32 tile counter the persistent kernels' dynamic schedule claims tiles from.
+
+    Zeroed once when first asked for; every launch leaves it at 0 again
+    (:meth:`pearl_moe.kernels.scheduler.TileScheduler.claim`), so it is kept, one per device and
+    stream: two launches that ran at the same time on one counter would mix their tiles.
+    Static schedules are passed it too and never touch it.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (str(device), int(stream) if stream is not None else 0)
+    counter = _TILE_COUNTERS.get(key)
+    if counter is None:
+        counter = _TILE_COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return counter
 
 
 def device_end_offsets(offsets, experts: int):

@@ -122,4 +122,6 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
         later(7, "the split accumulator (two slots)")
     if config.arch == "sm_100a" and config.tile_n > 256:
         later(7, "a tile of two MMA atoms along N (tile_n > 256)")
+    if config.schedule != "static":
+        later(3, f"the {config.schedule} tile schedule of persistent CTAs")
     return problems

@@ -42,6 +42,13 @@ from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 __all__ = ["TileScheduler", "expert_rows"]
 
 
+def _atomic_inc(ptr: cute.Pointer, wrap: Int32) -> Int32:
+    """PTX ``atom.global.inc.u32``: ``old = *ptr; *ptr = 0 if old >= wrap else old + 1``."""
+    from cutlass.cute.arch.nvvm_wrappers import _atomic
+
+    return Int32(_atomic(ptr, Int32(wrap), op="inc"))
+
+
 @cute.jit
 def expert_rows(offsets: cute.Tensor, expert: Int32, rows: Int32):
     """``(first row, end row)`` of ``expert`` from E end offsets, clamped into ``[0, rows]``.
@@ -197,6 +204,38 @@ class TileScheduler:
         tile = tile + self.step
         expert, first = self.seek(tile, expert, first)
         return tile, expert, first
+
+    # ---------------------------------------------------------------- dynamic schedule
+    @cute.jit
+    def total_tiles(self):
+        """Output tiles of all experts (warp-collective): a warp-parallel walk past the last tile."""
+        _, total = self._seek_warp(Int32(1 << 30), Int32(0), Int32(0))
+        return total
+
+    @cute.jit
+    def claim_issue(self, counter: cute.Pointer, total: Int32):
+        """Claim a tile from the tile counter (warp-collective, ``schedule="dynamic"``): lane 0
+        issues ``atomicInc(counter, total - 1)``; :meth:`claim_result` turns what it returns
+        into the tile. Between the two calls the atomic's round trip overlaps other work.
+
+        Tiles ``0 .. step - 1`` are the CTAs' first tiles; after that the counter hands out the
+        rest in order, a tile ``>= total`` meaning done. A CTA claims until it is told done, so
+        a launch makes exactly ``total`` claims (one per tile past the first ``step``, one "done"
+        per CTA that had a tile; ``total`` "done"s when there are fewer tiles than CTAs), and
+        ``atomicInc``, which wraps to 0 after ``total - 1``, leaves the counter at 0 for the next
+        launch: no reset kernel, and a CUDA graph replays it as it is. (A launch that dies
+        half-way would leave it elsewhere; two launches sharing one counter at the same time
+        would mix their tiles, so the host keeps one counter per stream.)
+        """
+        raw = total  # lanes other than 0 (and "done" if it were read)
+        if cute.arch.lane_idx() == 0:
+            raw = _atomic_inc(counter, total - 1)
+        return raw
+
+    @cute.jit
+    def claim_result(self, raw: Int32):
+        """The tile a :meth:`claim_issue` got (lane 0's value, for the whole warp)."""
+        return self.step + cute.arch.shuffle_sync(raw, offset=0)
 
     @cute.jit
     def decode(self, tile: Int32, expert: Int32, first: Int32):

@@ -60,6 +60,9 @@ __all__ = ["Sm90KernelBase", "can_implement", "WARPGROUP_THREADS"]
 WARPGROUP_THREADS = 128
 #: Bytes of bookkeeping after the barriers; the budget model's BOOKKEEPING_BYTES.
 _BOOKKEEPING_WORDS = 16
+#: Tile indices a producer may publish ahead of the consumers (``schedule="dynamic"``); their
+#: slots and mbarriers live in the bookkeeping words (2 x 8 B of mbarriers and 4 B per slot).
+TILE_SLOTS = 2
 
 
 def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[str]:
@@ -204,7 +207,8 @@ class Sm90KernelBase:
 
     # ------------------------------------------------------------------ device-side helpers
     def _allocate_smem(self, a_layout, b_layout, epi_layout, a_mma_layout=None):
-        """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers).
+        """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers,
+        (tile barriers, tile slots)).
 
         ``sC`` is None with direct stores (no epilogue buffer); with wide B entries the barrier
         block also holds the B ring's full/empty pairs (``2 x b_ring_depth`` more mbarriers).
@@ -222,8 +226,12 @@ class Sm90KernelBase:
             sC = smem.allocate_tensor(self.c_dtype, epi_layout.outer, 1024, epi_layout.inner)
         count = 2 * self.ring_depth + (2 * self.b_ring_depth if self.wide_b else 0)
         barriers = smem.allocate_array(cutlass.Int64, count, byte_alignment=8)
-        smem.allocate_array(cutlass.Int32, _BOOKKEEPING_WORDS, byte_alignment=4)
-        return sA, sB, sC, barriers
+        # the bookkeeping words: the dynamic schedule's tile slots and their full/empty mbarriers
+        tile_barriers = smem.allocate_array(cutlass.Int64, 2 * TILE_SLOTS, byte_alignment=8)
+        tile_slots = smem.allocate_array(
+            cutlass.Int32, _BOOKKEEPING_WORDS - 4 * TILE_SLOTS, byte_alignment=4
+        )
+        return sA, sB, sC, barriers, (tile_barriers, tile_slots)
 
     def _a_box_view(self, sA, a_layout):
         """(tile_m, tile_k, ring_depth): the part of each A entry the TMA writes."""

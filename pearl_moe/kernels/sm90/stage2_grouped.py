@@ -109,7 +109,7 @@ class Sm90GroupedGemm(Sm90DenseGemm):
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
+        sA, sB, sC, barriers, _ = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
         ab_pipeline = self._make_ab_pipeline(
             barriers, self.threads_per_cta // 32, a_smem_layout, b_smem_layout
         )

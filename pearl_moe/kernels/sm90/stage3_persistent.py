@@ -29,6 +29,8 @@ rows, live here and in :mod:`.common` (``_a_box_row``, ``a_mma_layout``).
 
 from __future__ import annotations
 
+import math
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -38,7 +40,7 @@ from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
 from ..ladder import LAST_STAGE
-from .common import WARPGROUP_THREADS
+from .common import TILE_SLOTS, WARPGROUP_THREADS
 from .direct_store import DirectStoreEpilogue
 from .pingpong import PingPongTurns
 from .stage2_grouped import Sm90GroupedGemm
@@ -61,6 +63,11 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
     def __init__(self, config: GemmConfig, sms: int = 132):
         super().__init__(config)
         self.sms = sms
+        # schedule="scattered": CTA c starts at tile (c * stride) mod sms, a stride coprime with
+        # sms and near sms / 2, so tiles next to each other go to CTAs far apart
+        self.scatter_stride = next(
+            p for p in range(sms // 2 + 1, 2 * sms + 2) if math.gcd(p, sms) == 1
+        )
         self.producer_warpgroups = 1
         self.threads_per_cta = (self.producer_warpgroups * WARPGROUP_THREADS) + self.num_mma_threads
         self.load_warp = 0
@@ -76,6 +83,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         w_ptr: cute.Pointer,
         offs_ptr: cute.Pointer,
         c_ptr: cute.Pointer,
+        counter_ptr: cute.Pointer,
         rows: cutlass.Int32,
         n: cutlass.Constexpr,
         k: cutlass.Constexpr,
@@ -88,6 +96,8 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         )
         # (rows, n): out as it is, for the direct store
         mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
+        # (1,): the dynamic schedule's tile counter (0 between launches; unused when static)
+        mCounter = cute.make_tensor(counter_ptr, cute.make_layout(1))
         tma_atom_a, tma_a = self._tma_load_atom(mA, self.a_smem_layout, (self.tile_m, self.tile_k))
         tma_atom_b, tma_b = self._tma_load_atom(
             mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles)
@@ -98,7 +108,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         self.k_tiles = (k + self.tile_k - 1) // self.tile_k
         self.b_entries_per_tile = (self.k_tiles + self.b_k_tiles - 1) // self.b_k_tiles
         self.kernel(
-            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mC, mOffs,
+            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mC, mOffs, mCounter,
             self.tiled_mma, self.a_smem_layout, self.b_smem_layout, self.epi_smem_layout,
             self.a_mma_layout,
         ).launch(
@@ -120,6 +130,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         mC3: cute.Tensor,
         mC_mn: cute.Tensor,
         mOffs: cute.Tensor,
+        mCounter: cute.Tensor,
         tiled_mma: cute.TiledMma,
         a_smem_layout: cute.ComposedLayout,
         b_smem_layout: cute.ComposedLayout,
@@ -137,7 +148,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
             if cutlass.const_expr(not self.direct_store):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers = self._allocate_smem(
+        sA, sB, sC, barriers, (tile_barriers, tile_slots) = self._allocate_smem(
             a_smem_layout, b_smem_layout, epi_smem_layout, a_mma_layout
         )
         # Each ring entry is released by the warps of the one tile that read it.
@@ -159,6 +170,23 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
             ctas,
             self.config.walk,
         )
+        # Dynamic schedule: the producer warp claims each next tile from the counter and
+        # publishes it in a TILE_SLOTS-deep ring of shared-memory slots; every consumer warp reads
+        # every index (ping-pong warpgroups skip every other tile, but walk them all).
+        dynamic = self.config.schedule == "dynamic"
+        tile_pipeline = None
+        sTile = None
+        if cutlass.const_expr(dynamic):
+            tile_pipeline = pipeline.PipelineAsync.create(
+                barrier_storage=tile_barriers,
+                num_stages=TILE_SLOTS,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_mma_threads // 32
+                ),
+            )
+            # (TILE_SLOTS,): the published tile indices
+            sTile = cute.make_tensor(tile_slots, cute.make_layout(TILE_SLOTS))
 
         # ============ TMA producer warpgroup ============
         if warpgroup < self.producer_warpgroups:
@@ -170,8 +198,35 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                 b_state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.b_ring_depth
                 )
-                tile, expert, first = sched.first_tile(cta)
+                tile, expert, first = sched.first_tile(self._first_slot(cta))
+                total = cutlass.Int32(0)
+                tile_state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, TILE_SLOTS
+                )
+                next_tile = tile + ctas
+                pending = cutlass.Int32(0)
+                if cutlass.const_expr(dynamic):
+                    total = sched.total_tiles()
+                    pending = total
+                    if expert < self.experts:
+                        pending = sched.claim_issue(mCounter.iterator, total)
+                    next_tile = sched.claim_result(pending)
                 while expert < self.experts:
+                    if cutlass.const_expr(dynamic):
+                        # publish the next tile before loading this one, so the consumers know
+                        # it when they start this tile (they walk to it while they multiply) ...
+                        tile_pipeline.producer_acquire(tile_state)
+                        with cute.arch.elect_one():
+                            sTile[tile_state.index] = next_tile
+                            tile_pipeline.producer_commit(tile_state)
+                        tile_state.advance()
+                        # ... and claim the one after it now: the atomic's round trip overlaps
+                        # this tile's loads instead of stalling them
+                        pending = total
+                        if next_tile < total:
+                            pending = sched.claim_issue(mCounter.iterator, total)
+                    else:
+                        next_tile = tile + ctas
                     m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
                     # (tile_m, tile_k, k_tiles): A rows from a_row0 (the tile's first row, or
                     # earlier so that the box ends inside A)
@@ -208,10 +263,15 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                                 ab_pipeline, a_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
                             )
                             a_state.advance()
-                    tile, expert, first = sched.next_tile(tile, expert, first)
+                    tile = next_tile
+                    if cutlass.const_expr(dynamic):
+                        next_tile = sched.claim_result(pending)
+                    expert, first = sched.seek(tile, expert, first)
                 ab_pipeline.producer_tail(a_state)
                 if cutlass.const_expr(self.wide_b):
                     b_pipeline.producer_tail(b_state)
+                if cutlass.const_expr(dynamic):
+                    tile_pipeline.producer_tail(tile_state)
 
         # ============ MMA consumer + epilogue warpgroups ============
         if warpgroup >= self.producer_warpgroups:
@@ -267,10 +327,19 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
             )
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tiles_done = cutlass.Int32(0)
-            tile, expert, first = sched.first_tile(cta)
+            tile_read = pipeline.make_pipeline_state(consumer, TILE_SLOTS)
+            tile, expert, first = sched.first_tile(self._first_slot(cta))
             while expert < self.experts:
                 m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
-                next_tile, next_expert, next_first = sched.next_tile(tile, expert, first)
+                next_tile = tile + ctas
+                if cutlass.const_expr(dynamic):
+                    tile_pipeline.consumer_wait(tile_read)
+                    next_tile = sTile[tile_read.index]
+                    cute.arch.sync_warp()  # every lane has read the slot before it is released
+                    with cute.arch.elect_one():
+                        tile_pipeline.consumer_release(tile_read)
+                    tile_read.advance()
+                next_expert, next_first = sched.seek(next_tile, expert, first)
                 mine = True  # ping-pong: every other tile belongs to the other warpgroup
                 if cutlass.const_expr(self.pingpong):
                     mine = tiles_done % 2 == slot
@@ -299,6 +368,15 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                     store_pipeline.producer_tail()
 
     # ------------------------------------------------------------------ one tile, per option
+    @cute.jit
+    def _first_slot(self, cta):
+        """The CTA's first tile: its index, or scattered (``schedule="scattered"``, a control
+        experiment: the static schedule without its neighbouring CTAs on neighbouring tiles)."""
+        slot = cta
+        if cutlass.const_expr(self.config.schedule == "scattered"):
+            slot = (cta * self.scatter_stride) % self.sms
+        return slot
+
     @cute.jit
     def _a_box_row(self, row0, rows):
         """First row of the tile's A box: ``row0``, or with ``shift_a_box`` the latest start
@@ -373,7 +451,7 @@ def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | 
     bf16 = cutlass.BFloat16
     return cute.compile(
         build(config, sms or 132), placeholder_ptr(bf16, 16), placeholder_ptr(bf16, 16), placeholder_ptr(cutlass.Int32, 4),
-        placeholder_ptr(bf16, 16), 1, n, k, experts, cuda.CUstream(0),
+        placeholder_ptr(bf16, 16), placeholder_ptr(cutlass.Int32, 4), 1, n, k, experts, cuda.CUstream(0),
     )  # fmt: skip
 
 
@@ -384,8 +462,13 @@ def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
 
 
 def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
-    """One persistent launch; the scheduler reads the offsets on the device."""
-    from ..host import bf16_ptr, i32_ptr
+    """One persistent launch; the scheduler reads the offsets on the device (and, with the
+    dynamic schedule, claims tiles from the stream's tile counter)."""
+    from ..host import bf16_ptr, i32_ptr, tile_counter
 
     del host_offsets
-    compiled(bf16_ptr(A), bf16_ptr(W), i32_ptr(end_offsets), bf16_ptr(out), A.shape[0], stream)
+    counter = tile_counter(A.device, stream)
+    compiled(
+        bf16_ptr(A), bf16_ptr(W), i32_ptr(end_offsets), bf16_ptr(out), i32_ptr(counter),
+        A.shape[0], stream,
+    )  # fmt: skip
