@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -50,11 +51,12 @@ def test_the_model_ranks_the_measurements():
     # 5.6% since the ablation of 2026-11-30 15:22 (warp-parallel walk) replaced the one the
     # parameters were fitted on (serial walk): the model has no term for what the walk does to
     # the kernel (notebook 09, section 9); 6.1% since tile_shapes.json (2026-11-30 17:36) added
-    # 66 records of tile shapes the fit never saw (median 11.8% on those, notebook 04)
+    # 66 records of tile shapes the fit never saw (median 11.8% on those, notebook 04); 5.9%
+    # after the refit with pair_merge on all 314 records
     assert s["median_error"] <= 0.065
 
 
-def test_tile_shapes_run_is_modeled_out_of_sample_as_notebook_04_says():
+def test_tile_shapes_run_is_modeled_as_notebook_04_says():
     from pathlib import Path
 
     path = Path(calibrate.RESULTS) / "H200" / "tile_shapes.json"
@@ -65,33 +67,122 @@ def test_tile_shapes_run_is_modeled_out_of_sample_as_notebook_04_says():
     assert len(records) == 66
     rows = calibrate.evaluate(records, CALIBRATED)
     s = calibrate.summary(rows)
-    assert 0.115 <= s["median_error"] <= 0.12
+    assert 0.095 <= s["median_error"] <= 0.105  # "a median error of 10%" (11.8% out of sample)
     wide64 = [
         r["error"] for r in rows if r["config"].startswith(("sm_90a 64x192", "sm_90a 64x256"))
     ]
-    wide64 += [r["error"] for r in rows if r["config"].startswith("sm_90a 64x64")]
-    assert 0.35 <= max(wide64) <= 0.37  # "up to 36% slow"
+    assert 0.30 <= max(wide64) <= 0.32  # "up to 31% slow"
+    narrow = [r["error"] for r in rows if r["config"].startswith(("sm_90a 64x64", "sm_90a 128x64"))]
+    assert 0.26 <= max(narrow) <= 0.28  # "up to 27% slow"
     s5 = [r["error"] for r in rows if r["impl"] == "pearl-s5" and "|1024|" in r["problem"]]
-    assert 0.43 <= max(s5) <= 0.45  # "up to 44% slow"
+    assert 0.34 <= max(s5) <= 0.36  # "35% slow"
+
+
+def test_static_schedule_merges_pairs_as_nsight_compute_counts():
+    """The model's row segments with neighbouring CTAs' boxes merged against the L2 requests
+    Nsight Compute counts for stage 5 at 1024 tokens (notebook 04 and 09): static schedules
+    within 7% at DeepSeek V4 Pro (two m tiles per n tile), and 1.5x fewer than the dynamic and
+    scattered schedules, which merge nothing (measured 1.44-1.54x)."""
+    from pearl_moe.bench.baselines import parse_variant, variant_config
+    from pearl_moe.hardware import get_gpu
+    from pearl_moe.perfmodel import _cdiv, _structure
+    from pearl_moe.workloads import make_problem
+
+    path = Path(calibrate.RESULTS) / "H200" / "schedule" / "ncu_pairs.json"
+    if not path.exists():
+        pytest.skip("no committed results/H200/schedule/ncu_pairs.json")
+    doc = json.loads(path.read_text())
+    req = doc["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
+    rows = dict(zip(doc["impls"], doc["runs"]["1"]["DeepSeek V4 Pro|1024"], strict=True))
+    p = make_problem("DeepSeek V4 Pro", 1024, ep=8)
+
+    def segments(impl):
+        stage, changes = parse_variant(impl)
+        cfg = variant_config("sm_90a", stage, changes)
+        launches, _, _ = _structure(tuple(p.counts), p.k, p.n, cfg, stage, get_gpu("H200").sms)
+        k_tiles = _cdiv(p.k, cfg.tile_k)
+        return sum(
+            count * rnd.tiles * k_tiles
+            * (cfg.tile_m * (1 - rnd.a_merged) + cfg.tile_n * (1 - rnd.b_merged))
+            for rounds in launches for rnd, count in rounds.items()
+        )  # fmt: skip
+
+    static = segments("pearl-s5")
+    assert static == pytest.approx(rows["pearl-s5"][req], rel=0.07)
+    assert round(static / 1e6) == 66  # "66 M row segments"
+    p = make_problem("GLM 5.3", 1024, ep=8)
+    assert round(segments("pearl-s5") / 1e6) == 50  # "where pairs give 50 M"
+    p = make_problem("DeepSeek V4 Pro", 1024, ep=8)
+    for other in ("pearl-s5:schedule=dynamic", "pearl-s5:schedule=scattered"):
+        assert segments(other) / static == pytest.approx(1.5)
+        assert 1.44 <= rows[other][req] / rows["pearl-s5"][req] <= 1.54
+
+
+def test_where_the_model_misses_as_notebook_04_says():
+    """The groups of notebook 04's "Where it misses", over every record."""
+    every, _ = calibrate.load_records()
+    rows = calibrate.evaluate(every, CALIBRATED)
+
+    def errors(*prefixes, pingpong=None, wide_b=None, stages=None):
+        out = []
+        for r in rows:
+            c = r["config"]
+            if not c.startswith(tuple(f"sm_90a {p}x" for p in prefixes)):
+                continue
+            if pingpong is not None and ("pingpong" in c) != pingpong:
+                continue
+            if wide_b is not None and (" B2 " in c) != wide_b:
+                continue
+            if stages is not None and r["stage"] not in stages:
+                continue
+            out.append(r["error"])
+        return out
+
+    assert 0.30 <= max(errors("64x192", "64x256")) <= 0.32  # "up to 31% slow"
+    assert 0.26 <= max(errors("64x64", "128x64")) <= 0.28  # "up to 27%"
+    s5 = [r["error"] for r in rows if r["impl"] == "pearl-s5"]
+    assert 0.34 <= max(s5) <= 0.36 and -0.28 <= min(s5) <= -0.26  # "35%", "up to 27% fast"
+    pp = errors("128x128", pingpong=True, wide_b=True)
+    assert -0.17 <= min(pp) <= -0.15 and -0.08 <= max(pp) <= -0.06  # "7-16% fast"
+    assert -0.19 <= min(errors("64x128", pingpong=True)) <= -0.17  # "up to 18% fast"
+    assert 0.18 <= max(errors("128x128", stages=(1, 2))) <= 0.20  # "up to 19% slow"
+
+
+def test_schedules_of_stage_5_under_nsight_compute_as_notebook_04_says():
+    """Stage 5 at 1024 tokens: dynamic and scattered schedules take 1.3-1.6x the static one's
+    single-launch time (DeepSeek V4 Pro and GLM 5.3), and GLM 5.3's static launch issues 38 M L2
+    requests where pairs alone would give 50 M."""
+    path = Path(calibrate.RESULTS) / "H200" / "schedule" / "ncu_pairs.json"
+    if not path.exists():
+        pytest.skip("no committed results/H200/schedule/ncu_pairs.json")
+    doc = json.loads(path.read_text())
+    col = {m: i for i, m in enumerate(doc["metrics"])}
+    for key in ("DeepSeek V4 Pro|1024", "GLM 5.3|1024"):
+        rows = dict(zip(doc["impls"], doc["runs"]["1"][key], strict=True))
+        base = rows["pearl-s5"][col["gpu__time_duration.sum"]]
+        for other in ("pearl-s5:schedule=dynamic", "pearl-s5:schedule=scattered"):
+            assert 1.29 <= rows[other][col["gpu__time_duration.sum"]] / base <= 1.62, (key, other)
+    glm = dict(zip(doc["impls"], doc["runs"]["1"]["GLM 5.3|1024"], strict=True))
+    assert round(glm["pearl-s5"][col["lts__t_requests_srcunit_tex_op_read.sum"]] / 1e6) == 38
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "largest error 44.4% (> 10%; 314 records, median 6.1%, Spearman 0.990). The fit of "
-        "2026-11-30 (134 records, serial walk) was at 13.2%. Missing mechanisms, each seen in "
-        "several records: the L2 term charges every TMA box in full, while the L2 serves CTAs "
-        "that read the same data at once together (0.55-0.96 of the boxes' sectors under Nsight "
-        "Compute), so it overcharges 64-row tiles that are wide (64 x 192, 64 x 256: up to 36% "
-        "slow), 64 x 64 tiles, and 64 x 128 tiles without wide B at 1024 tokens (up to 44% slow; "
-        "tile_shapes.json, out of sample), and 128 x 128 ping-pong tiles are modeled 13-20% "
-        "fast; at 4096 tokens 64 x 64, 128 x 64 and 64 x 128 tiles (without wide B, or "
-        "with the warp-parallel walk) read 2-4.7x the HBM bytes the model counts once (L2 reuse "
-        "between CTAs lost; Nsight Compute, notebook 09 section 11), which is most of the walk's "
-        "prefill cost (1.03-1.27x the serial walk's time); 64 x 128 tiles at 1 token modeled "
-        "11-17% fast; and "
-        "the H200 runs every shape at its 700 W power cap with a kernel-dependent SM clock "
-        "(1.17-1.62 GHz), where the model has one clock and no power term"
+        "largest error 35.0% (> 10%; 314 records, median 5.9%, Spearman 0.990; 44.4% before "
+        "pair_merge). Missing mechanisms, each seen in several records: the L2 merges the "
+        "requests of CTAs that read the same data at once beyond the pairs the model merges "
+        "(0.55-0.96 of the boxes' sectors under Nsight Compute; stage 5 at GLM 5.3 / 1024 tokens "
+        "issues 38 M requests where pairs give 50 M), so 64-row tiles that are wide (64 x 192, "
+        "64 x 256: up to 31% slow), 64 x 64 and 128 x 64 tiles (up to 27% slow) and stage 5 at "
+        "1024 tokens (35% slow) are modeled too slow, and 128 x 128 ping-pong tiles with wide B "
+        "7-16% fast; at 4096 tokens the static schedule's CTAs drift apart and 64 x 64, 128 x 64 "
+        "and 64 x 128 tiles read 2-4.7x the HBM bytes the model counts once (the dynamic schedule "
+        "brings them to 0.87-1.43x: results/H200/schedule/), so stage 5 is modeled up to 27% "
+        "fast there; 64 x 128 ping-pong tiles are modeled up to 18% fast at 1 to 4096 tokens; "
+        "and the H200 runs every shape at its 700 W power cap with a "
+        "kernel-dependent SM clock (1.17-1.62 GHz), where the model has one clock and no power "
+        "term"
     ),
 )
 def test_calibration_gate():

@@ -101,7 +101,9 @@ def test_second_process_loads_instead_of_compiling(tmp_path):
     second = _run(tmp_path, "forbid", cache)  # cute.compile raises in this process
     assert second["stats"]["hits"] == 1 and second["stats"]["misses"] == 0
     assert second["type"] == "CudaDialectJitCompiledFunction"
-    assert second["params"] == ["a_ptr", "w_ptr", "offs_ptr", "c_ptr", "rows", "stream"]
+    assert second["params"] == [
+        "a_ptr", "w_ptr", "offs_ptr", "c_ptr", "counter_ptr", "rows", "stream"
+    ]  # fmt: skip
     assert second["kernel_s"] < first["kernel_s"]
     print(
         f"\nfirst process: compile+store {first['kernel_s']:.2f} s; "

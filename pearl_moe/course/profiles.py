@@ -27,8 +27,11 @@ def ncu_metrics(path: str | Path) -> dict[int, dict[str, float]]:
     return out
 
 
-def hbm_reads(gpu: str = "H200", root: Path | None = None) -> dict | None:
-    """``{"method": how it was measured, "rows": [...]}`` from ``power/ncu_dram_bytes.json``, one
+def hbm_reads(
+    gpu: str = "H200", root: Path | None = None, name: str = "power/ncu_dram_bytes.json"
+) -> dict | None:
+    """``{"method": how it was measured, "rows": [...]}`` from ``name`` (``ncu_dram_bytes.json``,
+    or any export of that layout, such as ``schedule/ncu_schedule.json``), one
     row per (run, problem, implementation): ``run``,
     ``model``, ``tokens``, ``impl``, ``config`` (its label), ``dram_bytes`` (read from HBM),
     ``seconds`` (one launch), ``counted_bytes`` (:func:`pearl_moe.perfmodel.predict`'s HBM bytes)
@@ -38,7 +41,7 @@ def hbm_reads(gpu: str = "H200", root: Path | None = None) -> dict | None:
     from ..perfmodel import predict
     from ..workloads import make_problem
 
-    path = results_path("power/ncu_dram_bytes.json", gpu, root)
+    path = results_path(name, gpu, root)
     if not path.exists():
         return None
     dram = json.loads(path.read_text())
