@@ -104,7 +104,7 @@ CTAs that share an expert's rows or a weight slab drift apart, L2 loses the data
 and they read up to 4.7x the bytes
 (``results/H200/power/ncu_dram_bytes.json``). The drift is the static schedule's: with the same
 tiles claimed from a counter (``schedule="dynamic"``), which keeps the tiles in flight a window of
-consecutive tiles, these kernels read 0.87-1.43x the bytes at 4096 tokens (64 x 192 ping-pong tiles
+consecutive tiles, these kernels read 0.87-1.39x the bytes at 4096 tokens (64 x 192 ping-pong tiles
 at GLM 5.3: 2.05x)
 (``results/H200/schedule/ncu_schedule.json``). How far static CTAs drift depends on timing (the
 scheduler walk changes it for stage 6), so no count of tiles predicts it here.

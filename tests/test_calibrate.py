@@ -178,7 +178,7 @@ def test_schedules_of_stage_5_under_nsight_compute_as_notebook_04_says():
         "1024 tokens (35% slow) are modeled too slow, and 128 x 128 ping-pong tiles with wide B "
         "7-16% fast; at 4096 tokens the static schedule's CTAs drift apart and 64 x 64, 128 x 64 "
         "and 64 x 128 tiles read 2-4.7x the HBM bytes the model counts once (the dynamic schedule "
-        "brings them to 0.87-1.43x: results/H200/schedule/), so stage 5 is modeled up to 27% "
+        "brings them to 0.87-1.39x: results/H200/schedule/), so stage 5 is modeled up to 27% "
         "fast there; 64 x 128 ping-pong tiles are modeled up to 18% fast at 1 to 4096 tokens; "
         "and the H200 runs every shape at its 700 W power cap with a "
         "kernel-dependent SM clock (1.17-1.62 GHz), where the model has one clock and no power "

@@ -610,3 +610,61 @@ def test_notebook_09_reread_bandwidth_claim():
         if r["tokens"] == 4096 and r["impl"] in rereaders
     ]
     assert len(rates) == 20 and 1.5 <= min(rates) and max(rates) <= 3.1
+
+
+def test_notebook_09_schedule_claims():
+    """Section 12: static against dynamic (and scattered) tile schedules."""
+    import json
+
+    from pearl_moe.bench.records import read_run
+    from pearl_moe.course.profiles import hbm_reads
+    from pearl_moe.course.results import results_path
+
+    if not results_path("schedule/schedule.json.gz").exists():
+        pytest.skip("no committed results/H200/schedule/")
+    reads = hbm_reads(name="schedule/ncu_schedule.json")["rows"]
+    dynamic = {(r["model"], r["impl"]): r["ratio"] for r in reads if "dynamic" in r["impl"]}
+    static = [r["ratio"] for r in reads if "schedule=" not in r["impl"]]
+    odd = ("GLM 5.3", "pearl-s7:tile_m=64+tile_n=192+b_k_tiles=1+schedule=dynamic")
+    rest = [v for key, v in dynamic.items() if key != odd]
+    assert round(min(rest), 2) == 0.87 and round(max(rest), 2) == 1.39  # "0.87-1.39x"
+    assert round(dynamic[odd], 2) == 2.05 and round(max(static), 2) == 4.45
+
+    run = read_run(results_path("schedule/schedule.json.gz"))
+    med = {(r["problem"], r["impl"]): r["time"]["median_us"] for r in run["records"]}
+    ratio = {}
+    for (pid, impl), t in med.items():
+        if "schedule=dynamic" in impl:
+            base = impl.replace(":schedule=dynamic", "").replace("+schedule=dynamic", "")
+            ratio[(base, int(pid.split("|")[2]), pid.split("|")[0])] = t / med[(pid, base)]
+
+    def at(tokens, *bases):
+        return [v for (b, t, _), v in ratio.items() if t == tokens and (not bases or b in bases)]
+
+    s5 = at(4096, "pearl-s5")
+    assert round(min(s5), 2) == 0.77 and round(max(s5), 2) == 0.91  # "0.77-0.91x"
+    narrow = at(4096, "pearl-s3:tile_m=64+tile_n=64", "pearl-s3:tile_m=128+tile_n=64")
+    assert 0.925 <= min(narrow) < 0.94 and max(at(4096)) > 1.1  # "at most 7%", "some slower"
+    assert all(0.95 <= v <= 1.05 for v in at(64))  # "within 5%"
+    assert round(max(at(1024)), 2) == 1.37  # "up to 1.37x slower"
+    wide = at(1024, "pearl-s3:tile_m=128+tile_n=256+ring_depth=4")
+    wide += at(4096, "pearl-s3:tile_m=128+tile_n=256+ring_depth=4")
+    assert all(0.95 <= v <= 1.055 for v in wide)  # "within about 5%": the default call's tile
+
+    pairs = json.loads(results_path("schedule/ncu_pairs.json").read_text())
+    req = pairs["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
+    ds = dict(zip(pairs["impls"], pairs["runs"]["1"]["DeepSeek V4 Pro|1024"], strict=True))
+    got = [
+        round(ds[f"pearl-s5{s}"][req] / 1e6)
+        for s in ("", ":schedule=dynamic", ":schedule=scattered")
+    ]
+    assert got == [63, 91, 97]
+    prun = read_run(results_path("schedule/pairs.json.gz"))
+    pmed = {(r["problem"], r["impl"]): r["time"]["median_us"] for r in prun["records"]}
+    cases = 0
+    for (pid, impl), t in pmed.items():
+        if impl.endswith(":schedule=scattered"):
+            base = impl.split(":")[0]
+            assert t > max(pmed[(pid, base)], pmed[(pid, base + ":schedule=dynamic")]), pid
+            cases += 1
+    assert cases == 12  # "slowest of the three in all twelve cases"
