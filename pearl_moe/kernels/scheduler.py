@@ -4,6 +4,11 @@ The work of a grouped GEMM is a ragged list of output tiles: expert ``e`` with `
 ``cdiv(m_e, tile_m) x cdiv(n, tile_n)`` tiles. Number them expert by expert (inside an expert the
 m tile varies fastest). A persistent CTA ``c`` of ``C`` takes tiles ``c, c + C, c + 2C, ...``.
 
+With ``GemmConfig.schedule="dynamic"`` (sm_90a) a CTA's first tile is still ``c``, and every
+later one is claimed from a counter in global memory (:meth:`TileScheduler.claim_issue`): the tiles
+in flight stay a window of about ``C`` consecutive tiles however fast each SM runs. Either way a
+CTA's tile numbers only grow.
+
 Finding the expert of tile ``t`` needs the running tile count of the experts before it. Because a
 CTA's tile numbers only grow, it keeps ``(expert, first tile of that expert)`` as state and walks
 forward, a warp at a time: the 32 lanes of the calling warp read 32 experts' offsets at once and

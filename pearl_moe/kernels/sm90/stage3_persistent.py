@@ -20,6 +20,10 @@ What changed since stage 2
   SM; at decode, where each expert has a handful of rows, that is what hides HBM latency. Up to 6
   entries fit next to the 24 KB epilogue buffer (see :mod:`pearl_moe.budget`).
 
+* The schedule (``GemmConfig.schedule``): static by default; ``"dynamic"`` has the producer warp
+  claim each next tile from a counter and publish it to the consumers through two shared-memory
+  slots (notebook 09, section 12, measures both); ``"scattered"`` is a control experiment.
+
 Stages 4-7 add no kernel: they are options of this one (see :mod:`pearl_moe.kernels.ladder`),
 each in its own module: the direct store (:mod:`.direct_store`), B entries of two K tiles
 (:mod:`.wide_b`) and the ping-pong consumers (:mod:`.pingpong`); 64-row tiles need no new code
