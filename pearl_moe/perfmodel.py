@@ -46,17 +46,18 @@ Bytes, counted where they come from
   16 rows per expert a 16 KB A entry of a 128-row tile holds 2 KB of real rows and 14 KB served
   from L2: HBM sees only the weights in flight.
 * 128-bit direct stores write each 32-byte sector in two halves: twice the L2 work of the output.
-* **Neighbouring CTAs share requests.** CTAs ``2i`` and ``2i + 1`` of a launch run side by side,
-  and when both read the same box at about the same time the L2 sees about one request for the
-  two. In the static schedules here (CTA ``c`` takes tiles ``c, c + C, ...``, ``C`` even), the
-  pair's tiles are neighbours in tile order: the same n tile's next m tile (one B box for both)
-  or, with one m tile per expert, the same m tile's next n tile (one A box). ``pair_merge`` is the
-  share of such a box's L2 work saved (fitted: about half). Nsight Compute supports this: at
-  1024 tokens stage 5 issues 63 M L2 requests at DeepSeek V4 Pro where the model counts 66 M row
-  segments with pairs merged and 99 M without, and handing the same tiles out dynamically or
-  scattered over the CTAs raises the count to 91-97 M and the single-launch time 1.3-1.6x
-  (``results/H200/schedule/``, notebook 09 section 12). The dynamic and scattered schedules
-  (``GemmConfig.schedule``) merge nothing here.
+* **Neighbouring CTAs share requests.** Neighbouring CTAs of a launch run side by side, and when
+  they read the same box at about the same time the L2 counts about one request for them. In the
+  static schedules here (CTA ``c`` takes tiles ``c, c + C, ...``) neighbouring CTAs get
+  neighbouring tiles: the same n tile's next m tiles (one B box for all) or, with one m tile per
+  expert, the same m tile's next n tile (one A box). The model merges B boxes within groups of four
+  CTAs and A boxes within pairs (:func:`_neighbour_merges`); ``pair_merge`` is the share of a
+  merged box's L2 work saved (fitted: about half). Nsight Compute agrees at 1024 tokens
+  (``results/H200/schedule/ncu_pairs.json``): stage 5 issues 63 M L2 requests at DeepSeek V4 Pro
+  (two m tiles per n tile; 66 M modeled) and 38 M at GLM 5.3 (four; 38 M modeled, pairs alone
+  would give 50 M), and handing the same tiles out dynamically or scattered over the CTAs raises
+  DeepSeek V4 Pro's count to 91-97 M and the single-launch time 1.3-1.6x (notebook 09 section
+  12). The dynamic and scattered schedules (``GemmConfig.schedule``) merge nothing here.
 
 Kernel structure (stages)
 -------------------------
@@ -108,10 +109,10 @@ consecutive tiles, these kernels read 0.87-1.39x the bytes at 4096 tokens (64 x 
 at GLM 5.3: 2.05x)
 (``results/H200/schedule/ncu_schedule.json``). How far static CTAs drift depends on timing (the
 scheduler walk changes it for stage 6), so no count of tiles predicts it here.
-Beyond pairs of neighbouring CTAs the L2 merges more: Nsight Compute counts 0.55-0.96 of the
-boxes' sectors as L2 requests at GLM 5.3 / 4096 tokens (``results/H200/power/ncu_glm4096.csv``),
-fewest for wide B boxes shared by many CTAs (64 x 256), and stage 5 at GLM 5.3 / 1024 tokens
-(four m tiles per n tile) issues 38 M requests where pairs alone would give 50 M.
+How many requests the L2 merges also depends on how long CTAs stay in step: Nsight Compute counts
+0.55-0.96 of the boxes' sectors as L2 requests at GLM 5.3 / 4096 tokens
+(``results/H200/power/ncu_glm4096.csv``), fewest for wide B boxes shared by many CTAs (64 x 256),
+most where they drift apart (64 x 64).
 
 Parameters
 ----------
@@ -173,7 +174,7 @@ class ModelParams:
     launch_overhead_s: float = 0.005605e-6  # one kernel launch replayed from a CUDA graph
     epilogue_s: float = 8.744e-6  # sm_90a: a consumer warpgroup's exposed epilogue per 128 x 128
     walk_step_s: float = 0.3596e-6  # one dependent step of the tile scheduler's walk
-    pair_merge: float = 0.5455  # L2 work saved on a box a neighbouring CTA reads at the same time
+    pair_merge: float = 0.5455  # L2 work saved on a box neighbouring CTAs read at the same time
     # -- assumed (not identifiable from the committed runs)
     fill_l2_weight: float = 0.0  # L2 cost of a byte to or from HBM vs a hit (HBM and L2 in series)
     epilogue_sm100_s: float = 0.5e-6  # sm_100a epilogue warps: TMEM -> registers -> 128 x 128 out
@@ -201,8 +202,11 @@ class ModelParams:
 #: serial walk): refitted they fall to zero without a better largest error, and the course's
 #: exercises and B200 projections read them. Objective (8-norm of the log errors, see
 #: ``calibrate.py``) 0.1762; largest error 35.0%, median 5.9%, Spearman 0.990 -- the 10% gate is
-#: not met (the parameters before ``pair_merge``: 44.4%, 6.1%). The assumed fields keep their
-#: defaults.
+#: not met (the parameters before ``pair_merge``: 44.4%, 6.1%). Since 21:15 UTC the model merges
+#: B boxes within groups of four CTAs instead of pairs (Nsight Compute's request counts at GLM 5.3,
+#: notebook 09 section 12); with the same values it gives 31.4%, median 5.6%, Spearman 0.991. A
+#: refit on that structure lowered the objective but raised the largest error (33.8%), so these
+#: values were kept. The assumed fields keep their defaults.
 CALIBRATED = ModelParams()
 
 # Which parameters the calibration may move, and a sentence on each (printed by calibrate).
@@ -217,7 +221,7 @@ FITTED = {
     "launch_overhead_s": "gap between two kernel launches replayed from a CUDA graph",
     "epilogue_s": "sm_90a: what a consumer warpgroup spends per 128 x 128 outputs between tiles",
     "walk_step_s": "one dependent step of the tile scheduler's walk over the experts (offsets load)",
-    "pair_merge": "share of a box's L2 work saved when CTAs 2i and 2i+1 read it together",
+    "pair_merge": "share of a box's L2 work saved when neighbouring CTAs read it together",
 }
 ASSUMED = {
     "epilogue_sm100_s": "B200 only: TMEM drain + store of 128 x 128 outputs, 32 KB at ~64 B/clk",
@@ -310,28 +314,33 @@ def _expert_tiles(m: int, start: int, rows: int, cfg: GemmConfig, k: int, n: int
     return np.tile(oob, nt), np.tile(hbm, nt), np.tile(out.astype(float), nt), m_idx, n_idx
 
 
-def _pair_merges(expert, m_idx, n_idx, linear):
-    """Per tile (in launch order): does the L2 serve its B box (or its A box) with its pair's?
+#: CTAs that share the L2 requests of a box they read at once: B boxes within groups of four
+#: neighbouring CTAs, A boxes within pairs (see :func:`_neighbour_merges`).
+B_MERGE_GROUP = 4
+A_MERGE_GROUP = 2
 
-    CTAs ``2i`` and ``2i + 1`` of a launch run side by side (the H200 places them on the two SMs
-    of one TPC, we assume), and when they read the same box at about the same time the L2 sees
-    one request for both: Nsight Compute counts 1.4-1.9x the L2 requests for stage 5 at 1024
-    tokens when tiles are handed out dynamically or scattered over the CTAs
-    (``results/H200/schedule/``). The tile with the odd launch index is marked: its B box is
-    shared when its partner is the same expert's next m tile of the same n tile, its A box when it
-    is the same m tile's next n tile (one m tile per expert)."""
+
+def _neighbour_merges(expert, m_idx, n_idx, linear):
+    """Per tile (in launch order): does the L2 serve its B box (or its A box) with a neighbour's?
+
+    Neighbouring CTAs of a launch run side by side, and when they read the same box at about the
+    same time the L2 counts one request for them. Nsight Compute's request counts for stage 5 at
+    1024 tokens (``results/H200/schedule/ncu_pairs.json``) fit B boxes shared within groups of
+    four CTAs (GLM 5.3, four m tiles per n tile: 38 M requests, 38 M modeled; pairs alone would
+    give 50 M) and not between different n tiles (DeepSeek V4 Pro, two m tiles per n tile: 63 M,
+    66 M modeled); no run separates A boxes, which are merged within pairs. A tile's box is marked
+    merged when an earlier tile of its group reads the same one (same expert and n tile for B,
+    same expert and m tile for A)."""
     a = np.zeros(len(linear))
     b = np.zeros(len(linear))
-    odd = np.nonzero(linear % 2 == 1)[0]
-    if len(odd):
-        j = np.searchsorted(linear, linear[odd] - 1)
-        j = np.minimum(j, len(linear) - 1)
-        here = linear[j] == linear[odd] - 1
-        same_e = here & (expert[j] == expert[odd])
-        share_b = same_e & (n_idx[j] == n_idx[odd])
-        share_a = same_e & ~share_b & (m_idx[j] == m_idx[odd])
-        b[odd[share_b]] = 1.0
-        a[odd[share_a]] = 1.0
+    groups = (
+        ((linear // B_MERGE_GROUP, expert, n_idx), b),
+        ((linear // A_MERGE_GROUP, expert, m_idx), a),
+    )
+    for key, out in groups:
+        _, first = np.unique(np.stack(key, axis=1), axis=0, return_index=True)
+        out[:] = 1.0
+        out[first] = 0.0
     return a, b
 
 
@@ -372,14 +381,14 @@ def _structure(counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots
         return (), (0, 0), 0
     empties = (0, 0)
     m_slots, nt = max(1, _cdiv(rows, cfg.tile_m)), _cdiv(n, cfg.tile_n)
-    # pairs of neighbouring CTAs share L2 requests: only where the launch order puts tiles that
+    # neighbouring CTAs share L2 requests: only where the launch order puts tiles that
     # read the same box next to each other (static schedules of 1-CTA tiles)
     pairs = cfg.cta_group == 1 and cfg.schedule == "static"
 
     def merges(e, m_idx, n_idx, linear):
         if not pairs:
             return np.zeros(len(linear)), np.zeros(len(linear))
-        return _pair_merges(e, m_idx, n_idx, linear)
+        return _neighbour_merges(e, m_idx, n_idx, linear)
 
     if stage == 1:
         launches = tuple(
@@ -391,7 +400,7 @@ def _structure(counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots
         oob, hbm, out, m_idx, n_idx, expert = joined
         if stage == 2:  # the grid's linear index: (m slot, n tile, expert), m slot fastest
             linear = m_idx + m_slots * (n_idx + nt * expert)
-        else:  # the tile index (CTA c takes c, c + C, ...: with C even, pairs stay pairs)
+        else:  # the tile index (CTA c takes c, c + C, ...: C is a multiple of 4 on the H200 and B200)
             linear = np.arange(len(oob))
         launches = (_rounds(oob, hbm, out, *merges(expert, m_idx, n_idx, linear), slots),)
         if stage == 2:

@@ -194,13 +194,17 @@ def test_wide_b_entries_halve_the_row_segments_of_b():
     p = make_problem("GLM 5.3", 4096)
     narrow = predict(p, stage_config("sm_90a", 5), H200, stage=5)
     wide = predict(p, stage_config("sm_90a", 6), H200, stage=6)
-    # 16 m tiles per n tile: every odd tile reads its B box with its even neighbour (pair_merge)
-    a_rows, b_rows = 64, 128 * (1 - CALIBRATED.pair_merge / 2)
+    # 16 m tiles per n tile: three of every four neighbouring tiles read their B box with the first
+    # (pair_merge)
+    a_rows, b_rows = 64, 128 * (1 - CALIBRATED.pair_merge * 3 / 4)
     seg = CALIBRATED.row_request_bytes
     per_k_narrow = a_rows * (128 + seg) + b_rows * (128 + seg)
     per_k_wide = a_rows * (128 + seg) + b_rows * (128 + seg / 2)
     assert wide.l2_bytes / narrow.l2_bytes == pytest.approx(per_k_wide / per_k_narrow, rel=0.02)
-    assert wide.seconds < 0.9 * narrow.seconds  # the H200 ablation: 0.73-0.80 at 4096 tokens
+    # The static ablation measured 0.73-0.80 at 4096 tokens, where stage 5's CTAs also drift more
+    # (4.45x the HBM bytes against 2.89x, results/H200/schedule/); with the dynamic schedule, which
+    # removes the drift, 0.92 at GLM 5.3. The model has no drift: it keeps the L2 part, about 5%.
+    assert 0.9 < wide.seconds / narrow.seconds < 0.97
     # at decode HBM binds: wide B changes little
     d = make_problem("GLM 5.3", 64)
     ratio = (
