@@ -47,17 +47,19 @@ Bytes, counted where they come from
   from L2: HBM sees only the weights in flight.
 * 128-bit direct stores write each 32-byte sector in two halves: twice the L2 work of the output.
 * **Neighbouring CTAs share requests.** Neighbouring CTAs of a launch run side by side, and when
-  they read the same box at about the same time the L2 counts about one request for them. In the
-  static schedules here (CTA ``c`` takes tiles ``c, c + C, ...``) neighbouring CTAs get
-  neighbouring tiles: the same n tile's next m tiles (one B box for all) or, with one m tile per
-  expert, the same m tile's next n tile (one A box). The model merges B boxes within groups of four
-  CTAs and A boxes within pairs (:func:`_neighbour_merges`); ``pair_merge`` is the share of a
-  merged box's L2 work saved (fitted: about half). Nsight Compute agrees at 1024 tokens
-  (``results/H200/schedule/ncu_pairs.json``): stage 5 issues 63 M L2 requests at DeepSeek V4 Pro
-  (two m tiles per n tile; 66 M modeled) and 38 M at GLM 5.3 (four; 38 M modeled, pairs alone
-  would give 50 M), and handing the same tiles out dynamically or scattered over the CTAs raises
-  DeepSeek V4 Pro's count to 91-97 M and the single-launch time 1.3-1.6x (notebook 09 section
-  12). The dynamic and scattered schedules (``GemmConfig.schedule``) merge nothing here.
+  they read the same weight box at about the same time the L2 counts about one request for them.
+  In the static schedules here (CTA ``c`` takes tiles ``c, c + C, ...``) neighbouring CTAs get
+  the same n tile's next m tiles, which read one B box. The model merges B boxes within groups of
+  four CTAs (:func:`_neighbour_merges`); ``pair_merge`` is the share of a merged box's L2 work
+  saved (fitted: about a third). Nsight Compute (``results/H200/schedule/``, notebook 09
+  section 12): stage 5 at 1024 tokens issues 38 M L2 requests at GLM 5.3 (four m tiles per n
+  tile: 38 M row segments modeled, pairs alone would give 50 M) and 63 M at DeepSeek V4 Pro (two:
+  66 M modeled); handing the same tiles out dynamically or scattered over the CTAs raises
+  DeepSeek V4 Pro's count to 91-97 M and the single-launch time 1.3-1.6x. A boxes are not
+  shared: at 1 and 64 tokens, where neighbouring tiles read one A box, the static and the dynamic
+  schedule issue the same requests (within 0.4%). On four more tile shapes at 1024 tokens the
+  modeled row segments are 1-27% above the requests, in both schedules. The dynamic and scattered
+  schedules (``GemmConfig.schedule``) merge nothing here.
 
 Kernel structure (stages)
 -------------------------
@@ -164,17 +166,17 @@ class ModelParams:
     the others are assumptions, each stated with its reason."""
 
     # -- calibrated on the H200 (python -m pearl_moe calibrate --fit; see CALIBRATED)
-    memory_latency_s: float = 1.436e-6  # unloaded round trip of a TMA ring entry (load + signal)
+    memory_latency_s: float = 1.432e-6  # unloaded round trip of a TMA ring entry (load + signal)
     knee: float = 4.392  # sharpness p of the latency / throughput transition
-    l2_per_hbm: float = 31.11  # L2 work per second / datasheet HBM bandwidth (work: bytes + rows)
-    row_request_bytes: float = 2123  # L2 work of one row segment of a TMA box, beyond its bytes
-    oob_l2_weight: float = 2.849  # L2 cost of a zero-filled A-box row (past A's end) vs a real one
-    shared_box_s: float = 0.01024e-6  # per K tile, per CTA sharing one partly out-of-bounds A box
-    cta_overhead_s: float = 0.2792e-6  # start, barrier init and exit of one CTA (empty CTAs: all)
+    l2_per_hbm: float = 30.85  # L2 work per second / datasheet HBM bandwidth (work: bytes + rows)
+    row_request_bytes: float = 2070  # L2 work of one row segment of a TMA box, beyond its bytes
+    oob_l2_weight: float = 2.151  # L2 cost of a zero-filled A-box row (past A's end) vs a real one
+    shared_box_s: float = 0.01051e-6  # per K tile, per CTA sharing one partly out-of-bounds A box
+    cta_overhead_s: float = 0.2817e-6  # start, barrier init and exit of one CTA (empty CTAs: all)
     launch_overhead_s: float = 0.005605e-6  # one kernel launch replayed from a CUDA graph
-    epilogue_s: float = 8.744e-6  # sm_90a: a consumer warpgroup's exposed epilogue per 128 x 128
+    epilogue_s: float = 8.897e-6  # sm_90a: a consumer warpgroup's exposed epilogue per 128 x 128
     walk_step_s: float = 0.3596e-6  # one dependent step of the tile scheduler's walk
-    pair_merge: float = 0.5455  # L2 work saved on a box neighbouring CTAs read at the same time
+    pair_merge: float = 0.3579  # L2 work saved on a box neighbouring CTAs read at the same time
     # -- assumed (not identifiable from the committed runs)
     fill_l2_weight: float = 0.0  # L2 cost of a byte to or from HBM vs a hit (HBM and L2 in series)
     epilogue_sm100_s: float = 0.5e-6  # sm_100a epilogue warps: TMEM -> registers -> 128 x 128 out
@@ -195,18 +197,15 @@ class ModelParams:
         return replace(self, **changes)
 
 
-#: Fitted by ``python -m pearl_moe calibrate --fit`` (2026-11-30, 21:00 UTC, when ``pair_merge``
-#: joined the model) on all 314 committed H200 records of the course's kernels (``stages``,
-#: ``stage_sweep``, ``ablation``, ``walk``, ``probe`` and ``tile_shapes``), with
-#: ``launch_overhead_s`` and ``walk_step_s`` held at the values of the first fit (134 records,
+#: Fitted by ``python -m pearl_moe calibrate --fit`` (2026-11-30, 21:25 UTC, with B boxes merged
+#: within groups of four neighbouring CTAs) on all 314 committed H200 records of the course's
+#: kernels (``stages``, ``stage_sweep``, ``ablation``, ``walk``, ``probe`` and ``tile_shapes``),
+#: with ``launch_overhead_s`` and ``walk_step_s`` held at the values of the first fit (134 records,
 #: serial walk): refitted they fall to zero without a better largest error, and the course's
 #: exercises and B200 projections read them. Objective (8-norm of the log errors, see
-#: ``calibrate.py``) 0.1762; largest error 35.0%, median 5.9%, Spearman 0.990 -- the 10% gate is
-#: not met (the parameters before ``pair_merge``: 44.4%, 6.1%). Since 21:15 UTC the model merges
-#: B boxes within groups of four CTAs instead of pairs (Nsight Compute's request counts at GLM 5.3,
-#: notebook 09 section 12); with the same values it gives 31.4%, median 5.6%, Spearman 0.991. A
-#: refit on that structure lowered the objective but raised the largest error (33.8%), so these
-#: values were kept. The assumed fields keep their defaults.
+#: ``calibrate.py``) 0.1749; largest error 33.8%, median 6.5%, Spearman 0.992 -- the 10% gate is
+#: not met (the parameters before neighbouring CTAs shared requests: 44.4%, 6.1%). The assumed
+#: fields keep their defaults.
 CALIBRATED = ModelParams()
 
 # Which parameters the calibration may move, and a sentence on each (printed by calibrate).
@@ -221,7 +220,7 @@ FITTED = {
     "launch_overhead_s": "gap between two kernel launches replayed from a CUDA graph",
     "epilogue_s": "sm_90a: what a consumer warpgroup spends per 128 x 128 outputs between tiles",
     "walk_step_s": "one dependent step of the tile scheduler's walk over the experts (offsets load)",
-    "pair_merge": "share of a box's L2 work saved when neighbouring CTAs read it together",
+    "pair_merge": "share of a B box's L2 work saved when neighbouring CTAs read it together",
 }
 ASSUMED = {
     "epilogue_sm100_s": "B200 only: TMEM drain + store of 128 x 128 outputs, 32 KB at ~64 B/clk",
@@ -314,34 +313,28 @@ def _expert_tiles(m: int, start: int, rows: int, cfg: GemmConfig, k: int, n: int
     return np.tile(oob, nt), np.tile(hbm, nt), np.tile(out.astype(float), nt), m_idx, n_idx
 
 
-#: CTAs that share the L2 requests of a box they read at once: B boxes within groups of four
-#: neighbouring CTAs, A boxes within pairs (see :func:`_neighbour_merges`).
+#: Neighbouring CTAs that share the L2 requests of a B box they read at once (see
+#: :func:`_neighbour_merges`).
 B_MERGE_GROUP = 4
-A_MERGE_GROUP = 2
 
 
 def _neighbour_merges(expert, m_idx, n_idx, linear):
-    """Per tile (in launch order): does the L2 serve its B box (or its A box) with a neighbour's?
+    """Per tile (in launch order): does the L2 serve its B box with a neighbour's?
 
-    Neighbouring CTAs of a launch run side by side, and when they read the same box at about the
-    same time the L2 counts one request for them. Nsight Compute's request counts for stage 5 at
-    1024 tokens (``results/H200/schedule/ncu_pairs.json``) fit B boxes shared within groups of
-    four CTAs (GLM 5.3, four m tiles per n tile: 38 M requests, 38 M modeled; pairs alone would
-    give 50 M) and not between different n tiles (DeepSeek V4 Pro, two m tiles per n tile: 63 M,
-    66 M modeled); no run separates A boxes, which are merged within pairs. A tile's box is marked
-    merged when an earlier tile of its group reads the same one (same expert and n tile for B,
-    same expert and m tile for A)."""
-    a = np.zeros(len(linear))
-    b = np.zeros(len(linear))
-    groups = (
-        ((linear // B_MERGE_GROUP, expert, n_idx), b),
-        ((linear // A_MERGE_GROUP, expert, m_idx), a),
-    )
-    for key, out in groups:
-        _, first = np.unique(np.stack(key, axis=1), axis=0, return_index=True)
-        out[:] = 1.0
-        out[first] = 0.0
-    return a, b
+    Neighbouring CTAs of a launch run side by side, and when they read the same weight box at about
+    the same time the L2 counts one request for them. Nsight Compute's request counts
+    (``results/H200/schedule/``) fit B boxes shared within groups of four CTAs: stage 5 at 1024
+    tokens issues 38 M requests at GLM 5.3 (four m tiles per n tile: 38 M modeled, pairs alone
+    would give 50 M) and 63 M at DeepSeek V4 Pro (two m tiles per n tile: 66 M modeled). A boxes
+    are not shared: where neighbouring tiles read the same A box (one m tile per expert, at 64
+    tokens or 1 token), the static and the dynamic schedule issue the same number of requests.
+    A tile's B box is marked merged when an earlier tile of its group reads the same expert's
+    n tile. Returns ``(a, b)``; ``a`` is all zeros."""
+    b = np.ones(len(linear))
+    keys = np.stack((linear // B_MERGE_GROUP, expert, n_idx), axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    b[first] = 0.0
+    return np.zeros(len(linear)), b
 
 
 def _rounds(oob, hbm, out, a_merged, b_merged, slots: int) -> Counter:

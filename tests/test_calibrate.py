@@ -52,7 +52,8 @@ def test_the_model_ranks_the_measurements():
     # parameters were fitted on (serial walk): the model has no term for what the walk does to
     # the kernel (notebook 09, section 9); 6.1% since tile_shapes.json (2026-11-30 17:36) added
     # 66 records of tile shapes the fit never saw (median 11.8% on those, notebook 04); 5.9%
-    # after the refit with pair_merge on all 314 records, 5.6% with B merged in groups of four
+    # after a refit with neighbouring CTAs' shared requests on all 314 records; 6.5% since the
+    # refit with B boxes merged in groups of four and A boxes not at all (Nsight Compute)
     assert s["median_error"] <= 0.065
 
 
@@ -67,15 +68,15 @@ def test_tile_shapes_run_is_modeled_as_notebook_04_says():
     assert len(records) == 66
     rows = calibrate.evaluate(records, CALIBRATED)
     s = calibrate.summary(rows)
-    assert 0.07 <= s["median_error"] <= 0.075  # "a median error of 7.3%" (11.8% out of sample)
+    assert 0.10 <= s["median_error"] <= 0.105  # "a median error of 10.2%" (11.8% out of sample)
     wide64 = [
         r["error"] for r in rows if r["config"].startswith(("sm_90a 64x192", "sm_90a 64x256"))
     ]
-    assert 0.30 <= max(wide64) <= 0.32  # "up to 31% slow"
+    assert 0.31 <= max(wide64) <= 0.325  # "up to 32% slow"
     narrow = [r["error"] for r in rows if r["config"].startswith(("sm_90a 64x64", "sm_90a 128x64"))]
-    assert 0.26 <= max(narrow) <= 0.28  # "up to 27% slow"
+    assert 0.28 <= max(narrow) <= 0.295  # "up to 29% slow"
     s5 = [r["error"] for r in rows if r["impl"] == "pearl-s5" and "|1024|" in r["problem"]]
-    assert 0.23 <= max(s5) <= 0.245  # "24% slow"
+    assert 0.33 <= max(s5) <= 0.345  # "34% slow"
 
 
 def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch):
@@ -83,7 +84,8 @@ def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch)
     Nsight Compute counts for stage 5 at 1024 tokens (notebook 04 and 09): static schedules
     within 7% at DeepSeek V4 Pro (two m tiles per n tile), equal at GLM 5.3 (four: B boxes merged
     within groups of four CTAs), and 1.5x fewer than the dynamic and scattered schedules, which
-    merge nothing (measured 1.44-1.54x)."""
+    merge nothing (measured 1.44-1.54x). A boxes are not merged: at 1 and 64 tokens, where
+    neighbouring tiles read one A box, static and dynamic schedules issue the same requests."""
     from pearl_moe import perfmodel
     from pearl_moe.bench.baselines import parse_variant, variant_config
     from pearl_moe.hardware import get_gpu
@@ -120,6 +122,20 @@ def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch)
     assert round(segments("pearl-s5") / 1e6) == 50
     monkeypatch.undo()
     _structure.cache_clear()
+    decode = json.loads((path.parent / "ncu_decode.json").read_text())
+    dreq = decode["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
+    for values in decode["runs"]["1"].values():
+        got = dict(zip(decode["impls"], values, strict=True))
+        for stage in ("pearl-s3", "pearl-s5"):
+            ratio = got[stage + ":schedule=dynamic"][dreq] / got[stage][dreq]
+            assert 1.0 <= ratio <= 1.004  # "the same requests (within 0.4%)"
+    groups = json.loads((path.parent / "ncu_groups.json").read_text())
+    greq = groups["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
+    over = []
+    for key, values in groups["runs"]["1"].items():
+        p = make_problem(key.split("|")[0], int(key.split("|")[1]), ep=8)
+        over += [segments(i) / v[greq] - 1 for i, v in zip(groups["impls"], values, strict=True)]
+    assert round(min(over), 2) == 0.01 and round(max(over), 2) == 0.27  # "1-27% above"
     p = make_problem("DeepSeek V4 Pro", 1024, ep=8)
     for other in ("pearl-s5:schedule=dynamic", "pearl-s5:schedule=scattered"):
         assert segments(other) / static == pytest.approx(1.5)
@@ -146,13 +162,13 @@ def test_where_the_model_misses_as_notebook_04_says():
             out.append(r["error"])
         return out
 
-    assert 0.30 <= max(errors("64x192", "64x256")) <= 0.32  # "up to 31% slow"
-    assert 0.26 <= max(errors("64x64", "128x64")) <= 0.28  # "up to 27%"
+    assert 0.31 <= max(errors("64x192", "64x256")) <= 0.325  # "up to 32% slow"
+    assert 0.28 <= max(errors("64x64", "128x64")) <= 0.295  # "up to 29%"
     s5 = [r["error"] for r in rows if r["impl"] == "pearl-s5"]
-    assert 0.23 <= max(s5) <= 0.245 and -0.32 <= min(s5) <= -0.31  # "24%", "up to 31% fast"
+    assert 0.33 <= max(s5) <= 0.345 and -0.275 <= min(s5) <= -0.26  # "34%", "up to 27% fast"
     pp = errors("128x128", pingpong=True, wide_b=True)
-    assert -0.17 <= min(pp) <= -0.15 and -0.08 <= max(pp) <= -0.06  # "7-16% fast"
-    assert -0.22 <= min(errors("64x128", pingpong=True)) <= -0.21  # "up to 21% fast"
+    assert -0.16 <= min(pp) <= -0.145 and -0.06 <= max(pp) <= -0.045  # "5-15% fast"
+    assert -0.19 <= min(errors("64x128", pingpong=True)) <= -0.18  # "up to 19% fast"
     assert 0.18 <= max(errors("128x128", stages=(1, 2))) <= 0.20  # "up to 19% slow"
 
 
@@ -177,18 +193,18 @@ def test_schedules_of_stage_5_under_nsight_compute_as_notebook_04_says():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "largest error 31.4% (> 10%; 314 records, median 5.6%, Spearman 0.991; 44.4% before "
+        "largest error 33.8% (> 10%; 314 records, median 6.5%, Spearman 0.992; 44.4% before "
         "neighbouring CTAs shared requests). Missing mechanisms, each seen in several records: "
         "at 4096 tokens the static schedule's CTAs drift apart and 64 x 64, 128 x 64 and 64 x 128 "
         "tiles read 2-4.7x the HBM bytes the model counts once (the dynamic schedule brings them "
-        "to 0.87-1.39x: results/H200/schedule/), so stage 5 is modeled up to 31% fast there; how "
+        "to 0.87-1.39x: results/H200/schedule/), so stage 5 is modeled up to 27% fast there; how "
         "long CTAs stay in step also sets how many requests the L2 merges (0.55-0.96 of the "
-        "boxes' sectors under Nsight Compute), which the model fixes per tile shape, so 64 x 256 "
-        "tiles (up to 31% slow), 128 x 64 and 64 x 64 tiles (up to 27%) and stage 5 at 1024 "
-        "tokens (24%) are modeled too slow and 128 x 128 ping-pong tiles with wide B 7-16% fast; "
-        "64 x 128 ping-pong tiles are modeled up to 21% fast; and the H200 runs every shape at "
-        "its 700 W power cap with a kernel-dependent SM clock (1.17-1.62 GHz), where the model "
-        "has one clock and no power term"
+        "boxes' sectors under Nsight Compute), which the model fixes per tile shape, so 64 x 192 "
+        "and 64 x 256 tiles (up to 32% slow), 128 x 64 and 64 x 64 tiles (up to 29%) and stage 5 "
+        "at 1024 tokens (34%) are modeled too slow and 128 x 128 ping-pong tiles with wide B "
+        "5-15% fast; 64 x 128 ping-pong tiles are modeled up to 19% fast; and the H200 runs every "
+        "shape at its 700 W power cap with a kernel-dependent SM clock (1.17-1.62 GHz), where "
+        "the model has one clock and no power term"
     ),
 )
 def test_calibration_gate():

@@ -203,8 +203,8 @@ def test_wide_b_entries_halve_the_row_segments_of_b():
     assert wide.l2_bytes / narrow.l2_bytes == pytest.approx(per_k_wide / per_k_narrow, rel=0.02)
     # The static ablation measured 0.73-0.80 at 4096 tokens, where stage 5's CTAs also drift more
     # (4.45x the HBM bytes against 2.89x, results/H200/schedule/); with the dynamic schedule, which
-    # removes the drift, 0.92 at GLM 5.3. The model has no drift: it keeps the L2 part, about 5%.
-    assert 0.9 < wide.seconds / narrow.seconds < 0.97
+    # removes the drift, 0.92 at GLM 5.3. The model has no drift: its L2 requests give 0.88.
+    assert 0.86 < wide.seconds / narrow.seconds < 0.9
     # at decode HBM binds: wide B changes little
     d = make_problem("GLM 5.3", 64)
     ratio = (
