@@ -50,7 +50,7 @@ Bytes, counted where they come from
   they read the same weight box at about the same time the L2 counts about one request for them.
   In the static schedules here (CTA ``c`` takes tiles ``c, c + C, ...``) neighbouring CTAs get
   the same n tile's next m tiles, which read one B box. The model merges B boxes within groups of
-  four CTAs (:func:`_neighbour_merges`); ``pair_merge`` is the share of a merged box's L2 work
+  four CTAs (:func:`_neighbour_merges`); ``neighbour_merge`` is the share of a merged box's L2 work
   saved (fitted: about a third). Nsight Compute (``results/H200/schedule/``, notebook 09
   section 12): stage 5 at 1024 tokens issues 38 M L2 requests at GLM 5.3 (four m tiles per n
   tile: 38 M row segments modeled, pairs alone would give 50 M) and 63 M at DeepSeek V4 Pro (two:
@@ -176,7 +176,9 @@ class ModelParams:
     launch_overhead_s: float = 0.005605e-6  # one kernel launch replayed from a CUDA graph
     epilogue_s: float = 8.897e-6  # sm_90a: a consumer warpgroup's exposed epilogue per 128 x 128
     walk_step_s: float = 0.3596e-6  # one dependent step of the tile scheduler's walk
-    pair_merge: float = 0.3579  # L2 work saved on a box neighbouring CTAs read at the same time
+    neighbour_merge: float = (
+        0.3579  # L2 work saved on a box neighbouring CTAs read at the same time
+    )
     # -- assumed (not identifiable from the committed runs)
     fill_l2_weight: float = 0.0  # L2 cost of a byte to or from HBM vs a hit (HBM and L2 in series)
     epilogue_sm100_s: float = 0.5e-6  # sm_100a epilogue warps: TMEM -> registers -> 128 x 128 out
@@ -220,7 +222,7 @@ FITTED = {
     "launch_overhead_s": "gap between two kernel launches replayed from a CUDA graph",
     "epilogue_s": "sm_90a: what a consumer warpgroup spends per 128 x 128 outputs between tiles",
     "walk_step_s": "one dependent step of the tile scheduler's walk over the experts (offsets load)",
-    "pair_merge": "share of a B box's L2 work saved when neighbouring CTAs read it together",
+    "neighbour_merge": "share of a B box's L2 work saved when neighbouring CTAs read it together",
 }
 ASSUMED = {
     "epilogue_sm100_s": "B200 only: TMEM drain + store of 128 x 128 outputs, 32 KB at ~64 B/clk",
@@ -290,8 +292,7 @@ class _Round:
     oob: float  # mean fraction of A-box rows past the end of A (zero-filled)
     hbm_bytes: float
     out_bytes: float  # output bytes written (part of hbm_bytes)
-    a_merged: float = 0.0  # fraction of tiles whose A box the L2 serves with their pair's
-    b_merged: float = 0.0  # fraction of tiles whose B box the L2 serves with their pair's
+    b_merged: float = 0.0  # fraction of tiles whose B box the L2 serves with a neighbour's
 
 
 def _expert_tiles(m: int, start: int, rows: int, cfg: GemmConfig, k: int, n: int, stage: int):
@@ -328,16 +329,16 @@ def _neighbour_merges(expert, m_idx, n_idx, linear):
     would give 50 M) and 63 M at DeepSeek V4 Pro (two m tiles per n tile: 66 M modeled). A boxes
     are not shared: where neighbouring tiles read the same A box (one m tile per expert, at 64
     tokens or 1 token), the static and the dynamic schedule issue the same number of requests.
-    A tile's B box is marked merged when an earlier tile of its group reads the same expert's
-    n tile. Returns ``(a, b)``; ``a`` is all zeros."""
+    A tile's B box is marked merged (1.0) when an earlier tile of its group reads the same
+    expert's n tile."""
     b = np.ones(len(linear))
     keys = np.stack((linear // B_MERGE_GROUP, expert, n_idx), axis=1)
     _, first = np.unique(keys, axis=0, return_index=True)
     b[first] = 0.0
-    return np.zeros(len(linear)), b
+    return b
 
 
-def _rounds(oob, hbm, out, a_merged, b_merged, slots: int) -> Counter:
+def _rounds(oob, hbm, out, b_merged, slots: int) -> Counter:
     rounds: Counter = Counter()
     for s in range(0, len(oob), slots):
         sl = slice(s, s + slots)
@@ -346,7 +347,6 @@ def _rounds(oob, hbm, out, a_merged, b_merged, slots: int) -> Counter:
             round(float(oob[sl].mean()), 5),
             round(float(hbm[sl].sum()), -2),
             round(float(out[sl].sum()), -2),
-            round(float(a_merged[sl].mean()), 4),
             round(float(b_merged[sl].mean()), 4),
         )
         rounds[key] += 1
@@ -375,17 +375,17 @@ def _structure(counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots
     empties = (0, 0)
     m_slots, nt = max(1, _cdiv(rows, cfg.tile_m)), _cdiv(n, cfg.tile_n)
     # neighbouring CTAs share L2 requests: only where the launch order puts tiles that
-    # read the same box next to each other (static schedules of 1-CTA tiles)
-    pairs = cfg.cta_group == 1 and cfg.schedule == "static"
+    # read the same B box next to each other (static schedules of 1-CTA tiles)
+    shares = cfg.cta_group == 1 and cfg.schedule == "static"
 
     def merges(e, m_idx, n_idx, linear):
-        if not pairs:
-            return np.zeros(len(linear)), np.zeros(len(linear))
+        if not shares:
+            return np.zeros(len(linear))
         return _neighbour_merges(e, m_idx, n_idx, linear)
 
     if stage == 1:
         launches = tuple(
-            _rounds(o, h, w, *merges(e, mi, ni, np.arange(len(o))), slots)
+            _rounds(o, h, w, merges(e, mi, ni, np.arange(len(o))), slots)
             for o, h, w, mi, ni, e in per_expert
         )
     else:
@@ -395,7 +395,7 @@ def _structure(counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots
             linear = m_idx + m_slots * (n_idx + nt * expert)
         else:  # the tile index (CTA c takes c, c + C, ...: C is a multiple of 4 on the H200 and B200)
             linear = np.arange(len(oob))
-        launches = (_rounds(oob, hbm, out, *merges(expert, m_idx, n_idx, linear), slots),)
+        launches = (_rounds(oob, hbm, out, merges(expert, m_idx, n_idx, linear), slots),)
         if stage == 2:
             grid = m_slots * nt * len(counts)
             last = max(e for e, m in enumerate(counts) if m)
@@ -463,9 +463,8 @@ def _round_terms(rnd: _Round, cfg, k, n, rates: _Rates, params: ModelParams, ove
     r = params.row_request_bytes
     a_box = cfg.cta_tile_m * (row + r)
     b_box = cfg.cta_tile_n * (row + r / cfg.b_k_tiles)
-    # a box a CTA's pair reads with it costs the L2 (1 - pair_merge) of its work
-    a_box *= 1 - params.pair_merge * rnd.a_merged
-    b_box *= 1 - params.pair_merge * rnd.b_merged
+    # a B box that neighbouring CTAs read with an earlier one costs (1 - neighbour_merge) of its work
+    b_box *= 1 - params.neighbour_merge * rnd.b_merged
     reads = sms * K * (a_box * (1 + (params.oob_l2_weight - 1) * rnd.oob) + b_box)
     narrow = cfg.epilogue == "direct_store" and cfg.direct_store_bits < 256
     writes_extra = (params.narrow_store_l2_factor - 1) * rnd.out_bytes if narrow else 0.0

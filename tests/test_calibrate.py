@@ -107,7 +107,7 @@ def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch)
         k_tiles = _cdiv(p.k, cfg.tile_k)
         return sum(
             count * rnd.tiles * k_tiles
-            * (cfg.tile_m * (1 - rnd.a_merged) + cfg.tile_n * (1 - rnd.b_merged))
+            * (cfg.tile_m + cfg.tile_n * (1 - rnd.b_merged))
             for rounds in launches for rnd, count in rounds.items()
         )  # fmt: skip
 

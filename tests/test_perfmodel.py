@@ -195,8 +195,8 @@ def test_wide_b_entries_halve_the_row_segments_of_b():
     narrow = predict(p, stage_config("sm_90a", 5), H200, stage=5)
     wide = predict(p, stage_config("sm_90a", 6), H200, stage=6)
     # 16 m tiles per n tile: three of every four neighbouring tiles read their B box with the first
-    # (pair_merge)
-    a_rows, b_rows = 64, 128 * (1 - CALIBRATED.pair_merge * 3 / 4)
+    # (neighbour_merge)
+    a_rows, b_rows = 64, 128 * (1 - CALIBRATED.neighbour_merge * 3 / 4)
     seg = CALIBRATED.row_request_bytes
     per_k_narrow = a_rows * (128 + seg) + b_rows * (128 + seg)
     per_k_wide = a_rows * (128 + seg) + b_rows * (128 + seg / 2)
