@@ -340,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Compare the latency model with every committed H200 measurement of our kernels.",
     )
     ap.add_argument("--fit", action="store_true", help="refit the calibrated parameters first")
+    ap.add_argument(
+        "--hold",
+        default="",
+        help="with --fit: comma list of fitted parameters to keep at their calibrated values",
+    )
+    ap.add_argument("--restarts", type=int, default=3, help="with --fit: Nelder-Mead restarts")
     ap.add_argument("--gpu", default="H200", help="results/<gpu>/ folder to read (default H200)")
     ap.add_argument("--results", default=None, help="results folder (default: the package's)")
     ap.add_argument("--max-error", type=float, default=MAX_ERROR)
@@ -352,7 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     params = CALIBRATED
     if args.fit:
         before = summary(evaluate(records, params))
-        params, value = fit(records, params)
+        hold = {h.strip() for h in args.hold.split(",") if h.strip()}
+        unknown = hold - set(FITTED)
+        if unknown:
+            ap.error(f"--hold: not fitted parameters: {', '.join(sorted(unknown))}")
+        names = [n for n in FITTED if n not in hold]
+        params, value = fit(records, params, names=names, restarts=args.restarts)
         print(
             f"refit on {len(records)} records: objective (8-norm of log errors) {value:.4f}; "
             f"max |error| before {before['max_error'] * 100:.1f}%"

@@ -49,13 +49,15 @@ Bytes, counted where they come from
 * **Neighbouring CTAs share requests.** Neighbouring CTAs of a launch run side by side, and when
   they read the same weight box at about the same time the L2 counts about one request for them.
   In the static schedules here (CTA ``c`` takes tiles ``c, c + C, ...``) neighbouring CTAs get
-  the same n tile's next m tiles, which read one B box. The model merges B boxes within groups of
-  four CTAs (:func:`_neighbour_merges`); ``neighbour_merge`` is the share of a merged box's L2 work
-  saved (fitted: about a third). Nsight Compute (``results/H200/schedule/``, notebook 09
-  section 12): stage 5 at 1024 tokens issues 38 M L2 requests at GLM 5.3 (four m tiles per n
-  tile: 38 M row segments modeled, pairs alone would give 50 M) and 63 M at DeepSeek V4 Pro (two:
-  66 M modeled); handing the same tiles out dynamically or scattered over the CTAs raises
-  DeepSeek V4 Pro's count to 91-97 M and the single-launch time 1.3-1.6x. A boxes are not
+  the same n tile's next m tiles, which read one B box. The model finds the B boxes shared
+  within groups of four CTAs (:func:`_neighbour_merges`). Counting each shared box once, its row
+  segments match Nsight Compute's requests (``results/H200/schedule/``, notebook 09 section 12):
+  stage 5 at 1024 tokens issues 38 M L2 requests at GLM 5.3 (four m tiles per n tile: 38 M
+  segments; pairs alone would give 50 M) and 63 M at DeepSeek V4 Pro (two: 66 M), and handing the
+  same tiles out dynamically or scattered over the CTAs raises DeepSeek V4 Pro's count to
+  91-97 M and the single-launch time 1.3-1.6x. The L2 term, though, charges a shared box
+  ``1 - neighbour_merge`` of its work, and the fit puts ``neighbour_merge`` at about a third, not 1:
+  the time the L2 takes grows less than its request count. A boxes are not
   shared: at 1 and 64 tokens, where neighbouring tiles read one A box, the static and the dynamic
   schedule issue the same requests (within 0.4%). On four more tile shapes at 1024 tokens the
   modeled row segments are 1-27% above the requests, in both schedules. The dynamic and scattered
@@ -199,7 +201,8 @@ class ModelParams:
         return replace(self, **changes)
 
 
-#: Fitted by ``python -m pearl_moe calibrate --fit`` (2026-11-30, 21:25 UTC, with B boxes merged
+#: Fitted by ``python -m pearl_moe calibrate --fit --hold launch_overhead_s,walk_step_s
+#: --restarts 2`` (2026-11-30, 21:25 UTC, with B boxes merged
 #: within groups of four neighbouring CTAs) on all 314 committed H200 records of the course's
 #: kernels (``stages``, ``stage_sweep``, ``ablation``, ``walk``, ``probe`` and ``tile_shapes``),
 #: with ``launch_overhead_s`` and ``walk_step_s`` held at the values of the first fit (134 records,
@@ -325,8 +328,8 @@ def _neighbour_merges(expert, m_idx, n_idx, linear):
     Neighbouring CTAs of a launch run side by side, and when they read the same weight box at about
     the same time the L2 counts one request for them. Nsight Compute's request counts
     (``results/H200/schedule/``) fit B boxes shared within groups of four CTAs: stage 5 at 1024
-    tokens issues 38 M requests at GLM 5.3 (four m tiles per n tile: 38 M modeled, pairs alone
-    would give 50 M) and 63 M at DeepSeek V4 Pro (two m tiles per n tile: 66 M modeled). A boxes
+    tokens issues 38 M requests at GLM 5.3 (four m tiles per n tile: 38 M segments, pairs alone
+    would give 50 M) and 63 M at DeepSeek V4 Pro (two m tiles per n tile: 66 M segments). A boxes
     are not shared: where neighbouring tiles read the same A box (one m tile per expert, at 64
     tokens or 1 token), the static and the dynamic schedule issue the same number of requests.
     A tile's B box is marked merged (1.0) when an earlier tile of its group reads the same

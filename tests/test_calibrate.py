@@ -211,6 +211,22 @@ def test_calibration_gate():
     assert calibrate.main([]) == 0
 
 
+def test_fit_holds_the_parameters_asked(monkeypatch, capsys):
+    seen = {}
+
+    def fake_fit(records, params, names=None, restarts=3, norm=8):
+        seen.update(names=names, restarts=restarts)
+        return params, 0.0
+
+    monkeypatch.setattr(calibrate, "fit", fake_fit)
+    calibrate.main(["--fit", "--hold", "launch_overhead_s, walk_step_s", "--restarts", "2"])
+    assert seen["restarts"] == 2
+    assert set(seen["names"]) == set(calibrate.FITTED) - {"launch_overhead_s", "walk_step_s"}
+    with pytest.raises(SystemExit):
+        calibrate.main(["--fit", "--hold", "no_such_parameter"])
+    capsys.readouterr()
+
+
 def test_spearman_with_ties():
     assert calibrate.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert calibrate.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)

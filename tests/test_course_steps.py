@@ -629,6 +629,11 @@ def test_notebook_09_schedule_claims():
     rest = [v for key, v in dynamic.items() if key != odd]
     assert round(min(rest), 2) == 0.87 and round(max(rest), 2) == 1.39  # "0.87-1.39x"
     assert round(dynamic[odd], 2) == 2.05 and round(max(static), 2) == 4.45
+    shed = []  # static / dynamic HBM bytes of 64 x 64 and 128 x 64 tiles: "shed 2.2-4.5x"
+    for r in reads:
+        if r["impl"] in ("pearl-s3:tile_m=64+tile_n=64", "pearl-s3:tile_m=128+tile_n=64"):
+            shed.append(r["ratio"] / dynamic[(r["model"], r["impl"] + "+schedule=dynamic")])
+    assert round(min(shed), 1) == 2.2 and round(max(shed), 1) == 4.5
 
     run = read_run(results_path("schedule/schedule.json.gz"))
     med = {(r["problem"], r["impl"]): r["time"]["median_us"] for r in run["records"]}
@@ -647,6 +652,7 @@ def test_notebook_09_schedule_claims():
     assert 0.925 <= min(narrow) < 0.94 and max(at(4096)) > 1.1  # "at most 7%", "some slower"
     assert all(0.95 <= v <= 1.05 for v in at(64))  # "within 5%"
     assert round(max(at(1024)), 2) == 1.37  # "up to 1.37x slower"
+    assert round(ratio[("pearl-s5", 1024, "Kimi K3")], 2) == 0.91  # "it gains (0.91x)"
     wide = at(1024, "pearl-s3:tile_m=128+tile_n=256+ring_depth=4")
     wide += at(4096, "pearl-s3:tile_m=128+tile_n=256+ring_depth=4")
     assert all(0.95 <= v <= 1.055 for v in wide)  # "within about 5%": the default call's tile
@@ -659,6 +665,12 @@ def test_notebook_09_schedule_claims():
         for s in ("", ":schedule=dynamic", ":schedule=scattered")
     ]
     assert got == [63, 91, 97]
+    rise = []  # notebook 04: dynamic or scattered "raises the count 1.4-1.9x"
+    for key in ("DeepSeek V4 Pro|1024", "GLM 5.3|1024"):
+        by = dict(zip(pairs["impls"], pairs["runs"]["1"][key], strict=True))
+        for other in (":schedule=dynamic", ":schedule=scattered"):
+            rise.append(by["pearl-s5" + other][req] / by["pearl-s5"][req])
+    assert round(min(rise), 1) == 1.4 and round(max(rise), 1) == 1.9
     prun = read_run(results_path("schedule/pairs.json.gz"))
     pmed = {(r["problem"], r["impl"]): r["time"]["median_us"] for r in prun["records"]}
     cases = 0

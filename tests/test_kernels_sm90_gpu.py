@@ -155,12 +155,14 @@ def test_walks_over_many_ragged_experts(walk):
 @pytest.mark.parametrize("stage", (3, 5, 7))
 def test_dynamic_schedule_leaves_its_counter_at_zero(stage):
     """Every launch of the dynamic schedule claims exactly as many tiles as there are, so its
-    counter is back at 0 afterwards: fewer tiles than CTAs (decode), no rows, many tiles, each
-    repeated, then 20 CUDA-graph replays of a prefill-sized problem, each checked."""
+    counter is back at 0 afterwards: fewer tiles than CTAs (decode) and many tiles, each
+    repeated; then 20 replays of a CUDA graph captured on a side stream whose counter exists
+    before the capture (so no captured zero-fill resets it), each checked, the counter still 0.
+    (No rows at all never launches: grouped_gemm returns before.)"""
     from pearl_moe.kernels.host import cuda_stream, tile_counter
 
     config = stage_config("sm_90a", stage).with_(schedule="dynamic")
-    for counts, n, k in (((3, 0, 5, 1), 256, 256), ((0, 0), 256, 128), ((900, 3, 700), 1024, 512)):
+    for counts, n, k in (((3, 0, 5, 1), 256, 256), ((900, 3, 700), 1024, 512)):
         for seed in range(3):
             _check(stage, counts, n, k, seed=seed, config=config)
             assert tile_counter("cuda", cuda_stream()).item() == 0
@@ -168,15 +170,25 @@ def test_dynamic_schedule_leaves_its_counter_at_zero(stage):
     A, W, offs = random_inputs(p.counts, 1024, 768, seed=2)
     ref = grouped_gemm(A, W, offs, stage=stage, config=config.with_(schedule="static"))
     out = torch.full_like(ref, float("nan"))
-    grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the side stream's counter, made and used outside the capture
+        grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
+    side.synchronize()
+    counter = tile_counter("cuda", cuda_stream())
+    with torch.cuda.stream(side):
+        assert tile_counter("cuda", cuda_stream()) is not counter  # one counter per stream
+        side_counter = tile_counter("cuda", cuda_stream())
+    assert side_counter.item() == 0
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
     for _ in range(20):
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, ref)  # the same tiles, each computed once, in any order
+        assert side_counter.item() == 0
 
 
 @pytest.mark.parametrize("stage", GROUPED)

@@ -99,8 +99,9 @@ def tile_counter(device, stream=None):
 
     Zeroed once when first asked for; every launch leaves it at 0 again
     (:meth:`pearl_moe.kernels.scheduler.TileScheduler.claim`), so it is kept, one per device and
-    stream: two launches that ran at the same time on one counter would mix their tiles.
-    Static schedules are passed it too and never touch it.
+    stream: two launches that ran at the same time on one counter would mix their tiles. A CUDA
+    graph keeps the counter of the stream it was captured on, so two graphs captured on one stream
+    must not be replayed at the same time. Static schedules are passed it too and never touch it.
     """
     import torch
 
