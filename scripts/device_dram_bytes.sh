@@ -38,27 +38,8 @@ for model in "GLM 5.3" "DeepSeek V4 Pro" "Kimi K3"; do
 done
 # one file, results/H200/power/ncu_dram_bytes.json: per "model|tokens", one row of metric values
 # per implementation (the committed file holds two such runs on two machines, "1" and "2")
-python3 - "$LIST" "$OUT" <<'PY'
-import csv, glob, json, re, sys
-impls, out = sys.argv[1].split(","), sys.argv[2]
-metrics, run = [], {}
-for f in sorted(glob.glob(f"{out}/ncu_*_*.csv")):
-    model, tok = re.match(r".*/ncu_(.*)_(\d+)\.csv", f).groups()
-    rows = [r for r in csv.reader(line for line in open(f) if line.startswith('"'))]
-    h = rows[0]
-    values = {}
-    for r in rows[1:]:
-        if r[0] != "ID":
-            name = r[h.index("Metric Name")]
-            metrics.append(name) if name not in metrics else None
-            values[(int(r[h.index("ID")]), name)] = float(r[h.index("Metric Value")].replace(",", ""))
-    run[f"{model.replace('_', ' ')}|{tok}"] = [
-        [values.get((i, m)) for m in metrics] for i in range(len(impls))
-    ]
-doc = {"kind": "ncu_dram_bytes", "method": "scripts/device_dram_bytes.sh", "impls": impls,
-       "metrics": metrics, "runs": {"1": run}}
-open(f"{out}/ncu_dram_bytes.json", "w").write(json.dumps(doc))
-print(len(run), "problems")
-PY
+python3 scripts/ncu_export.py "$OUT" "$OUT/ncu_dram_bytes.json" ncu_dram_bytes \
+  "scripts/device_dram_bytes.sh" \
+  "$LIST"
 rm -f "$OUT"/ncu_*_[0-9]*.csv
 tail -n 2 "$OUT/compile.log"; grep -c exit "$OUT/ncu.err"; grep "exit [^0]" "$OUT/ncu.err"; ls "$OUT"

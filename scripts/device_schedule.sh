@@ -29,32 +29,11 @@ M=gpu__time_duration.sum,dram__bytes_read.sum,sm__cycles_elapsed.avg.per_second
 for model in "GLM 5.3" "Kimi K3"; do
   echo "== $model 4096" >> "$OUT/ncu.err"
   timeout 60 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --csv --metrics "$M" \
-    python3 scripts/ncu_kernels.py "$model" 4096 "${IMPLS[@]}" > "$OUT/ncu_${model// /_}.csv" 2>> "$OUT/ncu.err"
+    python3 scripts/ncu_kernels.py "$model" 4096 "${IMPLS[@]}" > "$OUT/ncu_${model// /_}_4096.csv" 2>> "$OUT/ncu.err"
   echo "exit $?" >> "$OUT/ncu.err"
 done
-python3 - "$LIST" "$OUT" <<'PY'
-import csv, glob, json, re, sys
-impls, out = sys.argv[1].split(","), sys.argv[2]
-metrics, runs = [], {}
-for f in sorted(glob.glob(f"{out}/ncu_*.csv")):
-    model = re.match(r".*/ncu_(.*)\.csv", f).group(1).replace("_", " ")
-    rows = [r for r in csv.reader(line for line in open(f) if line.startswith('"'))]
-    if not rows:
-        continue
-    h, values = rows[0], {}
-    for r in rows[1:]:
-        if r[0] != "ID":
-            name = r[h.index("Metric Name")]
-            metrics.append(name) if name not in metrics else None
-            values[(int(r[h.index("ID")]), name)] = float(r[h.index("Metric Value")].replace(",", ""))
-    runs[f"{model}|4096"] = [[values.get((i, m)) for m in metrics] for i in range(len(impls))]
-doc = {"kind": "ncu_schedule", "method": "scripts/device_schedule.sh: Nsight Compute, one profiled "
-       "launch per kernel after two unprofiled ones, clocks left alone, caches flushed (ncu default)",
-       "impls": impls, "metrics": metrics, "runs": {"1": runs}}
-open(f"{out}/ncu_schedule.json", "w").write(json.dumps(doc))
-for key, rows in runs.items():
-    for impl, v in zip(impls, rows):
-        print(key, impl, v)
-PY
-rm -f "$OUT"/ncu_*.csv
+python3 scripts/ncu_export.py "$OUT" "$OUT/ncu_schedule.json" ncu_schedule \
+  "scripts/device_schedule.sh: Nsight Compute, one profiled launch per kernel after two unprofiled ones, clocks left alone, caches flushed (ncu default)" \
+  "$LIST" --rows
+rm -f "$OUT"/ncu_*_[0-9]*.csv
 tail -n 4 "$OUT/ncu.err"; ls "$OUT"

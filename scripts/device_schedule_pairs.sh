@@ -28,29 +28,8 @@ for spec in "GLM 5.3|1024" "DeepSeek V4 Pro|1024" "GLM 5.3|4096"; do
     python3 scripts/ncu_kernels.py "$model" "$tok" "${IMPLS[@]}" > "$OUT/ncu_${model// /_}_$tok.csv" 2>> "$OUT/ncu.err"
   echo "ncu $model $tok exit $?" >> "$OUT/ncu.err"
 done
-python3 - "$LIST" "$OUT" <<'PY'
-import csv, glob, json, re, sys
-impls, out = sys.argv[1].split(","), sys.argv[2]
-metrics, runs = [], {}
-for f in sorted(glob.glob(f"{out}/ncu_*_*.csv")):
-    model, tok = re.match(r".*/ncu_(.*)_(\d+)\.csv", f).groups()
-    rows = [r for r in csv.reader(line for line in open(f) if line.startswith('"'))]
-    if not rows:
-        continue
-    h, values = rows[0], {}
-    for r in rows[1:]:
-        if r[0] != "ID":
-            name = r[h.index("Metric Name")]
-            metrics.append(name) if name not in metrics else None
-            values[(int(r[h.index("ID")]), name)] = float(r[h.index("Metric Value")].replace(",", ""))
-    runs[f"{model.replace('_', ' ')}|{tok}"] = [[values.get((i, m)) for m in metrics] for i in range(len(impls))]
-doc = {"kind": "ncu_schedule_pairs", "method": "scripts/device_schedule_pairs.sh: Nsight Compute, one "
-       "profiled launch per kernel after two unprofiled ones, clocks left alone, caches flushed",
-       "impls": impls, "metrics": metrics, "runs": {"1": runs}}
-open(f"{out}/ncu_pairs.json", "w").write(json.dumps(doc))
-for key, rows in runs.items():
-    for impl, v in zip(impls, rows):
-        print(key, impl, [f"{x:.4g}" if x is not None else None for x in v])
-PY
+python3 scripts/ncu_export.py "$OUT" "$OUT/ncu_pairs.json" ncu_schedule_pairs \
+  "scripts/device_schedule_pairs.sh: Nsight Compute, one profiled launch per kernel after two unprofiled ones, clocks left alone, caches flushed" \
+  "$LIST" --rows
 rm -f "$OUT"/ncu_*_[0-9]*.csv
 tail -n 3 "$OUT/ncu.err"
