@@ -8,6 +8,7 @@ import pytest
 
 from pearl_moe import calibrate
 from pearl_moe.__main__ import main as cli
+from pearl_moe.course.profiles import REQUESTS, ncu_export
 from pearl_moe.perfmodel import CALIBRATED
 
 
@@ -58,7 +59,6 @@ def test_the_model_ranks_the_measurements():
 
 
 def test_tile_shapes_run_is_modeled_as_notebook_04_says():
-    from pathlib import Path
 
     path = Path(calibrate.RESULTS) / "H200" / "tile_shapes.json"
     if not path.exists():
@@ -92,12 +92,10 @@ def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch)
     from pearl_moe.perfmodel import _cdiv, _structure
     from pearl_moe.workloads import make_problem
 
-    path = Path(calibrate.RESULTS) / "H200" / "schedule" / "ncu_pairs.json"
-    if not path.exists():
+    pairs = ncu_export("schedule/ncu_pairs.json")
+    if pairs is None:
         pytest.skip("no committed results/H200/schedule/ncu_pairs.json")
-    doc = json.loads(path.read_text())
-    req = doc["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
-    rows = dict(zip(doc["impls"], doc["runs"]["1"]["DeepSeek V4 Pro|1024"], strict=True))
+    runs = pairs["runs"]["1"]
     p = make_problem("DeepSeek V4 Pro", 1024, ep=8)
 
     def segments(impl):
@@ -112,34 +110,30 @@ def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch)
         )  # fmt: skip
 
     static = segments("pearl-s5")
-    assert static == pytest.approx(rows["pearl-s5"][req], rel=0.07)
+    assert static == pytest.approx(runs["DeepSeek V4 Pro|1024"]["pearl-s5"][REQUESTS], rel=0.07)
     assert round(static / 1e6) == 66  # "66 M row segments"
     p = make_problem("GLM 5.3", 1024, ep=8)
-    glm = dict(zip(doc["impls"], doc["runs"]["1"]["GLM 5.3|1024"], strict=True))
-    assert round(segments("pearl-s5") / 1e6) == round(glm["pearl-s5"][req] / 1e6) == 38
+    glm = runs["GLM 5.3|1024"]["pearl-s5"][REQUESTS]
+    assert round(segments("pearl-s5") / 1e6) == round(glm / 1e6) == 38
     monkeypatch.setattr(perfmodel, "B_MERGE_GROUP", 2)  # "pairs alone would give 50 M"
     _structure.cache_clear()
     assert round(segments("pearl-s5") / 1e6) == 50
     monkeypatch.undo()
     _structure.cache_clear()
-    decode = json.loads((path.parent / "ncu_decode.json").read_text())
-    dreq = decode["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
-    for values in decode["runs"]["1"].values():
-        got = dict(zip(decode["impls"], values, strict=True))
+    for got in ncu_export("schedule/ncu_decode.json")["runs"]["1"].values():
         for stage in ("pearl-s3", "pearl-s5"):
-            ratio = got[stage + ":schedule=dynamic"][dreq] / got[stage][dreq]
+            ratio = got[stage + ":schedule=dynamic"][REQUESTS] / got[stage][REQUESTS]
             assert 1.0 <= ratio <= 1.004  # "the same requests (within 0.4%)"
-    groups = json.loads((path.parent / "ncu_groups.json").read_text())
-    greq = groups["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
     over = []
-    for key, values in groups["runs"]["1"].items():
+    for key, per_impl in ncu_export("schedule/ncu_groups.json")["runs"]["1"].items():
         p = make_problem(key.split("|")[0], int(key.split("|")[1]), ep=8)
-        over += [segments(i) / v[greq] - 1 for i, v in zip(groups["impls"], values, strict=True)]
+        over += [segments(i) / v[REQUESTS] - 1 for i, v in per_impl.items()]
     assert round(min(over), 2) == 0.01 and round(max(over), 2) == 0.27  # "1-27% above"
     p = make_problem("DeepSeek V4 Pro", 1024, ep=8)
     for other in ("pearl-s5:schedule=dynamic", "pearl-s5:schedule=scattered"):
         assert segments(other) / static == pytest.approx(1.5)
-        assert 1.44 <= rows[other][req] / rows["pearl-s5"][req] <= 1.54
+        ds = runs["DeepSeek V4 Pro|1024"]
+        assert 1.44 <= ds[other][REQUESTS] / ds["pearl-s5"][REQUESTS] <= 1.54
 
 
 def test_where_the_model_misses_as_notebook_04_says():
@@ -176,18 +170,16 @@ def test_schedules_of_stage_5_under_nsight_compute_as_notebook_04_says():
     """Stage 5 at 1024 tokens: dynamic and scattered schedules take 1.3-1.6x the static one's
     single-launch time (DeepSeek V4 Pro and GLM 5.3), and GLM 5.3's static launch issues 38 M L2
     requests."""
-    path = Path(calibrate.RESULTS) / "H200" / "schedule" / "ncu_pairs.json"
-    if not path.exists():
+    pairs = ncu_export("schedule/ncu_pairs.json")
+    if pairs is None:
         pytest.skip("no committed results/H200/schedule/ncu_pairs.json")
-    doc = json.loads(path.read_text())
-    col = {m: i for i, m in enumerate(doc["metrics"])}
+    runs = pairs["runs"]["1"]
     for key in ("DeepSeek V4 Pro|1024", "GLM 5.3|1024"):
-        rows = dict(zip(doc["impls"], doc["runs"]["1"][key], strict=True))
-        base = rows["pearl-s5"][col["gpu__time_duration.sum"]]
+        base = runs[key]["pearl-s5"]["gpu__time_duration.sum"]
         for other in ("pearl-s5:schedule=dynamic", "pearl-s5:schedule=scattered"):
-            assert 1.29 <= rows[other][col["gpu__time_duration.sum"]] / base <= 1.62, (key, other)
-    glm = dict(zip(doc["impls"], doc["runs"]["1"]["GLM 5.3|1024"], strict=True))
-    assert round(glm["pearl-s5"][col["lts__t_requests_srcunit_tex_op_read.sum"]] / 1e6) == 38
+            time = runs[key][other]["gpu__time_duration.sum"]
+            assert 1.29 <= time / base <= 1.62, (key, other)
+    assert round(runs["GLM 5.3|1024"]["pearl-s5"][REQUESTS] / 1e6) == 38
 
 
 @pytest.mark.xfail(

@@ -614,10 +614,9 @@ def test_notebook_09_reread_bandwidth_claim():
 
 def test_notebook_09_schedule_claims():
     """Section 12: static against dynamic (and scattered) tile schedules."""
-    import json
 
     from pearl_moe.bench.records import read_run
-    from pearl_moe.course.profiles import hbm_reads
+    from pearl_moe.course.profiles import REQUESTS, hbm_reads, ncu_export
     from pearl_moe.course.results import results_path
 
     if not results_path("schedule/schedule.json.gz").exists():
@@ -657,19 +656,18 @@ def test_notebook_09_schedule_claims():
     wide += at(4096, "pearl-s3:tile_m=128+tile_n=256+ring_depth=4")
     assert all(0.95 <= v <= 1.055 for v in wide)  # "within about 5%": the default call's tile
 
-    pairs = json.loads(results_path("schedule/ncu_pairs.json").read_text())
-    req = pairs["metrics"].index("lts__t_requests_srcunit_tex_op_read.sum")
-    ds = dict(zip(pairs["impls"], pairs["runs"]["1"]["DeepSeek V4 Pro|1024"], strict=True))
+    pairs = ncu_export("schedule/ncu_pairs.json")["runs"]["1"]
+    ds = pairs["DeepSeek V4 Pro|1024"]
     got = [
-        round(ds[f"pearl-s5{s}"][req] / 1e6)
+        round(ds[f"pearl-s5{s}"][REQUESTS] / 1e6)
         for s in ("", ":schedule=dynamic", ":schedule=scattered")
     ]
     assert got == [63, 91, 97]
     rise = []  # notebook 04: dynamic or scattered "raises the count 1.4-1.9x"
     for key in ("DeepSeek V4 Pro|1024", "GLM 5.3|1024"):
-        by = dict(zip(pairs["impls"], pairs["runs"]["1"][key], strict=True))
+        by = pairs[key]
         for other in (":schedule=dynamic", ":schedule=scattered"):
-            rise.append(by["pearl-s5" + other][req] / by["pearl-s5"][req])
+            rise.append(by["pearl-s5" + other][REQUESTS] / by["pearl-s5"][REQUESTS])
     assert round(min(rise), 1) == 1.4 and round(max(rise), 1) == 1.9
     prun = read_run(results_path("schedule/pairs.json.gz"))
     pmed = {(r["problem"], r["impl"]): r["time"]["median_us"] for r in prun["records"]}

@@ -1,9 +1,10 @@
-"""Read the Nsight Compute exports committed under ``results/<gpu>/power/`` for the notebooks.
+"""Read the Nsight Compute exports committed under ``results/<gpu>/`` for the notebooks.
 
 :func:`ncu_metrics` reads a trimmed ``ncu --csv`` export (columns ``ID``, ``Metric Name``,
 ``Metric Unit``, ``Metric Value``; ``ID`` is the profiled launch, in the order the script lists its
-implementations). :func:`hbm_reads` reads ``ncu_dram_bytes.json`` (``scripts/device_dram_bytes.sh``)
-and sets every kernel's HBM bytes against the latency model's count, which reads each byte once.
+implementations). :func:`ncu_export` reads the JSON exports of ``scripts/ncu_export.py``
+(``power/ncu_dram_bytes.json``, ``schedule/ncu_*.json``). :func:`hbm_reads` sets every kernel's HBM
+bytes in one of them against the latency model's count, which reads each byte once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from pathlib import Path
 
 from .results import results_path
 
-__all__ = ["ncu_metrics", "hbm_reads"]
+__all__ = ["ncu_metrics", "ncu_export", "hbm_reads", "REQUESTS"]
+
+#: Nsight Compute's L2 requests from the SMs' loads (TMA included).
+REQUESTS = "lts__t_requests_srcunit_tex_op_read.sum"
 
 
 def ncu_metrics(path: str | Path) -> dict[int, dict[str, float]]:
@@ -25,6 +29,27 @@ def ncu_metrics(path: str | Path) -> dict[int, dict[str, float]]:
             value = float(row["Metric Value"].replace(",", ""))
             out.setdefault(int(row["ID"]), {})[row["Metric Name"]] = value
     return out
+
+
+def ncu_export(name: str, gpu: str = "H200", root: Path | None = None) -> dict | None:
+    """``{"method": ..., "runs": {run: {"<model>|<tokens>": {impl: {metric: value}}}}}`` from a
+    JSON export of ``scripts/ncu_export.py`` (``power/ncu_dram_bytes.json``,
+    ``schedule/ncu_pairs.json`` ...); None when the file is not committed."""
+    path = results_path(name, gpu, root)
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text())
+    runs = {
+        run: {
+            key: {
+                impl: dict(zip(doc["metrics"], values, strict=True))
+                for impl, values in zip(doc["impls"], per_impl, strict=True)
+            }
+            for key, per_impl in problems.items()
+        }
+        for run, problems in doc["runs"].items()
+    }
+    return {"method": doc["method"], "runs": runs}
 
 
 def hbm_reads(
@@ -41,25 +66,23 @@ def hbm_reads(
     from ..perfmodel import predict
     from ..workloads import make_problem
 
-    path = results_path(name, gpu, root)
-    if not path.exists():
+    dram = ncu_export(name, gpu, root)
+    if dram is None:
         return None
-    dram = json.loads(path.read_text())
-    col = {m: i for i, m in enumerate(dram["metrics"])}
     spec = get_gpu(gpu)
     configs = {}
-    for impl in dram["impls"]:
-        stage, overrides = parse_variant(impl)
-        configs[impl] = (stage, variant_config(spec.arch, stage, overrides))
     rows = []
     for run, problems in dram["runs"].items():
-        for key, values_per_impl in problems.items():
+        for key, per_impl in problems.items():
             model, tokens = key.split("|")
             problem = make_problem(model, int(tokens), ep=8)
-            for impl, values in zip(dram["impls"], values_per_impl, strict=True):
+            for impl, values in per_impl.items():
+                if impl not in configs:
+                    stage, overrides = parse_variant(impl)
+                    configs[impl] = (stage, variant_config(spec.arch, stage, overrides))
                 stage, config = configs[impl]
                 counted = predict(problem, config, spec, stage=stage).hbm_bytes
-                read = values[col["dram__bytes_read.sum"]]
+                read = values["dram__bytes_read.sum"]
                 rows.append(
                     {
                         "run": run,
@@ -68,7 +91,7 @@ def hbm_reads(
                         "impl": impl,
                         "config": config.describe(),
                         "dram_bytes": read,
-                        "seconds": values[col["gpu__time_duration.sum"]] * 1e-9,
+                        "seconds": values["gpu__time_duration.sum"] * 1e-9,
                         "counted_bytes": counted,
                         "ratio": read / counted,
                     }
