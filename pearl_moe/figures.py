@@ -102,7 +102,7 @@ def roofline_moe(out_dir: Path) -> list[Path]:
 
 def model_calibration_h200(out_dir: Path) -> list[Path]:
     """Latency model (pearl_moe.perfmodel) against every committed H200 measurement of our kernels
-    (stages 1-3, the ring-depth sweep and the ablation of stages 3-7; `python -m pearl_moe
+    (stages 1-7, the ring-depth sweeps, the walks and the tile shapes probed; `python -m pearl_moe
     calibrate` prints the table)."""
     from .calibrate import evaluate, load_records
 

@@ -143,6 +143,7 @@ from .workloads import GroupedProblem
 __all__ = [
     "ModelParams",
     "CALIBRATED",
+    "CALIBRATED_ON",
     "Prediction",
     "BytesInFlight",
     "predict",
@@ -210,8 +211,14 @@ class ModelParams:
 #: exercises and B200 projections read them. Objective (8-norm of the log errors, see
 #: ``calibrate.py``) 0.1749; largest error 33.8%, median 6.5%, Spearman 0.992 -- the 10% gate is
 #: not met (the parameters before neighbouring CTAs shared requests: 44.4%, 6.1%). The assumed
-#: fields keep their defaults.
+#: fields keep their defaults. The one-session run of the whole ladder (``ladder.json.gz`` and
+#: ``ladder_depth.json.gz``, 2026-11-30 23:06 UTC, 158 records) came after this fit: out of sample,
+#: its largest error is 30.5% and its median 5.3% (``calibrate`` prints it apart).
 CALIBRATED = ModelParams()
+
+#: The result kinds ``CALIBRATED`` was fitted on; ``calibrate`` reports the records of any other
+#: kind as measured after the fit (refit with ``--fit`` and update both when runs land).
+CALIBRATED_ON = ("stages", "stage_sweep", "ablation", "walk", "probe")
 
 # Which parameters the calibration may move, and a sentence on each (printed by calibrate).
 FITTED = {

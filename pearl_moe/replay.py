@@ -1,7 +1,7 @@
 """Read the committed measurements in ``results/`` on any machine, GPU or not.
 
     from pearl_moe import replay
-    replay.list_runs()                      # every results/<gpu>/<kind>.json
+    replay.list_runs()                      # every results/<gpu>/<kind>.json(.gz)
     rows = replay.rows(model="GLM 5.3", impl=["quack", "triton"])
     print(replay.table(gpu="H200"))
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from .bench.records import read_run
+from .bench.records import read_run, run_files
 
 __all__ = [
     "RESULTS_DIR",
@@ -34,7 +34,7 @@ def list_runs(root: str | Path | None = None) -> list[dict]:
     """One entry per result file: path, gpu folder, kind, GPU name, date, number of records."""
     root = Path(root) if root is not None else RESULTS_DIR
     runs = []
-    for path in sorted(root.glob("*/*.json")):
+    for path in [f for gpu in sorted(root.iterdir()) if gpu.is_dir() for f in run_files(gpu)]:
         run = read_run(path)
         runs.append(
             {
@@ -51,7 +51,8 @@ def list_runs(root: str | Path | None = None) -> list[dict]:
 
 def load_run(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> dict:
     root = Path(root) if root is not None else RESULTS_DIR
-    return read_run(root / gpu / f"{kind}.json")
+    path = root / gpu / f"{kind}.json"
+    return read_run(path if path.exists() else path.with_suffix(".json.gz"))
 
 
 def _flatten(run: dict, path: Path | None) -> list[dict]:
@@ -123,8 +124,8 @@ def rows(
     """Flattened records from results/, filtered (each filter: one value or a list of values)."""
     root = Path(root) if root is not None else RESULTS_DIR
     out = []
-    pattern = f"{gpu}/*.json" if gpu else "*/*.json"
-    for path in sorted(root.glob(pattern)):
+    folders = [root / gpu] if gpu else sorted(d for d in root.iterdir() if d.is_dir())
+    for path in [f for folder in folders for f in run_files(folder)]:
         run = read_run(path)
         if not _match(run["kind"], kind):
             continue

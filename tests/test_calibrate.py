@@ -1,5 +1,7 @@
 """``python -m pearl_moe calibrate``: the latency model against every committed H200 measurement."""
 
+import dataclasses
+import gzip
 import json
 import re
 from pathlib import Path
@@ -9,13 +11,15 @@ import pytest
 from pearl_moe import calibrate
 from pearl_moe.__main__ import main as cli
 from pearl_moe.course.profiles import REQUESTS, ncu_export
-from pearl_moe.perfmodel import CALIBRATED
+from pearl_moe.perfmodel import CALIBRATED, CALIBRATED_ON
 
 
 def _our_ok_records():
     n = 0
-    for path in sorted((calibrate.RESULTS / "H200").glob("*.json")):
-        run = json.loads(path.read_text())
+    folder = calibrate.RESULTS / "H200"
+    for path in sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")]):
+        raw = path.read_bytes()
+        run = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
         n += sum(
             1 for r in run["records"] if r["impl"].startswith("pearl-s") and r["status"] == "ok"
         )
@@ -162,7 +166,18 @@ def test_where_the_model_misses_as_notebook_04_says():
     assert 0.33 <= max(s5) <= 0.345 and -0.275 <= min(s5) <= -0.26  # "34%", "up to 27% fast"
     pp = errors("128x128", pingpong=True, wide_b=True)
     assert -0.16 <= min(pp) <= -0.145 and -0.06 <= max(pp) <= -0.045  # "5-15% fast"
-    assert -0.19 <= min(errors("64x128", pingpong=True)) <= -0.18  # "up to 19% fast"
+    assert -0.205 <= min(errors("64x128", pingpong=True)) <= -0.195  # "up to 20% fast"
+    (s4,) = [
+        r["error"]
+        for r in rows
+        if r["impl"] == "pearl-s4" and r["problem"].startswith("Kimi K3|gate_up|1024|")
+    ]
+    assert -0.23 <= s4 <= -0.215  # stage 4 at Kimi K3 / 1024 tokens "22% fast"
+    ladder = {(r.impl, r.problem.name): r.measured_s for r in every if r.source == "ladder.json.gz"}
+    kimi = "Kimi K3|gate_up|1024|EP8|balanced"
+    assert (
+        round(ladder[("pearl-s4", kimi)] / ladder[("pearl-s3", kimi)], 1) == 1.3
+    )  # "1.3x stage 3"
     assert 0.18 <= max(errors("128x128", stages=(1, 2))) <= 0.20  # "up to 19% slow"
 
 
@@ -185,22 +200,68 @@ def test_schedules_of_stage_5_under_nsight_compute_as_notebook_04_says():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "largest error 33.8% (> 10%; 314 records, median 6.5%, Spearman 0.992; 44.4% before "
-        "neighbouring CTAs shared requests). Missing mechanisms, each seen in several records: "
-        "at 4096 tokens the static schedule's CTAs drift apart and 64 x 64, 128 x 64 and 64 x 128 "
-        "tiles read 2-4.7x the HBM bytes the model counts once (the dynamic schedule brings them "
-        "to 0.87-1.39x: results/H200/schedule/), so stage 5 is modeled up to 27% fast there; how "
-        "long CTAs stay in step also sets how many requests the L2 merges (0.55-0.96 of the "
-        "boxes' sectors under Nsight Compute), which the model fixes per tile shape, so 64 x 192 "
-        "and 64 x 256 tiles (up to 32% slow), 128 x 64 and 64 x 64 tiles (up to 29%) and stage 5 "
-        "at 1024 tokens (34%) are modeled too slow and 128 x 128 ping-pong tiles with wide B "
-        "5-15% fast; 64 x 128 ping-pong tiles are modeled up to 19% fast; and the H200 runs every "
-        "shape at its 700 W power cap with a kernel-dependent SM clock (1.17-1.62 GHz), where "
-        "the model has one clock and no power term"
+        "largest error 33.8% (> 10%; 472 records, median 6.1%, Spearman 0.992), and out of reach "
+        "of any model on these records: one kernel measured in different runs differs by up to "
+        "31.1% (stage 6 at DeepSeek V4 Pro / 4096 tokens: 3950-5179 us in four runs), so one "
+        "modeled time per kernel misses one of them by at least 13.5%; three fresh processes in "
+        "one device call agree within 3.7% (results/H200/replicates/). The model's own misses, "
+        "also on the one-session ladder run it was not fitted on (30.5%): at 4096 tokens the "
+        "static schedule's CTAs drift apart and 64 x 64, 128 x 64 and 64 x 128 tiles read 2-4.7x "
+        "the HBM bytes the model counts once (0.87-1.39x with the dynamic schedule: "
+        "results/H200/schedule/), so stage 5 is modeled up to 27% fast there; how long CTAs stay "
+        "in step also sets how many requests the L2 merges (0.55-0.96 of the boxes' sectors under "
+        "Nsight Compute), which the model fixes per tile shape, so 64 x 192 and 64 x 256 tiles (up "
+        "to 32% slow), 128 x 64 and 64 x 64 tiles (up to 29%) and stage 5 at 1024 tokens (34%) "
+        "are modeled too slow and 128 x 128 ping-pong tiles with wide B 5-15% fast; 64 x 128 "
+        "ping-pong tiles are modeled up to 20% fast and stage 4's 128-bit direct stores at "
+        "Kimi K3 / 1024 tokens 22% fast; and the H200 runs every shape at its 700 W power cap with "
+        "a kernel-dependent SM clock (1.17-1.62 GHz), where the model has one clock and no power "
+        "term"
     ),
 )
 def test_calibration_gate():
     assert calibrate.main([]) == 0
+
+
+def test_error_floor_of_replicated_measurements():
+    """Two runs of one kernel at 100 and 150 us: the best single time, 120 us, misses both by 20%."""
+    base = calibrate.load_records()[0][0]
+    twins = [
+        dataclasses.replace(base, measured_s=100e-6, source="a.json"),
+        dataclasses.replace(base, measured_s=150e-6, source="b.json"),
+    ]
+    other = dataclasses.replace(base, stage=base.stage + 1, measured_s=1e-3)  # not a replicate
+    (group,) = calibrate.replicates([*twins, other])
+    assert group["spread"] == pytest.approx(0.5) and group["floor"] == pytest.approx(0.2)
+    assert [t for _, _, t in group["runs"]] == [100e-6, 150e-6]
+    best = 2 * 100e-6 * 150e-6 / 250e-6
+    assert abs(best / 100e-6 - 1) == pytest.approx(calibrate.error_floor([group]))
+    assert abs(best / 150e-6 - 1) == pytest.approx(calibrate.error_floor([group]))
+    assert calibrate.error_floor([]) == 0.0
+
+
+def test_committed_replicates_as_the_gate_reason_says(capsys):
+    """The gate's reason: runs of one kernel differ by up to 31.1% (stage 6, DeepSeek V4 Pro /
+    4096 tokens, 3950-5179 us in four runs), a floor of 13.5%; the ladder run, measured after
+    the fit: 30.5% largest, 5.3% median error."""
+    records, _ = calibrate.load_records()
+    groups = calibrate.replicates(records)
+    worst = groups[0]
+    assert worst["stage"] == 6 and worst["problem"].startswith("DeepSeek V4 Pro|gate_up|4096|")
+    assert len(worst["runs"]) == 4
+    assert round(worst["runs"][0][2] * 1e6) == 3950 and round(worst["runs"][-1][2] * 1e6) == 5179
+    assert round(worst["spread"], 3) == 0.311
+    assert round(calibrate.error_floor(groups), 3) == 0.135 > calibrate.MAX_ERROR
+    rows = calibrate.evaluate(records, CALIBRATED)
+    later = calibrate.summary([r for r in rows if r["kind"] not in CALIBRATED_ON])
+    assert later["records"] == 158
+    assert round(later["max_error"], 3) == 0.305 and round(later["median_error"], 3) == 0.053
+    every = calibrate.summary(rows)
+    assert every["records"] == 472 and round(every["max_error"], 3) == 0.338
+    assert round(every["median_error"], 3) == 0.061
+    calibrate.main([])
+    out = capsys.readouterr().out
+    assert "misses one of them by at least 13.5%" in out and "out of sample" in out
 
 
 def test_fit_holds_the_parameters_asked(monkeypatch, capsys):

@@ -45,6 +45,7 @@ __all__ = [
     "validate_run",
     "write_run",
     "read_run",
+    "run_files",
     "clocks_under_load",
     "IDLE_CLOCK_SOURCE",
     "LOAD_CLOCK_SOURCE",
@@ -408,6 +409,14 @@ def write_run(run: dict, path: str | Path) -> Path:
     tmp.write_text(_dumps(_round_floats(run)))
     tmp.replace(path)
     return path
+
+
+def run_files(folder: str | Path) -> list[Path]:
+    """The result files directly in ``folder`` (``results/<gpu>/``), sorted: ``*.json`` and the
+    runs stored gzipped (``*.json.gz``) to keep ``results/`` small. Subfolders (``history/``,
+    ``power/``, ``schedule/`` ...) hold experiments and are not listed."""
+    folder = Path(folder)
+    return sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
 
 
 def read_run(path: str | Path) -> dict:

@@ -23,6 +23,8 @@ module                 what it holds
 ``profiles``           :func:`hbm_reads`, :func:`ncu_metrics`: the Nsight Compute exports under
                        ``results/H200/power/`` (HBM bytes each kernel read against the model's
                        count; metrics per profiled launch)
+``reproducibility``    :func:`load_study`, :func:`spreads`: how far one kernel's time moves between
+                       runs, processes and device calls (``results/H200/replicates/``)
 ``host_run``           :func:`run_printing`: run CuTe host code on the CPU, read its ``cute.printf``
 ``live``               :func:`can_run_live`, :func:`stage_impl`, :func:`time_step_live`: run a
                        stage with the benchmark harness on a GPU
@@ -48,6 +50,7 @@ from .plots import (
     say_model,
 )
 from .profiles import hbm_reads, ncu_metrics
+from .reproducibility import load_study, spreads
 from .results import (
     DECODE_MAX_TOKENS,
     STAGE_IMPLS,
@@ -128,6 +131,8 @@ __all__ = [
     "gpu_check_lines",
     "hbm_reads",
     "ncu_metrics",
+    "load_study",
+    "spreads",
     "run_printing",
     "can_run_live",
     "stage_impl",

@@ -1,0 +1,88 @@
+"""``pearl_moe.course.reproducibility`` and the numbers notebook 09, section 13, states."""
+
+from statistics import median
+
+import pytest
+
+from pearl_moe.course.reproducibility import STUDY, load_study, run_medians, spreads
+
+
+def _run(times, tokens=1024):
+    return {
+        "records": [
+            {
+                "problem": f"GLM 5.3|gate_up|{tokens}|EP8|balanced",
+                "impl": impl,
+                "status": "ok",
+                "time": {"median_us": t},
+            }
+            for impl, t in times.items()
+        ]
+        + [
+            {
+                "problem": "GLM 5.3|gate_up|1024|EP8|balanced",
+                "impl": "broken",
+                "status": "incorrect",
+                "time": {"median_us": 1.0},
+            }
+        ]
+    }
+
+
+def test_spreads_compare_kernels_present_in_two_runs():
+    runs = {"a": _run({"x": 100.0, "y": 50.0}), "b": _run({"x": 120.0}), "c": _run({"x": 110.0})}
+    (row,) = spreads(runs)  # y is in one run only; the incorrect record is ignored
+    assert row["impl"] == "x" and row["times"] == {"a": 100.0, "b": 120.0, "c": 110.0}
+    assert row["spread"] == pytest.approx(0.2) and row["shift"] == pytest.approx(1.15)
+    assert run_medians(_run({"x": 1.0}, tokens=64), tokens=(1024,)) == {}
+    assert spreads({"a": _run({"x": 1.0}, tokens=64), "b": _run({"x": 2.0}, tokens=64)}) == []
+
+
+@pytest.fixture(scope="module")
+def study():
+    s = load_study()
+    if s is None:
+        pytest.skip("the replicate study is not committed")
+    return s
+
+
+def _pick(study, *labels):
+    return spreads({label: study[label] for label in labels})
+
+
+def test_notebook_09_section_13_numbers(study):
+    assert len(study) == len(STUDY) == 8
+    call1 = [f"call 1, A, process {i}" for i in (1, 2, 3)]
+    same = [r["spread"] for r in _pick(study, *call1)]
+    assert len(same) == 36 and round(max(same), 3) == 0.037 and round(median(same), 3) == 0.007
+    designs = [r["spread"] for r in _pick(study, "call 3, A, process 1", "call 3, B, process 2")]
+    assert len(designs) == 18 and round(max(designs), 3) == 0.055
+    assert round(median(designs), 3) == 0.021
+    shifts = [r["shift"] for r in _pick(study, "call 1, A, process 1", "call 3, A, process 1")]
+    assert (round(min(shifts), 3), round(max(shifts), 3)) == (1.005, 1.073)
+    assert round(median(shifts), 3) == 1.029
+    worst = spreads(study)[0]
+    assert worst["impl"] == "pearl-s6" and worst["problem"].startswith(
+        "DeepSeek V4 Pro|gate_up|4096"
+    )
+    t = {label: round(v) for label, v in worst["times"].items()}
+    assert [t[label] for label in call1] == [4599, 4621, 4601]
+    assert (t["call 3, A, process 1"], t["call 3, A, process 3"], t["call 2, B (ladder)"]) == (
+        4780,
+        5183,
+        5179,
+    )
+    (twin,) = [
+        r
+        for r in spreads(study)
+        if r["impl"] == "pearl-s6:schedule=dynamic"
+        and r["problem"].startswith("DeepSeek V4 Pro|gate_up|4096")
+    ]
+    assert round(twin["spread"], 3) == 0.013
+    assert round(worst["spread"], 3) == 0.127
+    (control,) = [
+        r
+        for r in spreads(study)
+        if r["impl"] == "pearl-s3" and r["problem"].startswith("DeepSeek V4 Pro|gate_up|4096")
+    ]
+    assert len(control["times"]) == 8 and round(control["spread"], 3) == 0.041
