@@ -290,3 +290,34 @@ def test_schedule_covers_every_row_once():
     per_cta = schedule_tiles(counts, n, tile_m, tile_n, ctas=132)
     assert sum(len(w) for w in per_cta) == len(work)
     assert grouped_grid(sum(counts), n, len(counts), GemmConfig(arch="sm_90a")) == (4, 22, 8)
+
+
+def test_tile_counter_and_its_pointer_are_made_once_per_device_and_stream():
+    """A persistent launch passes the stream's tile counter as a pointer: both are made on the
+    first call and looked up afterwards (a torch device with its index takes the fast path)."""
+    import torch
+
+    from pearl_moe.kernels import host
+
+    class Stream:  # stands for a CUstream: int() gives its handle
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __int__(self):
+            return self.handle
+
+    saved = dict(host._TILE_COUNTERS)
+    try:
+        counter = host.tile_counter("cpu", Stream(7))
+        ptr = host.tile_counter_ptr(torch.device("cpu"), Stream(7))
+        assert counter.dtype == torch.int32 and counter.item() == 0
+        assert host.tile_counter(torch.device("cpu"), Stream(7)) is counter
+        assert host.tile_counter_ptr("cpu", Stream(7)) is ptr  # the same object, not a new one
+        assert ptr._pointer == counter.data_ptr()  # the address of the counter it was made for
+        assert host.tile_counter("cpu", Stream(8)) is not counter  # one counter per stream
+        indexed = torch.device("cuda", 3)
+        host._TILE_COUNTERS[(indexed, 0)] = ("counter", "ptr")  # no GPU: a stand-in entry
+        assert host.tile_counter_ptr(indexed) == "ptr"
+    finally:
+        host._TILE_COUNTERS.clear()
+        host._TILE_COUNTERS.update(saved)

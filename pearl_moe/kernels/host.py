@@ -26,9 +26,11 @@ __all__ = [
     "schedule_tiles",
     "cuda_stream",
     "tile_counter",
+    "tile_counter_ptr",
 ]
 
-#: One tile counter per (device, stream): the dynamic schedule's (see :func:`tile_counter`).
+#: One tile counter per (torch device, stream handle) with its kernel argument: the dynamic
+#: schedule's (see :func:`tile_counter`).
 _TILE_COUNTERS: dict = {}
 
 
@@ -103,16 +105,32 @@ def tile_counter(device, stream=None):
     graph keeps the counter of the stream it was captured on, so two graphs captured on one stream
     must not be replayed at the same time. Static schedules are passed it too and never touch it.
     """
+    return _counter_entry(device, stream)[0]
+
+
+def tile_counter_ptr(device, stream=None):
+    """:func:`tile_counter`'s kernel argument, made once with the counter: a persistent launch
+    passes it with every schedule, and a dictionary lookup is all it then costs on the host
+    (making the counter's key and pointer anew took about 1.5 us per launch)."""
+    return _counter_entry(device, stream)[1]
+
+
+def _counter_entry(device, stream):
+    handle = int(stream) if stream is not None else 0
+    index = getattr(device, "index", None)
+    entry = _TILE_COUNTERS.get((device, handle)) if index is not None else None
+    if entry is not None:  # a torch.device with its index, as tensors carry it: the fast path
+        return entry
     import torch
 
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    key = (str(device), int(stream) if stream is not None else 0)
-    counter = _TILE_COUNTERS.get(key)
-    if counter is None:
-        counter = _TILE_COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
-    return counter
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    entry = _TILE_COUNTERS.get((dev, handle))
+    if entry is None:
+        counter = torch.zeros(1, dtype=torch.int32, device=dev)
+        entry = _TILE_COUNTERS[(dev, handle)] = (counter, i32_ptr(counter))
+    return entry
 
 
 def device_end_offsets(offsets, experts: int):

@@ -468,11 +468,10 @@ def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
 def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
     """One persistent launch; the scheduler reads the offsets on the device (and, with the
     dynamic schedule, claims tiles from the stream's tile counter)."""
-    from ..host import bf16_ptr, i32_ptr, tile_counter
+    from ..host import bf16_ptr, i32_ptr, tile_counter_ptr
 
     del host_offsets
-    counter = tile_counter(A.device, stream)
     compiled(
-        bf16_ptr(A), bf16_ptr(W), i32_ptr(end_offsets), bf16_ptr(out), i32_ptr(counter),
-        A.shape[0], stream,
+        bf16_ptr(A), bf16_ptr(W), i32_ptr(end_offsets), bf16_ptr(out),
+        tile_counter_ptr(A.device, stream), A.shape[0], stream,
     )  # fmt: skip
