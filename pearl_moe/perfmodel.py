@@ -203,7 +203,7 @@ class ModelParams:
 
 
 #: Fitted by ``python -m pearl_moe calibrate --fit --hold launch_overhead_s,walk_step_s
-#: --restarts 2`` (2026-11-30, 21:25 UTC, with B boxes merged
+#: --restarts 2 --fit-on ablation,probe,stage_sweep,stages,walk`` (2026-11-30, 21:25 UTC, with B boxes merged
 #: within groups of four neighbouring CTAs) on all 314 committed H200 records of the course's
 #: kernels (``stages``, ``stage_sweep``, ``ablation``, ``walk``, ``probe`` and ``tile_shapes``),
 #: with ``launch_overhead_s`` and ``walk_step_s`` held at the values of the first fit (134 records,

@@ -268,13 +268,20 @@ def test_fit_holds_the_parameters_asked(monkeypatch, capsys):
     seen = {}
 
     def fake_fit(records, params, names=None, restarts=3, norm=8):
-        seen.update(names=names, restarts=restarts)
+        seen.update(names=names, restarts=restarts, records=len(records))
         return params, 0.0
 
     monkeypatch.setattr(calibrate, "fit", fake_fit)
     calibrate.main(["--fit", "--hold", "launch_overhead_s, walk_step_s", "--restarts", "2"])
     assert seen["restarts"] == 2
     assert set(seen["names"]) == set(calibrate.FITTED) - {"launch_overhead_s", "walk_step_s"}
+    assert "measured after the fit" not in capsys.readouterr().out  # fitted on every record
+    records, _ = calibrate.load_records()
+    calibrate.main(["--fit", "--fit-on", ",".join(CALIBRATED_ON)])
+    assert seen["records"] == sum(r.kind in CALIBRATED_ON for r in records) == 314
+    assert "measured after the fit (ladder, ladder_depth: 158 records" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        calibrate.main(["--fit", "--fit-on", "no_such_kind"])
     with pytest.raises(SystemExit):
         calibrate.main(["--fit", "--hold", "no_such_parameter"])
     capsys.readouterr()

@@ -9,7 +9,7 @@ tokens, every run in a fresh process (new inputs, new CUDA graphs):
   1-7) alternated A B A B (``design_A1``, ``design_B1``, ``design_A2``, ``design_B2``).
 
 ``results/H200/ladder.json.gz`` (``scripts/device_ladder.sh``, the call between them) is design B
-at every shape. :func:`spreads` compares any runs kernel by kernel; across all committed runs the
+at every shape, and ``replicates/ladder_2.json.gz`` the same script again in a fourth call. :func:`spreads` compares any runs kernel by kernel; across all committed runs the
 calibration does the same (:func:`pearl_moe.calibrate.replicates`).
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 from ..bench.records import read_run
 from .results import results_path
 
-__all__ = ["STUDY", "load_study", "run_medians", "spreads"]
+__all__ = ["STUDY", "load_study", "run_medians", "spreads", "step_ratios"]
 
 #: The committed runs of the study: label -> file under ``results/H200/``. The label says which
-#: device call (1: replicates, 2: ladder, 3: designs) and which design.
+#: device call (1: replicates, 2: ladder, 3: designs, 4: ladder again) and which design.
 STUDY = {
     "call 1, A, process 1": "replicates/replicate_1.json.gz",
     "call 1, A, process 2": "replicates/replicate_2.json.gz",
@@ -34,6 +34,7 @@ STUDY = {
     "call 3, B, process 2": "replicates/design_B1.json.gz",
     "call 3, A, process 3": "replicates/design_A2.json.gz",
     "call 3, B, process 4": "replicates/design_B2.json.gz",
+    "call 4, B (ladder)": "replicates/ladder_2.json.gz",
 }
 
 
@@ -80,3 +81,17 @@ def spreads(runs: Mapping[str, Mapping], tokens=(1024, 4096)) -> list[dict]:
             )
         )
     return sorted(rows, key=lambda r: -r["spread"])
+
+
+def step_ratios(run: Mapping, tokens=None) -> dict[tuple[str, int], float]:
+    """``{(problem id, stage): time of pearl-s<stage> / time of pearl-s<stage - 1>}`` within one run
+    (the ladder's steps, as a ratio of medians), for every stage whose predecessor ran too."""
+    medians = run_medians(run, tokens)
+    out = {}
+    for (problem, impl), t in medians.items():
+        if impl.startswith("pearl-s") and impl[7:].isdigit():
+            stage = int(impl[7:])
+            before = medians.get((problem, f"pearl-s{stage - 1}"))
+            if before:
+                out[(problem, stage)] = t / before
+    return out
