@@ -49,6 +49,7 @@ __all__ = [
     "fit",
     "summary",
     "replicates",
+    "target",
     "error_floor",
     "main",
     "MAX_ERROR",
@@ -80,6 +81,7 @@ class Record:
     gpu: str
     scheduler: str = "warp-parallel"  # how the run's tile scheduler walked the experts
     source: str = ""  # the result file it was read from (two runs may share a kind)
+    code: str | None = None  # the run's kernel source hash (env.kernel_sources; newer runs only)
 
     @property
     def label(self) -> str:
@@ -87,8 +89,9 @@ class Record:
 
 
 def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None):
-    """``(records, excluded)``: every ok record of a ``pearl-s*`` implementation in
-    ``results/<gpu>/*.json``; ``excluded`` lists ``(kind, impl, problem, reason)``.
+    """``(records, excluded)``: every ok record of a ``pearl-s*`` implementation in the result files
+    of ``results/<gpu>/`` (``*.json`` and ``*.json.gz``, :func:`~pearl_moe.bench.records.run_files`);
+    ``excluded`` lists ``(kind, impl, problem, reason)``.
 
     ``impl`` (a compiled regex with one group, the stage) selects other implementations: the
     default call ``pearl`` is read with :data:`DEFAULT_CALL` (its stage comes from the record)."""
@@ -131,6 +134,7 @@ def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None):
                     # a configuration recorded before GemmConfig.walk existed: the run's walk
                     scheduler=cfg_entry.get("walk", walk),
                     source=path.name,
+                    code=run["env"].get("kernel_sources"),
                 )
             )
     return records, excluded
@@ -202,20 +206,29 @@ def summary(rows) -> dict:
 
 
 # ---------------------------------------------------------------------------- replicates
+def target(record: Record) -> tuple:
+    """What a record measured: problem, stage, configuration with the record's walk (stages 1 and
+    2 walk nothing) and, where the run recorded it, the hash of the kernels' source."""
+    walk = record.scheduler if record.stage >= 3 else "warp-parallel"
+    return (record.problem.name, record.stage, replace(record.config, walk=walk), record.code)
+
+
 def replicates(records) -> list[dict]:
     """Kernels measured on the same problem more than once, largest spread first.
 
     Two records are the same measurement target when their problem, stage, configuration and
     scheduler walk agree (the configuration's ``walk`` is set to the record's, since runs older than
-    ``GemmConfig.walk`` recorded it per run). Each entry: ``problem``, ``config`` (its label),
-    ``stage``, ``runs`` (``(source, impl, seconds)`` per record), ``spread`` (slowest / fastest - 1)
-    and ``floor``, the smallest largest error one modeled time can have against all of them."""
+    ``GemmConfig.walk`` recorded it per run; stages 1 and 2 have no walk), and so does the hash of
+    the kernels' source where both runs recorded it (``env.kernel_sources``, from 2026-12-01 on):
+    older runs of one configuration may have timed different versions of its code. Each entry:
+    ``problem``, ``config`` (its label), ``stage``, ``runs`` (``(source, impl, seconds)`` per
+    record), ``spread`` (slowest / fastest - 1) and ``floor``, the smallest largest error one
+    modeled time can have against all of them."""
     groups: dict = {}
     for r in records:
-        key = (r.problem.name, r.stage, replace(r.config, walk=r.scheduler))
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(target(r), []).append(r)
     out = []
-    for (problem, stage, config), rs in groups.items():
+    for (problem, stage, config, _), rs in groups.items():
         if len(rs) < 2:
             continue
         times = [r.measured_s for r in rs]
@@ -308,7 +321,9 @@ def report(records, excluded, params: ModelParams, out=print, fitted_on=CALIBRAT
     rows = evaluate(records, params)
     s = summary(rows)
     out("Calibration of pearl_moe.perfmodel on the committed H200 runs")
-    out("measured: CUDA-graph medians from results/H200/*.json; modeled: perfmodel.predict with")
+    out(
+        "measured: CUDA-graph medians from results/H200/*.json(.gz); modeled: perfmodel.predict with"
+    )
     out("each run's own measured ceilings (read bandwidth, dense bf16) and the parameters below")
     out("")
     out("parameters (one set for every record):")
@@ -363,7 +378,7 @@ def report(records, excluded, params: ModelParams, out=print, fitted_on=CALIBRAT
         t = summary(later)
         kinds = ", ".join(sorted({r["kind"] for r in later}))
         out(
-            f"  measured after the fit ({kinds}: {t['records']} records, out of sample): "
+            f"  measured after the fit ({kinds}: {t['records']} records of runs the fit did not see): "
             f"max |error| {t['max_error'] * 100:.1f}%, median {t['median_error'] * 100:.1f}%, "
             f"Spearman {t['spearman']:.3f}"
         )
@@ -380,7 +395,9 @@ def report(records, excluded, params: ModelParams, out=print, fitted_on=CALIBRAT
         )
         out(
             f"  one modeled time per kernel and problem misses one of them by at least "
-            f"{s['floor'] * 100:.1f}%: no model can reach a largest error below that on these records"
+            f"{s['floor'] * 100:.1f}%: no model that gives one time per kernel and problem can reach "
+            "a largest error below that on these records (runs before 2026-12-01 did not record "
+            "their kernel code, so part of a spread may be changes of the code)"
         )
         for g in groups[:5]:
             problem = g["problem"].replace("|gate_up|", " ").replace("|EP8|", " ")
@@ -443,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no records of the course's kernels under results/{args.gpu}/")
         return 1
     params = CALIBRATED
+    if (args.hold or args.fit_on) and not args.fit:
+        ap.error("--hold and --fit-on choose how --fit refits: give --fit too")
     if args.fit:
         before = summary(evaluate(records, params))
         hold = {h.strip() for h in args.hold.split(",") if h.strip()}
@@ -474,8 +493,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{verdict}: needs max |error| <= {args.max_error * 100:.0f}% and Spearman >= "
         f"{args.min_spearman:.2f}"
         + (
-            f" (out of reach of any model on these records: runs of one kernel differ so much "
-            f"that one time per kernel misses one of them by {floor * 100:.1f}%)"
+            f" (out of reach on these records: runs of one configuration differ so much that one "
+            f"time per kernel and problem misses one of them by {floor * 100:.1f}%)"
             if floor > args.max_error
             else ""
         )

@@ -211,9 +211,10 @@ class ModelParams:
 #: exercises and B200 projections read them. Objective (8-norm of the log errors, see
 #: ``calibrate.py``) 0.1749; largest error 33.8%, median 6.5%, Spearman 0.992 -- the 10% gate is
 #: not met (the parameters before neighbouring CTAs shared requests: 44.4%, 6.1%). The assumed
-#: fields keep their defaults. The one-session run of the whole ladder (``ladder.json.gz`` and
-#: ``ladder_depth.json.gz``, 2026-11-30 23:06 UTC, 158 records) came after this fit: out of sample,
-#: its largest error is 30.5% and its median 5.3% (``calibrate`` prints it apart).
+#: fields keep their defaults. The one-call run of the whole ladder (``ladder.json.gz`` and
+#: ``ladder_depth.json.gz``, 2026-11-30 23:04-23:06 UTC, 158 records, 121 of its kernel-problem pairs
+#: also in the fitted runs) came after this fit: its largest error is 30.5%, its median 5.3%
+#: (``calibrate`` prints it apart).
 CALIBRATED = ModelParams()
 
 #: The result kinds ``CALIBRATED`` was fitted on; ``calibrate`` reports the records of any other

@@ -4,7 +4,7 @@ A kernel that does ``F`` FLOPs and must move ``B`` bytes cannot finish faster th
 ``max(B / bandwidth, F / peak)``. Its **arithmetic intensity** ``I = F / B`` (FLOP per byte) says
 which term wins: below the **ridge point** ``peak / bandwidth`` the bytes win (memory-bound), above
 it the FLOPs do (compute-bound). Everything here is derived from datasheets, from the ceilings
-measured on this project's H200 (``results/H200/*.json``), and from the bytes a grouped GEMM must
+measured on this project's H200 (``results/H200/*.json`` and ``*.json.gz``), and from the bytes a grouped GEMM must
 move -- no kernel timing is involved.
 
 For the MoE gate+up GEMM with ``E`` active local experts and ``m`` routed rows (bf16)::

@@ -427,3 +427,13 @@ def test_ablation_and_compare_figures_draw_from_the_committed_runs(tmp_path):
         (path,) = fn(tmp_path)
         assert path.name == f"{name}.png" and path.stat().st_size < 150_000
     assert {"ablation_h200", "bench_compare_h200"} <= set(figures.BENCH_FIGURES)
+
+
+def test_runs_record_the_kernels_source_hash():
+    """A run says which kernel code it timed, so two runs of one configuration can be told apart
+    when the code changed between them (calibrate.replicates groups by it)."""
+    from pearl_moe.bench.records import environment, kernel_sources
+
+    h = kernel_sources()
+    assert len(h) == 12 and int(h, 16) >= 0 and kernel_sources() == h
+    assert environment("test")["kernel_sources"] == h

@@ -294,7 +294,7 @@ def test_schedule_covers_every_row_once():
 
 def test_tile_counter_and_its_pointer_are_made_once_per_device_and_stream():
     """A persistent launch passes the stream's tile counter as a pointer: both are made on the
-    first call and looked up afterwards (a torch device with its index takes the fast path)."""
+    first call and looked up afterwards, one pair per device and stream."""
     import torch
 
     from pearl_moe.kernels import host
@@ -317,7 +317,8 @@ def test_tile_counter_and_its_pointer_are_made_once_per_device_and_stream():
         assert host.tile_counter("cpu", Stream(8)) is not counter  # one counter per stream
         indexed = torch.device("cuda", 3)
         host._TILE_COUNTERS[(indexed, 0)] = ("counter", "ptr")  # no GPU: a stand-in entry
-        assert host.tile_counter_ptr(indexed) == "ptr"
+        assert host.tile_counter_ptr(indexed) == "ptr"  # a device with an index is looked up
+        assert host.tile_counter("cuda:3") == "counter"  # a string is resolved to the same key
     finally:
         host._TILE_COUNTERS.clear()
         host._TILE_COUNTERS.update(saved)

@@ -82,6 +82,14 @@ def test_notebook_09_section_13_numbers(study):
     )
     control = every[("pearl-s3", "DeepSeek V4 Pro", "4096")]
     assert len(control["times"]) == 9 and round(control["spread"], 3) == 0.041
+    assert round(0.127 / 2.127, 3) == round(s6["spread"] / (2 + s6["spread"]), 3) == 0.060
+    a1, a2 = "call 3, A, process 1", "call 3, A, process 3"
+    two = sorted(_pick(study, a1, a2), key=lambda r: -r["spread"])
+    assert [(r["impl"], round(r["spread"], 3)) for r in two[:2]] == [
+        ("pearl-s6", 0.084),
+        ("pearl-s5", 0.063),
+    ]
+    assert round(two[2]["spread"], 3) <= 0.021  # "within 2.1%, except two"
 
 
 def test_notebook_09_section_13_ladder_numbers(study):
@@ -105,5 +113,13 @@ def test_notebook_09_section_13_ladder_numbers(study):
 
 
 def test_step_ratios():
-    run = _run({"pearl-s1": 200.0, "pearl-s2": 100.0, "pearl-s4": 50.0, "pearl": 10.0})
+    run = _run(
+        {
+            "pearl-s1": 200.0,
+            "pearl-s2": 100.0,
+            "pearl-s3:tile_m=64": 80.0,  # a variant, not the ladder's stage 3
+            "pearl-s4": 50.0,
+            "pearl": 10.0,
+        }
+    )
     assert step_ratios(run) == {("GLM 5.3|gate_up|1024|EP8|balanced", 2): 0.5}

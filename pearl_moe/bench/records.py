@@ -6,7 +6,8 @@ One file per run kind (``results/<gpu>/baselines.json``, ``results/<gpu>/quack_t
       "schema": "pearl-moe-bench/1",
       "kind": "baselines",
       "env": {gpu, sm_count, l2_bytes, clocks, clocks_under_load, driver, cuda, torch,
-              cutlass_dsl, quack, triton, date, host_python, command},
+              cutlass_dsl, quack, triton, date, host_python, command, scheduler,
+              kernel_sources (from 2026-12-01)},
       "ceilings": {read_bytes_per_s, bf16_flops_per_s, ... how they were measured},
       "problems": [{id, model, tokens_per_gpu, ep, routing, projection, k, n, experts, counts,
                     rows, active_experts, bytes_moved, flops, floor_us}],
@@ -46,6 +47,7 @@ __all__ = [
     "write_run",
     "read_run",
     "run_files",
+    "kernel_sources",
     "clocks_under_load",
     "IDLE_CLOCK_SOURCE",
     "LOAD_CLOCK_SOURCE",
@@ -282,12 +284,26 @@ def run_scheduler(run: dict) -> tuple[str, str]:
     return "warp-parallel", f"run dated {env['date']}, after {SCHEDULER_CUTOVER}"
 
 
+def kernel_sources() -> str:
+    """A short hash of the kernels' source (every ``pearl_moe/kernels/**/*.py``, path and text):
+    two runs with the same hash timed the same kernel code. Runs before 2026-12-01 lack it."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent.parent / "kernels"
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def environment(command: str | None = None) -> dict:
-    """GPU, clocks, driver and library versions, the date, the host Python and the tile
-    scheduler's walk (:data:`SCHEDULER`)."""
+    """GPU, clocks, driver and library versions, the date, the host Python, the tile
+    scheduler's walk (:data:`SCHEDULER`) and the hash of the kernels' source
+    (:func:`kernel_sources`)."""
     env: dict = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "scheduler": SCHEDULER,
+        "kernel_sources": kernel_sources(),
         "host_python": platform.python_version(),
         "platform": platform.platform(),
         "command": command or " ".join(sys.argv),

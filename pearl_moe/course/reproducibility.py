@@ -61,8 +61,8 @@ def run_medians(run: Mapping, tokens=None) -> dict[tuple[str, str], float]:
 def spreads(runs: Mapping[str, Mapping], tokens=(1024, 4096)) -> list[dict]:
     """One row per kernel and problem timed in at least two of ``runs`` (``{label: run}``):
     ``problem``, ``impl``, ``times`` (``{label: median us}``), ``spread`` (slowest / fastest - 1)
-    and ``shift`` (the later runs' mean / the first run's, in the order given). Largest spread
-    first."""
+    and ``shift`` (the mean of its other times / its time in the first of ``runs`` that has it).
+    Largest spread first."""
     medians = {label: run_medians(run, tokens) for label, run in runs.items()}
     keys = dict.fromkeys(k for m in medians.values() for k in m)
     rows = []

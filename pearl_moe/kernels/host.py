@@ -117,10 +117,10 @@ def tile_counter_ptr(device, stream=None):
 
 def _counter_entry(device, stream):
     handle = int(stream) if stream is not None else 0
-    index = getattr(device, "index", None)
-    entry = _TILE_COUNTERS.get((device, handle)) if index is not None else None
-    if entry is not None:  # a torch.device with its index, as tensors carry it: the fast path
-        return entry
+    if not isinstance(device, str) and getattr(device, "index", None) is not None:
+        entry = _TILE_COUNTERS.get((device, handle))  # a torch.device with its index, as a
+        if entry is not None:  # tensor's: no device to make or resolve
+            return entry
     import torch
 
     dev = torch.device(device)
@@ -129,7 +129,9 @@ def _counter_entry(device, stream):
     entry = _TILE_COUNTERS.get((dev, handle))
     if entry is None:
         counter = torch.zeros(1, dtype=torch.int32, device=dev)
-        entry = _TILE_COUNTERS[(dev, handle)] = (counter, i32_ptr(counter))
+        # setdefault: a thread that raced us here keeps its entry, and nobody frees a counter
+        # that a launch or a captured graph may already use
+        entry = _TILE_COUNTERS.setdefault((dev, handle), (counter, i32_ptr(counter)))
     return entry
 
 
