@@ -8,9 +8,10 @@ Spearman rank correlation of measured and modeled times is at least 0.9.
 
 The parameters are the same for every record (no per-record values). Some kernels were measured
 on the same problem in more than one run; :func:`replicates` lists them, and their spread bounds
-what any model can reach: a model gives one time per kernel and problem, so where two runs differ
-by a factor ``r`` it misses one of them by at least ``(r - 1) / (r + 1)`` (:func:`error_floor`).
-The report prints that floor beside the largest error. ``--fit`` refits the model's
+what a model can reach that gives one time per kernel and problem: where two runs differ by a
+factor ``r`` it misses one of them by at least ``(r - 1) / (r + 1)`` (:func:`error_floor`). The
+report prints that floor beside the largest error (runs before 2026-12-01 did not record their
+kernel code, so part of a spread there may be changes of the code). ``--fit`` refits the model's
 calibrated parameters (:data:`pearl_moe.perfmodel.FITTED`) on all records -- minimizing the
 8-norm of the log errors, a smooth stand-in for the largest error -- and reports the new values, so
 the calibration can be redone in one command when new runs land. Records are excluded only when the
@@ -216,11 +217,12 @@ def target(record: Record) -> tuple:
 def replicates(records) -> list[dict]:
     """Kernels measured on the same problem more than once, largest spread first.
 
-    Two records are the same measurement target when their problem, stage, configuration and
-    scheduler walk agree (the configuration's ``walk`` is set to the record's, since runs older than
-    ``GemmConfig.walk`` recorded it per run; stages 1 and 2 have no walk), and so does the hash of
-    the kernels' source where both runs recorded it (``env.kernel_sources``, from 2026-12-01 on):
-    older runs of one configuration may have timed different versions of its code. Each entry:
+    Two records are the same measurement target (:func:`target`) when their problem, stage,
+    configuration and scheduler walk agree (the configuration's ``walk`` is set to the record's,
+    since runs older than ``GemmConfig.walk`` recorded it per run; stages 1 and 2 have no walk), and
+    so does their runs' hash of the kernels' source (``env.kernel_sources``, recorded from
+    2026-12-01 on). Runs without it are grouped with each other, although they may have timed
+    different versions of the code. Each entry:
     ``problem``, ``config`` (its label), ``stage``, ``runs`` (``(source, impl, seconds)`` per
     record), ``spread`` (slowest / fastest - 1) and ``floor``, the smallest largest error one
     modeled time can have against all of them."""
@@ -390,7 +392,7 @@ def report(records, excluded, params: ModelParams, out=print, fitted_on=CALIBRAT
         out("")
         out(
             f"replicates: {len(groups)} kernels were measured on the same problem in more than one "
-            f"run (same configuration, walk and problem); their runs differ by up to "
+            f"run (same configuration, walk, problem and recorded kernel code); they differ by up to "
             f"{max(spreads) * 100:.1f}% (median {np.median(spreads) * 100:.1f}%)."
         )
         out(

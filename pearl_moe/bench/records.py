@@ -436,7 +436,7 @@ def run_files(folder: str | Path) -> list[Path]:
 
 
 def read_run(path: str | Path) -> dict:
-    """Read and validate a result file (``.json``, or ``.json.gz`` for runs kept in ``history/``).
+    """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped).
     The clocks of runs recorded with the older, shorter label are shown with
     :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
     path = Path(path)
