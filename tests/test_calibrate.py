@@ -59,8 +59,9 @@ def test_the_model_ranks_the_measurements():
     # 66 records of tile shapes the fit never saw (median 11.8% on those, notebook 04); 5.9%
     # after a refit with neighbouring CTAs' shared requests on all 314 records; 6.5% since the
     # refit with B boxes merged in groups of four and A boxes not at all (Nsight Compute);
-    # 6.1% with the one-call ladder run (158 records measured after that fit)
-    assert s["median_error"] <= 0.062
+    # 6.1% with the one-call ladder run (158 records measured after that fit); 5.2% after the
+    # refit in which neighbours' merging fades as they fall out of step (lockstep_rounds)
+    assert s["median_error"] <= 0.053
 
 
 def test_tile_shapes_run_is_modeled_as_notebook_04_says():
@@ -73,15 +74,15 @@ def test_tile_shapes_run_is_modeled_as_notebook_04_says():
     assert len(records) == 66
     rows = calibrate.evaluate(records, CALIBRATED)
     s = calibrate.summary(rows)
-    assert 0.10 <= s["median_error"] <= 0.105  # "a median error of 10.2%" (11.8% out of sample)
+    assert 0.08 <= s["median_error"] <= 0.085  # "a median error of 8.3%" (11.8% out of sample)
     wide64 = [
         r["error"] for r in rows if r["config"].startswith(("sm_90a 64x192", "sm_90a 64x256"))
     ]
-    assert 0.31 <= max(wide64) <= 0.325  # "up to 32% slow"
+    assert 0.26 <= max(wide64) <= 0.27  # "up to 27% slow"
     narrow = [r["error"] for r in rows if r["config"].startswith(("sm_90a 64x64", "sm_90a 128x64"))]
-    assert 0.28 <= max(narrow) <= 0.295  # "up to 29% slow"
+    assert 0.26 <= max(narrow) <= 0.27  # "up to 27% slow"
     s5 = [r["error"] for r in rows if r["impl"] == "pearl-s5" and "|1024|" in r["problem"]]
-    assert 0.33 <= max(s5) <= 0.345  # "34% slow"
+    assert 0.115 <= max(s5) <= 0.125  # "12% slow"
 
 
 def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch):
@@ -161,25 +162,60 @@ def test_where_the_model_misses_as_notebook_04_says():
             out.append(r["error"])
         return out
 
-    assert 0.31 <= max(errors("64x192", "64x256")) <= 0.325  # "up to 32% slow"
-    assert 0.28 <= max(errors("64x64", "128x64")) <= 0.295  # "up to 29%"
+    assert 0.26 <= max(errors("64x192", "64x256")) <= 0.27  # "up to 27% slow"
+    assert 0.26 <= max(errors("64x64", "128x64")) <= 0.27  # "up to 27%"
     s5 = [r["error"] for r in rows if r["impl"] == "pearl-s5"]
-    assert 0.33 <= max(s5) <= 0.345 and -0.275 <= min(s5) <= -0.26  # "34%", "up to 27% fast"
+    assert max(s5) <= 0.125 and -0.23 <= min(s5) <= -0.215  # "within 12% slow", "up to 22% fast"
     pp = errors("128x128", pingpong=True, wide_b=True)
-    assert -0.16 <= min(pp) <= -0.145 and -0.06 <= max(pp) <= -0.045  # "5-15% fast"
-    assert -0.205 <= min(errors("64x128", pingpong=True)) <= -0.195  # "up to 20% fast"
+    assert -0.125 <= min(pp) <= -0.115 and -0.04 <= max(pp) <= -0.03  # "4-12% fast"
+    assert -0.2 <= min(errors("64x128", pingpong=True)) <= -0.19  # "up to 20% fast"
     (s4,) = [
         r["error"]
         for r in rows
         if r["impl"] == "pearl-s4" and r["problem"].startswith("Kimi K3|gate_up|1024|")
     ]
-    assert -0.23 <= s4 <= -0.215  # stage 4 at Kimi K3 / 1024 tokens "22% fast"
+    assert -0.265 <= s4 <= -0.255  # stage 4 at Kimi K3 / 1024 tokens "26% fast"
     ladder = {(r.impl, r.problem.name): r.measured_s for r in every if r.source == "ladder.json.gz"}
     kimi = "Kimi K3|gate_up|1024|EP8|balanced"
     assert (
         round(ladder[("pearl-s4", kimi)] / ladder[("pearl-s3", kimi)], 1) == 1.3
     )  # "1.3x stage 3"
-    assert 0.18 <= max(errors("128x128", stages=(1, 2))) <= 0.20  # "up to 19% slow"
+    assert 0.175 <= max(errors("128x128", stages=(1, 2))) <= 0.185  # "up to 18% slow"
+
+
+def test_lockstep_fading_as_notebook_04_says():
+    """neighbour_merge 0.86, lockstep_rounds about 111: stage 5 keeps 87% of its merging on average
+    at GLM 5.3 / 1024 tokens (32 rounds), 27% at Kimi K3 / 4096 tokens (408 rounds); without the
+    fading (the previous parameters) stage 5 at GLM 5.3 / 1024 tokens was modeled 34% slow."""
+    import math
+
+    from pearl_moe.kernels.ladder import stage_config
+    from pearl_moe.perfmodel import _structure
+    from pearl_moe.workloads import make_problem
+
+    assert round(CALIBRATED.neighbour_merge, 2) == 0.86 and round(CALIBRATED.lockstep_rounds) == 111
+    R = CALIBRATED.lockstep_rounds
+    for model, tokens, rounds, kept in (("GLM 5.3", 1024, 32, 0.87), ("Kimi K3", 4096, 408, 0.27)):
+        p = make_problem(model, tokens, ep=8)
+        cfg = stage_config("sm_90a", 5).resolved()
+        (launch,), _, _ = _structure(tuple(p.counts), p.k, p.n, cfg, 5, 132)
+        assert sum(launch.values()) == rounds
+        assert round(R / rounds * (1 - math.exp(-rounds / R)), 2) == kept
+    before = CALIBRATED.with_(
+        memory_latency_s=1.432e-6, knee=4.392, l2_per_hbm=30.85, row_request_bytes=2070,
+        oob_l2_weight=2.151, shared_box_s=0.01051e-6, cta_overhead_s=0.2817e-6,
+        epilogue_s=8.897e-6, neighbour_merge=0.3579, lockstep_rounds=0.0,
+    )  # fmt: skip
+    every, _ = calibrate.load_records()
+    (rec,) = [
+        r
+        for r in every
+        if r.source == "tile_shapes.json"
+        and r.impl == "pearl-s5"
+        and r.problem.name.startswith("GLM 5.3|gate_up|1024|")
+    ]
+    assert round(calibrate.modeled(rec, before).seconds / rec.measured_s - 1, 2) == 0.34
+    assert calibrate.modeled(rec, CALIBRATED).seconds / rec.measured_s - 1 < 0.12
 
 
 def test_schedules_of_stage_5_under_nsight_compute_as_notebook_04_says():
@@ -201,21 +237,20 @@ def test_schedules_of_stage_5_under_nsight_compute_as_notebook_04_says():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "largest error 33.8% (> 10%; 472 records, median 6.1%, Spearman 0.992), and out of reach "
+        "largest error 26.6% (> 10%; 472 records, median 5.2%, Spearman 0.994), and out of reach "
         "on these records: one configuration measured in different runs differs by up to 31.1% "
         "(stage 6 at DeepSeek V4 Pro / 4096 tokens: 3950-5179 us in four runs, which span three "
         "versions of its code), so one modeled time per kernel and problem misses one of them by "
         "at least 13.5%; with one version, nine runs of it span 12.7% (a floor of 6.0%: "
         "results/H200/replicates/). The model's own misses, also on the one-call ladder run it "
-        "was not fitted on (30.5%): at 4096 tokens the static schedule's CTAs drift apart and "
-        "64 x 64, 128 x 64 and 64 x 128 tiles read 2-4.7x the HBM bytes the model counts once "
-        "(0.87-1.39x with the dynamic schedule: results/H200/schedule/), so stage 5 is modeled up "
-        "to 27% fast there; how long CTAs stay in step also sets how many requests the L2 merges "
-        "(0.55-0.96 of the boxes' sectors under Nsight Compute), which the model fixes per tile "
-        "shape, so 64 x 192 and 64 x 256 tiles (up to 32% slow), 128 x 64 and 64 x 64 tiles (up "
-        "to 29%) and stage 5 at 1024 tokens (34%) are modeled too slow and 128 x 128 ping-pong "
-        "tiles with wide B 5-15% fast; 64 x 128 ping-pong tiles are modeled up to 20% fast and "
-        "stage 4's 128-bit direct stores at Kimi K3 / 1024 tokens 22% fast; and the H200 runs "
+        "was not fitted on (25.8%): neighbouring CTAs merge their L2 requests while they stay in "
+        "step, and the model lets that fade at one rate for every kernel (lockstep_rounds), so "
+        "64 x 192, 64 x 256, 64 x 64 and 128 x 64 tiles are modeled up to 27% slow and 128 x 128 "
+        "ping-pong tiles with wide B 4-12% fast; at 4096 tokens static CTAs that drift apart also "
+        "read 2-4.7x the HBM bytes the model counts once (0.87-1.39x with the dynamic schedule: "
+        "results/H200/schedule/), so stage 5 is modeled up to 22% fast there; 64 x 128 ping-pong "
+        "tiles are modeled up to 20% fast, stage 4's 128-bit direct stores at Kimi K3 / 1024 "
+        "tokens 26% fast and 128-row tiles of stages 1 and 2 up to 18% slow; and the H200 runs "
         "every shape at its 700 W power cap with a kernel-dependent SM clock (1.17-1.62 GHz), "
         "where the model has one clock and no power term"
     ),
@@ -245,8 +280,8 @@ def test_error_floor_of_replicated_measurements():
 def test_committed_replicates_as_the_gate_reason_says(capsys):
     """The gate's reason and notebook 04: runs of one configuration differ by up to 31.1%
     (stage 6, DeepSeek V4 Pro / 4096 tokens: 3950, 4589, 4932, 5179 us), a floor of 13.5%; the
-    model's four times for them within 0.1%; the ladder run, measured after the fit: 30.5%
-    largest (stage 5 at GLM 5.3 / 1024 tokens), 5.3% median error, 121 of its 158 records'
+    model's four times for them within 0.1%; the ladder run, measured after the fit: 25.8%
+    largest (stage 4 at Kimi K3 / 1024 tokens), 4.3% median error, 121 of its 158 records'
     kernel-problem pairs also in the fitted runs."""
     records, _ = calibrate.load_records()
     groups = calibrate.replicates(records)
@@ -265,15 +300,19 @@ def test_committed_replicates_as_the_gate_reason_says(capsys):
     rows = calibrate.evaluate(records, CALIBRATED)
     later = calibrate.summary([r for r in rows if r["kind"] not in CALIBRATED_ON])
     assert later["records"] == 158
-    assert round(later["max_error"], 3) == 0.305 and round(later["median_error"], 3) == 0.053
-    assert later["worst"]["impl"] == "pearl-s5"
-    assert later["worst"]["problem"].startswith("GLM 5.3|gate_up|1024|")
+    assert round(later["max_error"], 3) == 0.258 and round(later["median_error"], 3) == 0.043
+    assert later["worst"]["impl"] == "pearl-s4"
+    assert later["worst"]["problem"].startswith("Kimi K3|gate_up|1024|")
     fitted = {calibrate.target(r) for r in records if r.kind in CALIBRATED_ON}
     ladder = [r for r in records if r.kind not in CALIBRATED_ON]
     assert sum(calibrate.target(r) in fitted for r in ladder) == 121
     every = calibrate.summary(rows)
-    assert every["records"] == 472 and round(every["max_error"], 3) == 0.338
-    assert round(every["median_error"], 3) == 0.061 and round(every["spearman"], 3) == 0.992
+    assert every["records"] == 472 and round(every["max_error"], 3) == 0.266
+    assert round(every["median_error"], 3) == 0.052 and round(every["spearman"], 3) == 0.994
+    default = calibrate.summary(
+        calibrate.evaluate(calibrate.load_records(impl=calibrate.DEFAULT_CALL)[0], CALIBRATED)
+    )
+    assert round(default["max_error"], 3) == 0.108  # the default call, configurations never fitted
     calibrate.main([])
     out = capsys.readouterr().out
     assert "misses one of them by at least 13.5%" in out and "measured after the fit" in out
