@@ -573,7 +573,12 @@ def predict(
         floor = problem.floor_seconds(gpu.hbm_bytes_per_s, gpu.bf16_dense_flops)
     slots = gpu.sms // cfg.cta_group
     launches, empties, tiles = _structure(
-        tuple(problem.counts), problem.k, problem.n, cfg, stage, slots,
+        tuple(problem.counts),
+        problem.k,
+        problem.n,
+        cfg,
+        stage,
+        slots,
         round(params.lockstep_rounds, 1),
     )
     if not tiles:
