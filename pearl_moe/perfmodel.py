@@ -308,7 +308,8 @@ class _Round:
     oob: float  # mean fraction of A-box rows past the end of A (zero-filled)
     hbm_bytes: float
     out_bytes: float  # output bytes written (part of hbm_bytes)
-    b_merged: float = 0.0  # fraction of tiles whose B box the L2 serves with a neighbour's
+    b_merged: float = 0.0  # tiles whose B box the L2 serves with a neighbour's, times the share of
+    # the launch's lockstep left in this round (exp(-round / lockstep_rounds))
 
 
 def _expert_tiles(m: int, start: int, rows: int, cfg: GemmConfig, k: int, n: int, stage: int):
@@ -355,6 +356,8 @@ def _neighbour_merges(expert, m_idx, n_idx, linear):
 
 
 def _rounds(oob, hbm, out, b_merged, slots: int, lockstep: float = 0.0) -> Counter:
+    """Tiles in launch order, cut into rounds of ``slots``; identical rounds are counted once. A
+    round's merged B boxes fade with its index (``lockstep``: rounds per 1/e, 0: never)."""
     rounds: Counter = Counter()
     for s in range(0, len(oob), slots):
         sl = slice(s, s + slots)
@@ -375,7 +378,8 @@ def _structure(
     counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots: int, lockstep: float = 0.0
 ):
     """Launches (each a Counter of rounds), empty CTAs of stage 2 as ``(interleaved, trailing)``,
-    and real tiles of one problem.
+    and real tiles of one problem. ``lockstep`` is :attr:`ModelParams.lockstep_rounds` (each
+    launch starts in step).
 
     Stage 2's grid is ``(m slots, n tiles, experts)``, dispatched in linear order (m slot
     fastest). Empty CTAs that come before the last real one are interleaved with real tiles;
