@@ -127,7 +127,8 @@ for every kernel (``lockstep_rounds``); the kernels drift at different rates. St
 ping-pong, which takes 1.05-1.16x stage 6's time at 1024 tokens in the one-call ladder run, does
 not lose there through traffic: at all three models it reads stage 6's HBM bytes (within 0.2%)
 and asks 1-3% fewer L2 requests, and still takes 1.02-1.09x as long in one launch; the model has
-no term for what it loses.
+no term for what it loses (nor does handing the mainloop over before the tile's last wgmma
+completes recover it: :mod:`pearl_moe.kernels.sm90.pingpong`).
 
 Parameters
 ----------

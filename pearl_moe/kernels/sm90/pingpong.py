@@ -18,6 +18,15 @@ after the other has consumed every entry of the tile before. Without this hand-o
 could wait for an entry two fills ahead of the producer, and an mbarrier's phase bit (parity)
 cannot tell fill ``f`` from fill ``f - 2``: it would read the older tile's data.
 
+The turn passes after the tile's last wgmma has *completed* (``wait_group(0)``). CUTLASS's
+ping-pong passes it once the last wgmma is *issued*, which is also safe here (every entry of the
+tile has been waited for by then). A trial of that order on 2026-12-01 passed every stage-7 GPU
+test on the H200 and timed stage 7 at 1.03-1.14x stage 6 at 1024 tokens and 0.84-0.99x at 4096
+(``results/H200/history/pingpong_early_handover.json.gz``, 5 interleaved rounds), against
+1.05-1.16x at 1024 tokens in the ladder run of the day before: within what runs of different
+sessions differ by. It was not kept, because the default call's ping-pong tiles (Kimi K3 at 64,
+256 and 1024 tokens) could not be timed against the baselines again in that session.
+
 Register budget: 128 producer threads at 40 registers + 256 consumer threads at 232 registers =
 64,512 of the SM's 65,536; each consumer thread keeps a tile_m x tile_n / 128 fp32 accumulator
 (64 registers at 64 x 128, 128 at 64 x 256 or 128 x 128). The epilogue is the direct store of
