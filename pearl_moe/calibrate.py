@@ -49,6 +49,7 @@ __all__ = [
     "spearman",
     "fit",
     "summary",
+    "by_tokens",
     "replicates",
     "target",
     "error_floor",
@@ -207,6 +208,14 @@ def summary(rows) -> dict:
 
 
 # ---------------------------------------------------------------------------- replicates
+def by_tokens(records, rows) -> dict:
+    """:func:`summary` of the rows per token count (tokens per GPU), in increasing order."""
+    groups: dict = {}
+    for record, row in zip(records, rows, strict=True):
+        groups.setdefault(record.problem.meta.get("tokens_per_gpu"), []).append(row)
+    return {t: summary(groups[t]) for t in sorted(groups, key=lambda t: (t is None, t or 0))}
+
+
 def target(record: Record) -> tuple:
     """What a record measured: problem, stage, configuration with the record's walk (stages 1 and
     2 walk nothing) and, where the run recorded it, the hash of the kernels' source."""
@@ -369,6 +378,16 @@ def report(records, excluded, params: ModelParams, out=print, fitted_on=CALIBRAT
             f"median |error| {s['median_error'] * 100:.1f}%; Spearman rho {s['spearman']:.3f} "
             f"over {s['records']} records"
         )
+        classes = by_tokens(records, rows)
+        out(
+            "  by tokens per GPU: "
+            + "; ".join(
+                f"{t}: {c['records']} records, max {c['max_error'] * 100:.1f}%, median "
+                f"{c['median_error'] * 100:.1f}%"
+                for t, c in classes.items()
+            )
+        )
+        s["by_tokens"] = classes
         over = [r for r in rows if abs(r["error"]) > MAX_ERROR]
         for r in over:
             out(

@@ -283,6 +283,26 @@ def test_stage_4_drifts_where_stage_3_does_not_as_the_notebooks_say():
     assert len(s7) == 3 and 1.045 <= min(s7.values()) and max(s7.values()) <= 1.165
 
 
+def test_errors_by_token_count_as_notebook_04_says(capsys):
+    """Notebook 04: 271 records at 1-256 tokens per GPU, largest error 18.1% (median 4.2%); 201 at
+    1024 and 4096 tokens, 26.6% (median 6.8%); calibrate prints the split per token count."""
+    every, _ = calibrate.load_records()
+    rows = calibrate.evaluate(every, CALIBRATED)
+    classes = calibrate.by_tokens(every, rows)
+    assert list(classes) == [1, 16, 64, 256, 1024, 4096]
+    assert sum(c["records"] for c in classes.values()) == len(every)
+    for decode, records, worst, median in ((True, 271, 0.181, 0.042), (False, 201, 0.266, 0.068)):
+        sel = [row for r, row in zip(every, rows, strict=True)
+               if (r.problem.meta["tokens_per_gpu"] <= 256) == decode]  # fmt: skip
+        s = calibrate.summary(sel)
+        assert s["records"] == records
+        assert round(s["max_error"], 3) == worst and round(s["median_error"], 3) == median
+    calibrate.main([])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("  by tokens per GPU: "))
+    assert "4096: 108 records, max 26.6%" in line and line.count("records") == 6
+
+
 def test_early_pingpong_hand_over_trial_as_its_docstring_says():
     """pearl_moe.kernels.sm90.pingpong: the trial that handed the mainloop over once the last wgmma
     was issued timed stage 7 at 1.03-1.14x stage 6 at 1024 tokens and 0.84-0.99x at 4096 (5
