@@ -207,7 +207,6 @@ def summary(rows) -> dict:
     )
 
 
-# ---------------------------------------------------------------------------- replicates
 def by_tokens(records, rows) -> dict:
     """:func:`summary` of the rows per token count (tokens per GPU), in increasing order."""
     groups: dict = {}
@@ -216,6 +215,7 @@ def by_tokens(records, rows) -> dict:
     return {t: summary(groups[t]) for t in sorted(groups, key=lambda t: (t is None, t or 0))}
 
 
+# ---------------------------------------------------------------------------- replicates
 def target(record: Record) -> tuple:
     """What a record measured: problem, stage, configuration with the record's walk (stages 1 and
     2 walk nothing) and, where the run recorded it, the hash of the kernels' source."""

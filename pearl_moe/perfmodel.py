@@ -115,10 +115,11 @@ tiles claimed from a counter (``schedule="dynamic"``), which keeps the tiles in 
 consecutive tiles, these kernels read 0.87-1.39x the bytes at 4096 tokens (64 x 192 ping-pong tiles
 at GLM 5.3: 2.05x) (``results/H200/schedule/ncu_schedule.json``). How far static CTAs drift
 depends on timing the model does not see (the scheduler walk changes it for stage 6), so no count
-of tiles predicts those re-reads here. At Kimi K3 / 1024 tokens stage 4, whose code differs from
-stage 3's only in how the epilogue stores, reads 1.76x stage 3's HBM bytes, asks the L2 1.44x as
-many requests and takes 1.27x as long in one launch, while at GLM 5.3 and DeepSeek V4 Pro / 1024
-tokens the two read the same bytes within 0.3% (``results/H200/power/ncu_store.json``).
+of tiles predicts those re-reads here. At Kimi K3 / 1024 tokens stage 4, which differs from
+stage 3 only in its direct-store epilogue and the ring entry the freed buffer becomes (7 entries,
+not 6), reads 1.76x stage 3's HBM bytes, makes 1.44x as many L2 requests and takes 1.27x as long
+in one launch, while at GLM 5.3 and DeepSeek V4 Pro / 1024 tokens the two read the same bytes
+within 0.3% (``results/H200/power/ncu_store.json``).
 How many requests the L2 merges also depends on how long CTAs stay in step: Nsight Compute counts
 0.55-0.96 of the boxes' sectors as L2 requests at GLM 5.3 / 4096 tokens
 (``results/H200/power/ncu_glm4096.csv``), fewest for wide B boxes shared by many CTAs (64 x 256),
@@ -126,9 +127,10 @@ most where they drift apart (64 x 64). The model lets the merging fade over a la
 for every kernel (``lockstep_rounds``); the kernels drift at different rates. Stage 7's
 ping-pong, which takes 1.05-1.16x stage 6's time at 1024 tokens in the one-call ladder run, does
 not lose there through traffic: at all three models it reads stage 6's HBM bytes (within 0.2%)
-and asks 1-3% fewer L2 requests, and still takes 1.02-1.09x as long in one launch; the model has
-no term for what it loses (nor does handing the mainloop over before the tile's last wgmma
-completes recover it: :mod:`pearl_moe.kernels.sm90.pingpong`).
+and makes 1-3% fewer L2 requests, and still takes 1.02-1.09x as long in one launch; the model has
+no term for what it loses. Handing the mainloop over before the tile's last wgmma completes does
+not remove the loss either: with that order stage 7 still took 1.03-1.14x stage 6's time
+(:mod:`pearl_moe.kernels.sm90.pingpong`).
 
 Parameters
 ----------

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Why stage 4 (direct stores) and stage 7 (ping-pong) lose to their predecessors at 1024 tokens
 # (issue 9): bash .device/run.sh bash scripts/device_store_probe.sh
-# The ladder measures stage 4 1.31x stage 3 at Kimi K3 / 1024 tokens (1.00-1.09x elsewhere) and
-# stage 7 1.05-1.16x stage 6 at 1024 tokens (0.81-0.94x at 4096). This run takes both pairs at
-# 1024 and 4096 tokens through scripts/power_probe.py (cold and sustained time, SM clock, power)
+# The ladder measures stage 4 1.31x stage 3 at Kimi K3 / 1024 tokens (0.99-1.09x at the other
+# shapes from 256 tokens up) and stage 7 1.05-1.16x stage 6 at 1024 tokens (0.81-0.94x at 4096).
+# This run takes both pairs at the three 1024-token shapes and Kimi K3 / 4096 through
+# scripts/power_probe.py (cold and sustained time, SM clock, power)
 # and Nsight Compute (DRAM bytes read and written, L2 requests and sectors, global stores):
 # results/H200/power/store_power.json and ncu_store.json.
 set -uo pipefail
