@@ -50,6 +50,9 @@ __all__ = [
     "fit",
     "summary",
     "by_tokens",
+    "decode_prefill_errors",
+    "trust_note",
+    "DECODE_TOKENS",
     "replicates",
     "target",
     "error_floor",
@@ -213,6 +216,38 @@ def by_tokens(records, rows) -> dict:
     for record, row in zip(records, rows, strict=True):
         groups.setdefault(record.problem.meta.get("tokens_per_gpu"), []).append(row)
     return {t: summary(groups[t]) for t in sorted(groups, key=lambda t: (t is None, t or 0))}
+
+
+#: Token counts per GPU up to which a problem counts as decode in :func:`decode_prefill_errors`.
+DECODE_TOKENS = 256
+
+
+def decode_prefill_errors(gpu: str = "H200", root=None, params: ModelParams = CALIBRATED) -> dict:
+    """``{"decode": summary, "prefill": summary}`` of the model against every committed record of
+    our kernels: decode up to :data:`DECODE_TOKENS` tokens per GPU, prefill above. How far to trust
+    a modeled number of either kind (the B200 projections say so beside their bars)."""
+    records, _ = load_records(gpu, root)
+    rows = evaluate(records, params)
+    out = {}
+    for name, decode in (("decode", True), ("prefill", False)):
+        sel = [
+            row
+            for record, row in zip(records, rows, strict=True)
+            if (record.problem.meta.get("tokens_per_gpu", 0) <= DECODE_TOKENS) == decode
+        ]
+        if sel:
+            out[name] = summary(sel)
+    return out
+
+
+def trust_note(errors: dict) -> str:
+    """One line for a modeled figure: the H200 check of the model, by decode and prefill."""
+    label = {"decode": f"decode (up to {DECODE_TOKENS} tokens per GPU)", "prefill": "prefill"}
+    parts = [
+        f"{label[name]} within {s['max_error']:.0%} (median {s['median_error']:.0%})"
+        for name, s in errors.items()
+    ]
+    return "the model against the H200 (calibrate): " + ", ".join(parts)
 
 
 # ---------------------------------------------------------------------------- replicates

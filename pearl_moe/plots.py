@@ -519,11 +519,13 @@ def plot_stage_projection(
     floors: Mapping[str, float] | None = None,
     gpu: str = "B200",
     ax: Axes | None = None,
+    note: str = "",
 ) -> Figure:
     """Grouped bars of modeled latency per stage: ``projections[shape][stage] = seconds``.
 
     Each shape's bars are drawn against that shape's own floor (dashed), as multiples of it, so
-    shapes of different sizes share one axis. Every bar is modeled: the title says so.
+    shapes of different sizes share one axis. Every bar is modeled: the title says so. ``note``
+    (e.g. :func:`pearl_moe.calibrate.trust_note`) goes on a second title line.
     """
     shapes = list(projections)
     stages = sorted({s for v in projections.values() for s in v})
@@ -546,9 +548,8 @@ def plot_stage_projection(
         ax.set_xticks(np.arange(len(shapes)), shapes, fontsize=7)
         ax.grid(axis="x", visible=False)
         ax.legend(ncol=len(stages) + 1, fontsize=7, loc="upper left")
-        ax.set_title(
-            f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement): stages side by side"
-        )
+        title = f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement): stages side by side"
+        ax.set_title(title + (f"\n{note}" if note else ""), fontsize=9 if note else None)
     return fig
 
 

@@ -31,6 +31,24 @@ def test_stage_projection_is_labeled_modeled():
     assert all(p.label == "modeled" for p in preds.values())
 
 
+def test_stage_projection_says_how_far_the_model_is_from_the_h200():
+    """The B200 bars carry the H200 check on a second title line: decode (up to 256 tokens per
+    GPU, 271 records) within 18%, prefill (201 records) within 27%."""
+    errors = calibrate.decode_prefill_errors()
+    assert (errors["decode"]["records"], errors["prefill"]["records"]) == (271, 201)
+    note = calibrate.trust_note(errors)
+    assert note == (
+        "the model against the H200 (calibrate): decode (up to 256 tokens per GPU) within 18% "
+        "(median 4%), prefill within 27% (median 7%)"
+    )
+    proj = stage_projection(models=("GLM 5.3",), tokens=(64,), stages=(3, 5))
+    ((_, preds),) = proj.items()
+    data = {"GLM 64": {s: p.seconds for s, p in preds.items()}}
+    fig = plot_stage_projection(data, {"GLM 64": preds[3].floor_seconds}, note=note)
+    first, second = fig.axes[0].get_title().split("\n")
+    assert "modeled" in first and second == note
+
+
 def test_wave_model_figures_say_model():
     occ = occupancy(make_problem("GLM 5.3", 64), (64, 64))
     assert "model" in plot_occupancy_maps(occ)._suptitle.get_text().lower()
