@@ -24,6 +24,7 @@ Nothing here needs a GPU.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 from dataclasses import dataclass, replace
@@ -225,7 +226,13 @@ DECODE_TOKENS = 256
 def decode_prefill_errors(gpu: str = "H200", root=None, params: ModelParams = CALIBRATED) -> dict:
     """``{"decode": summary, "prefill": summary}`` of the model against every committed record of
     our kernels: decode up to :data:`DECODE_TOKENS` tokens per GPU, prefill above. How far to trust
-    a modeled number of either kind (the B200 projections say so beside their bars)."""
+    a modeled number of either kind (the B200 projections say so beside their bars). Computed once
+    per process and arguments; each call returns its own copy."""
+    return {k: dict(v) for k, v in _decode_prefill_errors(gpu, root, params).items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _decode_prefill_errors(gpu, root, params) -> dict:
     records, _ = load_records(gpu, root)
     rows = evaluate(records, params)
     out = {}
@@ -241,7 +248,10 @@ def decode_prefill_errors(gpu: str = "H200", root=None, params: ModelParams = CA
 
 
 def trust_note(errors: dict) -> str:
-    """One line for a modeled figure: the H200 check of the model, by decode and prefill."""
+    """One line for a modeled figure: the H200 check of the model, by decode and prefill ("" when
+    there are no committed records to check it against)."""
+    if not errors:
+        return ""
     label = {"decode": f"decode (up to {DECODE_TOKENS} tokens per GPU)", "prefill": "prefill"}
     parts = [
         f"{label[name]} within {s['max_error']:.0%} (median {s['median_error']:.0%})"

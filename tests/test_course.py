@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pearl_moe import course
+from pearl_moe import calibrate, course
 from pearl_moe.course import (
     Machine,
     baseline,
@@ -421,6 +421,12 @@ def test_latency_bars_draw_each_bar_against_its_own_floor():
     texts = " ".join(t.get_text() for t in ax.texts)
     assert "80% of its floor" in texts and "67% of its floor" in texts
     assert "model" in ax.get_title()
+    # the last title line: how close the model comes to the H200 (calibrate's split)
+    assert ax.get_title().splitlines()[-1] == calibrate.trust_note(
+        calibrate.decode_prefill_errors()
+    )
+    measured_only = plot_latency_bars([("H200: ours", 5e-4, "replayed", 4e-4)], title="GLM 5.3")
+    assert "calibrate" not in measured_only.axes[0].get_title()
 
 
 def test_recorded_latency_plot_keeps_its_width():

@@ -102,7 +102,9 @@ def plot_latency_bars(
     measurement). Each bar's floor is a dark tick across that bar's row, and the bar says which
     fraction of its floor it reaches. ``floor`` is the floor of bars that give none (use it only
     when every such bar is on the same GPU). A missing value (None) is an empty row that says why.
-    The sources are listed once under the title; when any bar is modeled the title says so.
+    The sources are listed once under the title; when any bar is modeled the title says so, and
+    a last title line says how close the model comes to the H200's measurements
+    (:func:`pearl_moe.calibrate.trust_note`).
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -149,9 +151,13 @@ def plot_latency_bars(
         if any_model and "model" not in title.lower():
             title = f"{title}{': ' if title else ''}measured and model (hatched)"
         named = [s for s in sources if "modeled" not in s]
+        check = ""
         if any_model:
+            from ..calibrate import decode_prefill_errors, trust_note
+
             named.append("model: pearl_moe.perfmodel, not a measurement")
-        heading = "\n".join(filter(None, [title, "; ".join(named)]))
+            check = trust_note(decode_prefill_errors())
+        heading = "\n".join(filter(None, [title, "; ".join(named), check]))
         if heading:
             ax.set_title(heading, fontsize=9)
     return fig
