@@ -211,11 +211,17 @@ def summary(rows) -> dict:
     )
 
 
-def by_tokens(records, rows) -> dict:
-    """:func:`summary` of the rows per token count (tokens per GPU), in increasing order."""
+def _rows_by(records, rows, key) -> dict:
+    """The rows grouped by ``key(tokens per GPU)`` of their records."""
     groups: dict = {}
     for record, row in zip(records, rows, strict=True):
-        groups.setdefault(record.problem.meta.get("tokens_per_gpu"), []).append(row)
+        groups.setdefault(key(record.problem.meta.get("tokens_per_gpu")), []).append(row)
+    return groups
+
+
+def by_tokens(records, rows) -> dict:
+    """:func:`summary` of the rows per token count (tokens per GPU), in increasing order."""
+    groups = _rows_by(records, rows, lambda t: t)
     return {t: summary(groups[t]) for t in sorted(groups, key=lambda t: (t is None, t or 0))}
 
 
@@ -234,17 +240,12 @@ def decode_prefill_errors(gpu: str = "H200", root=None, params: ModelParams = CA
 @functools.lru_cache(maxsize=8)
 def _decode_prefill_errors(gpu, root, params) -> dict:
     records, _ = load_records(gpu, root)
-    rows = evaluate(records, params)
-    out = {}
-    for name, decode in (("decode", True), ("prefill", False)):
-        sel = [
-            row
-            for record, row in zip(records, rows, strict=True)
-            if (record.problem.meta.get("tokens_per_gpu", 0) <= DECODE_TOKENS) == decode
-        ]
-        if sel:
-            out[name] = summary(sel)
-    return out
+    groups = _rows_by(records, evaluate(records, params), lambda t: (t or 0) <= DECODE_TOKENS)
+    return {
+        name: summary(groups[decode])
+        for name, decode in (("decode", True), ("prefill", False))
+        if decode in groups
+    }
 
 
 def trust_note(errors: dict) -> str:

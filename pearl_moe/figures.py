@@ -114,6 +114,7 @@ def b200_stage_projection(out_dir: Path) -> list[Path]:
     """B200, modeled (never measured): stages 3-7 of the course for the three models at decode
     (64 tokens per GPU) and prefill (4096), each against its own floor; the title's second line
     says how close the model comes to the H200's measurements at decode and at prefill."""
+    from .calibrate import decode_prefill_errors, trust_note
     from .perfmodel import stage_projection
 
     proj = stage_projection(tokens=(64, 4096))
@@ -123,8 +124,6 @@ def b200_stage_projection(out_dir: Path) -> list[Path]:
     floors = {
         f"{m.split()[0]} {t}": next(iter(v.values())).floor_seconds for (m, t), v in proj.items()
     }
-    from .calibrate import decode_prefill_errors, trust_note
-
     note = trust_note(decode_prefill_errors())
     return _save(plot_stage_projection(data, floors, note=note), out_dir, "b200_stage_projection")
 
