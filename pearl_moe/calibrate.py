@@ -94,17 +94,18 @@ class Record:
         return f"{self.problem.name}"
 
 
-def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None):
+def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None, files=None):
     """``(records, excluded)``: every ok record of a ``pearl-s*`` implementation in the result files
     of ``results/<gpu>/`` (``*.json`` and ``*.json.gz``, :func:`~pearl_moe.bench.records.run_files`);
     ``excluded`` lists ``(kind, impl, problem, reason)``.
 
     ``impl`` (a compiled regex with one group, the stage) selects other implementations: the
-    default call ``pearl`` is read with :data:`DEFAULT_CALL` (its stage comes from the record)."""
+    default call ``pearl`` is read with :data:`DEFAULT_CALL` (its stage comes from the record).
+    ``files`` reads those result files instead (runs kept in subfolders, outside the gate)."""
     root = Path(root) if root is not None else RESULTS
     pattern = impl or _IMPL
     records, excluded = [], []
-    for path in run_files(root / gpu):
+    for path in files if files is not None else run_files(root / gpu):
         run = read_run(path)
         problems = {p["id"]: p for p in run["problems"]}
         ceilings = run["ceilings"]

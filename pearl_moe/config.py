@@ -41,7 +41,9 @@ Terms used throughout:
   window of about ``C`` consecutive tiles however fast each SM runs, and CTAs that share an n tile
   of weights read it at about the same time). ``"scattered"`` (sm_90a, a control experiment) is
   the static schedule with CTA ``c`` starting at tile ``(c * s) mod C`` for a stride ``s`` near
-  ``C / 2``, so that neighbouring tiles go to CTAs far apart.
+  ``C / 2``, so that neighbouring tiles go to CTAs far apart. ``"lockstep"`` (sm_90a) is the
+  static schedule with each CTA waiting, before each tile, until its two neighbours have started
+  the same round (at most 64 polls), so neighbours that share a B box keep reading it together.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -59,7 +61,7 @@ EPILOGUES = ("tma_store", "direct_store")
 #: Tile-scheduler walks (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
 WALKS = ("warp-parallel", "serial", "hybrid")
 #: How persistent CTAs share the tiles (``GemmConfig.schedule``).
-SCHEDULES = ("static", "dynamic", "scattered")
+SCHEDULES = ("static", "dynamic", "scattered", "lockstep")
 
 #: Field names used by measurements recorded before the course settled its vocabulary.
 LEGACY_FIELD_NAMES = {
@@ -120,8 +122,9 @@ class GemmConfig:
             yield f"schedule must be one of {SCHEDULES}, got {self.schedule!r}"
         elif self.schedule != "static" and self.arch != "sm_90a":
             yield (
-                f"schedule={self.schedule!r} is built for sm_90a only (Blackwell's counterpart of "
-                "the dynamic schedule, cluster launch control, is not implemented here)"
+                f"schedule={self.schedule!r} is built for sm_90a only (Blackwell's counterparts, "
+                "cluster launch control for the dynamic schedule and clusters that share their "
+                "loads for the lockstep one, are not implemented here)"
             )
         if self.tile_k <= 0 or self.tile_k % 16:
             yield f"tile_k must be a positive multiple of 16 (the bf16 MMA K), got {self.tile_k}"

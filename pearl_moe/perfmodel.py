@@ -119,7 +119,13 @@ of tiles predicts those re-reads here. At Kimi K3 / 1024 tokens stage 4, which d
 stage 3 only in its direct-store epilogue and the ring entry the freed buffer becomes (7 entries,
 not 6), reads 1.76x stage 3's HBM bytes, makes 1.44x as many L2 requests and takes 1.27x as long
 in one launch, while at GLM 5.3 and DeepSeek V4 Pro / 1024 tokens the two read the same bytes
-within 0.3% (``results/H200/power/ncu_store.json``).
+within 0.3% (``results/H200/power/ncu_store.json``). Keeping the same tiles on the same CTAs but
+making each CTA wait for its two neighbours before every tile (``schedule="lockstep"``) removes
+the re-reads: the eight static kernels that read 1.67-4.38x the counted bytes read 0.94-1.33x,
+and stage 4 at Kimi K3 / 1024 tokens 0.98x (``results/H200/schedule/ncu_lockstep.json``). So
+the re-reads are the drift's. The model treats a lockstep kernel as the static one (it counts no
+re-reads for either): it predicts the lockstep kernels of those runs within 15.6%, their static
+twins within 25.7% (notebook 09, section 12).
 How many requests the L2 merges also depends on how long CTAs stay in step: Nsight Compute counts
 0.55-0.96 of the boxes' sectors as L2 requests at GLM 5.3 / 4096 tokens
 (``results/H200/power/ncu_glm4096.csv``), fewest for wide B boxes shared by many CTAs (64 x 256),
@@ -408,8 +414,8 @@ def _structure(
     empties = (0, 0)
     m_slots, nt = max(1, _cdiv(rows, cfg.tile_m)), _cdiv(n, cfg.tile_n)
     # neighbouring CTAs share L2 requests: only where the launch order puts tiles that
-    # read the same B box next to each other (static schedules of 1-CTA tiles)
-    shares = cfg.cta_group == 1 and cfg.schedule == "static"
+    # read the same B box next to each other (static and lockstep schedules of 1-CTA tiles)
+    shares = cfg.cta_group == 1 and cfg.schedule in ("static", "lockstep")
 
     def merges(e, m_idx, n_idx, linear):
         if not shares:

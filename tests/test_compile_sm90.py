@@ -37,6 +37,8 @@ CASES = {
     # the dynamic schedule: tiles claimed from a counter in global memory
     "s5-dynamic": (5, stage_config("sm_90a", 5).with_(schedule="dynamic")),
     "s7-dynamic": (7, stage_config("sm_90a", 7).with_(schedule="dynamic")),
+    # the lockstep schedule: static tiles, each round started with both neighbouring CTAs
+    "s5-lockstep": (5, stage_config("sm_90a", 5).with_(schedule="lockstep")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
     "s6-16x128-swapAB": (
         6,
@@ -90,7 +92,13 @@ def test_direct_store_uses_16_byte_stores_and_no_tma_store(reports, name):
     assert fam["UTMASTG (TMA store)"] == 0, "a direct-store kernel must not TMA-store"
     assert fam["STSM (stmatrix)"] == 0, "the direct store stages nothing in shared memory"
     assert fam["STG.E.128"] > 0, "no 16-byte global stores"
-    assert fam["STG (other)"] == 0, f"narrower global stores: {report.opcodes}"
+    # the lockstep schedule's round words are the only 4-byte stores (strong, .gpu scope)
+    words = (
+        report.opcodes.get("STG.E.STRONG.GPU", 0)
+        if report.gemm_config.schedule == "lockstep"
+        else 0
+    )
+    assert fam["STG (other)"] == words, f"narrower global stores: {report.opcodes}"
     # one quad transpose (3 butterfly shuffles) per 16-byte store; in ping-pong the compiler keeps two
     # copies of the shuffles but merges some stores, so count exactly only with one consumer
     shuffles = sum(n for op, n in report.opcodes.items() if op.startswith("SHFL.BFLY"))
@@ -172,15 +180,21 @@ def test_direct_store_refuses_tiles_it_would_not_fill(tile_n):
 
 def test_dynamic_schedule_claims_with_atomic_inc(reports):
     """The dynamic schedule's producer claims tiles with a wrapping ``atom.inc`` (the first claim, then one per tile: the counter
-    returns to 0 by itself); static schedules have no global atomics at all."""
+    returns to 0 by itself); the lockstep schedule counts finished CTAs with one, writes its
+    round with strong (``.gpu``) stores and reads the neighbours' with a strong load; static
+    schedules have no global atomics and no strong global accesses at all."""
     for name, (_, cfg) in CASES.items():
-        atomics = {
-            op: n for op, n in reports[name].opcodes.items() if op.startswith(("ATOMG", "RED"))
-        }
+        ops = reports[name].opcodes
+        atomics = {op: n for op, n in ops.items() if op.startswith(("ATOMG", "RED"))}
+        strong = {op for op in ops if op.startswith(("LDG", "STG")) and "STRONG" in op}
         if cfg.schedule == "dynamic":
             assert atomics == {"ATOMG.E.INC.STRONG.GPU": 2}, (name, atomics)
+        elif cfg.schedule == "lockstep":
+            assert atomics == {"ATOMG.E.INC.STRONG.GPU": 1}, (name, atomics)
+            assert strong == {"LDG.E.STRONG.GPU", "STG.E.STRONG.GPU"}, (name, strong)
         else:
             assert not atomics, (name, atomics)
+            assert not strong, (name, strong)
 
 
 def test_scheduler_walk_is_the_one_configured(reports):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from pearl_moe.course import (
@@ -678,3 +679,87 @@ def test_notebook_09_schedule_claims():
             assert t > max(pmed[(pid, base)], pmed[(pid, base + ":schedule=dynamic")]), pid
             cases += 1
     assert cases == 12  # "slowest of the three in all twelve cases"
+
+
+def test_notebook_09_lockstep_claims():
+    """Section 12, the lockstep schedule: every number of its paragraph, the takeaway and the
+    notebook's closing list, from the two interleaved runs and the Nsight Compute export."""
+    from pearl_moe import calibrate
+    from pearl_moe.bench.records import read_run
+    from pearl_moe.course.profiles import hbm_reads, ncu_export
+    from pearl_moe.course.results import results_path, schedule_ratios
+
+    names = ("schedule/lockstep.json.gz", "schedule/lockstep_2.json.gz")
+    if not all(results_path(n).exists() for n in names):
+        pytest.skip("no committed results/H200/schedule/lockstep*.json.gz")
+    runs = [read_run(results_path(n)) for n in names]
+    lock = [schedule_ratios(run, "lockstep") for run in runs]
+    dyn = schedule_ratios(runs[0], "dynamic")
+
+    def span(pick, maps=lock):
+        values = [v for m in maps for key, v in m.items() if pick(*key)]
+        return round(min(values), 2), round(max(values), 2)
+
+    assert span(lambda b, m, t: b == "pearl-s5" and t == 4096) == (0.68, 0.88)
+    assert span(lambda b, m, t: b == "pearl-s5" and t == 4096, [dyn]) == (0.74, 0.91)
+    kimi = ("pearl-s4", "pearl-s5")
+    assert span(lambda b, m, t: b in kimi and m == "Kimi K3" and t == 1024) == (0.83, 0.86)
+    assert span(lambda b, m, t: b == "pearl-s6" and t == 4096) == (0.87, 0.98)
+    assert span(lambda b, m, t: b == "pearl-s3" and t >= 1024) == (0.99, 1.04)
+    assert span(lambda b, m, t: t == 64) == (0.99, 1.05)
+    assert span(lambda b, m, t: b == "pearl-s7" and t >= 1024) == (0.94, 1.04)
+    assert span(lambda b, m, t: b == "pearl-s5" and m == "GLM 5.3" and t == 1024) == (1.09, 1.10)
+    assert max(v for m in lock for v in m.values()) < 1.105  # "cost up to 10%"
+
+    # Nsight Compute: the static kernels that re-read, and their lockstep twins
+    rows = hbm_reads(name="schedule/ncu_lockstep.json")["rows"]
+    reads = {(r["model"], r["tokens"], r["impl"]): r for r in rows}
+    rereaders = [k for k, r in reads.items() if "lockstep" not in k[2] and r["ratio"] > 1.5]
+    assert len(rereaders) == 8
+    assert {(m, t, i[-1]) for m, t, i in rereaders} == {
+        ("DeepSeek V4 Pro", 4096, "5"), ("GLM 5.3", 4096, "5"), ("Kimi K3", 4096, "5"),
+        ("Kimi K3", 1024, "5"), ("Kimi K3", 1024, "4"), ("Kimi K3", 4096, "4"),
+        ("GLM 5.3", 4096, "6"), ("Kimi K3", 4096, "6"),
+    }  # fmt: skip
+    before = [reads[k]["ratio"] for k in rereaders]
+    after = [reads[(m, t, i + ":schedule=lockstep")]["ratio"] for m, t, i in rereaders]
+    assert (round(min(before), 2), round(max(before), 2)) == (1.67, 4.38)
+    assert (round(min(after), 2), round(max(after), 2)) == (0.94, 1.33)
+    export = ncu_export("schedule/ncu_lockstep.json")["runs"]["1"]
+    hit = "lts__t_sector_hit_rate.pct"
+    k4096 = export["Kimi K3|4096"]
+    assert (
+        round(k4096["pearl-s5"][hit]) == 47
+        and round(k4096["pearl-s5:schedule=lockstep"][hit]) == 86
+    )
+    req, one = [], []
+    for per in export.values():
+        for s in (4, 5, 6, 7):
+            static, twin = per[f"pearl-s{s}"], per[f"pearl-s{s}:schedule=lockstep"]
+            req.append(twin["lts__t_requests.sum"] / static["lts__t_requests.sum"])
+            one.append(twin["gpu__time_duration.sum"] / static["gpu__time_duration.sum"])
+    assert (round(min(req), 2), round(max(req), 2)) == (0.82, 1.37)
+    assert (round(min(one), 2), round(max(one), 2)) == (0.81, 1.32)
+    # sustained (interleaved) time / one cold launch at 4096 tokens, both runs
+    load = {"static": [], "lockstep": []}
+    for run in runs:
+        for r in run["records"]:
+            model, _, tokens = r["problem"].split("|")[:3]
+            cold = export.get(f"{model}|{tokens}", {}).get(r["impl"])
+            if r["status"] == "ok" and cold and tokens == "4096":
+                side = "lockstep" if "lockstep" in r["impl"] else "static"
+                load[side].append(r["time"]["median_us"] / (cold["gpu__time_duration.sum"] / 1e3))
+    assert (round(min(load["static"]), 2), round(max(load["static"]), 2)) == (1.08, 1.50)
+    assert (round(min(load["lockstep"]), 2), round(max(load["lockstep"]), 2)) == (1.02, 1.14)
+
+    # the model, not fitted on these runs: lockstep records and their static twins
+    records = calibrate.load_records(files=[results_path(n) for n in names])[0]
+    rows = calibrate.evaluate(records)
+    for schedule, worst, mid in (("lockstep", 0.156, 0.054), ("static", 0.257, 0.057)):
+        errs = sorted(
+            abs(row["error"])
+            for rec, row in zip(records, rows, strict=True)
+            if rec.config.schedule == schedule
+        )
+        assert len(errs) == 75
+        assert round(errs[-1], 3) == worst and round(float(np.median(errs)), 3) == mid

@@ -310,7 +310,13 @@ def test_tile_counter_and_its_pointer_are_made_once_per_device_and_stream():
     try:
         counter = host.tile_counter("cpu", Stream(7))
         ptr = host.tile_counter_ptr(torch.device("cpu"), Stream(7))
-        assert counter.dtype == torch.int32 and counter.item() == 0
+        # word 0: the dynamic schedule's tile counter; then the lockstep schedule's done count
+        # and one round word per CTA (up to MAX_LOCKSTEP_CTAS), all zero
+        assert counter.dtype == torch.int32 and counter.shape == (host.COUNTER_WORDS,)
+        assert host.COUNTER_WORDS == host.LOCKSTEP_BASE + host.MAX_LOCKSTEP_CTAS
+        assert (
+            host.MAX_LOCKSTEP_CTAS >= 148 and not counter.any()
+        )  # any Hopper's SMs fit (132 on an H100 / H200)
         assert host.tile_counter(torch.device("cpu"), Stream(7)) is counter
         assert host.tile_counter_ptr("cpu", Stream(7)) is ptr  # the same object, not a new one
         assert ptr._pointer == counter.data_ptr()  # the address of the counter it was made for

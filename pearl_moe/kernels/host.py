@@ -27,7 +27,17 @@ __all__ = [
     "cuda_stream",
     "tile_counter",
     "tile_counter_ptr",
+    "COUNTER_WORDS",
+    "LOCKSTEP_BASE",
+    "MAX_LOCKSTEP_CTAS",
 ]
+
+#: The per-stream counter buffer (:func:`tile_counter`) in int32 words: word 0 is the dynamic
+#: schedule's tile counter, word 1 the lockstep schedule's count of CTAs that are done, and word
+#: ``LOCKSTEP_BASE + c`` the last round CTA ``c`` of a lockstep launch has reached (plus one).
+LOCKSTEP_BASE = 2
+MAX_LOCKSTEP_CTAS = 256
+COUNTER_WORDS = LOCKSTEP_BASE + MAX_LOCKSTEP_CTAS
 
 #: One tile counter per (torch device, stream handle) with its kernel argument: the dynamic
 #: schedule's (see :func:`tile_counter`).
@@ -97,13 +107,17 @@ def cuda_stream(device=None):
 
 
 def tile_counter(device, stream=None):
-    """The int32 tile counter the persistent kernels' dynamic schedule claims tiles from.
+    """The int32 counter buffer (:data:`COUNTER_WORDS` words) of the persistent kernels' dynamic
+    and lockstep schedules; word 0 is the tile counter the dynamic schedule claims tiles from.
 
     Zeroed once when first asked for; every launch leaves it at 0 again
-    (:meth:`pearl_moe.kernels.scheduler.TileScheduler.claim`), so it is kept, one per device and
-    stream: two launches that ran at the same time on one counter would mix their tiles. A CUDA
-    graph keeps the counter of the stream it was captured on, so two graphs captured on one stream
-    must not be replayed at the same time. Static schedules are passed it too and never touch it.
+    (:meth:`pearl_moe.kernels.scheduler.TileScheduler.claim_issue`,
+    :meth:`~pearl_moe.kernels.scheduler.TileScheduler.lockstep_done`), so it is kept, one per
+    device and stream: two launches that ran at the same time on one counter would mix their
+    tiles. A CUDA graph keeps the counter of the stream it was captured on, so two graphs captured
+    on one stream must not be replayed at the same time. (A launch that dies half-way leaves the
+    buffer elsewhere than 0: make a new one.) Static schedules are passed it too and never touch
+    it.
     """
     return _counter_entry(device, stream)[0]
 
@@ -128,7 +142,7 @@ def _counter_entry(device, stream):
         dev = torch.device("cuda", torch.cuda.current_device())
     entry = _TILE_COUNTERS.get((dev, handle))
     if entry is None:
-        counter = torch.zeros(1, dtype=torch.int32, device=dev)
+        counter = torch.zeros(COUNTER_WORDS, dtype=torch.int32, device=dev)
         # setdefault: a thread that raced us here keeps its entry, and nobody frees a counter
         # that a launch or a captured graph may already use
         entry = _TILE_COUNTERS.setdefault((dev, handle), (counter, i32_ptr(counter)))

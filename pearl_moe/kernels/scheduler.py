@@ -6,8 +6,11 @@ m tile varies fastest). A persistent CTA ``c`` of ``C`` takes tiles ``c, c + C, 
 
 With ``GemmConfig.schedule="dynamic"`` (sm_90a) a CTA's first tile is still ``c``, and every
 later one is claimed from a counter in global memory (:meth:`TileScheduler.claim_issue`): the tiles
-in flight stay a window of about ``C`` consecutive tiles however fast each SM runs. Either way a
-CTA's tile numbers only grow.
+in flight stay a window of about ``C`` consecutive tiles however fast each SM runs. With
+``schedule="lockstep"`` (sm_90a) the tiles are the static ones, but before each tile a CTA's
+producer waits (a bounded number of polls) until its two neighbours have reached the same round
+(:meth:`TileScheduler.lockstep_wait`), so neighbouring CTAs keep reading one B box at about the
+same time however long the launch. Either way a CTA's tile numbers only grow.
 
 Finding the expert of tile ``t`` needs the running tile count of the experts before it. Because a
 CTA's tile numbers only grow, it keeps ``(expert, first tile of that expert)`` as state and walks
@@ -44,14 +47,22 @@ from cutlass import Int32
 from cutlass.base_dsl.typing import as_numeric
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
+from .host import LOCKSTEP_BASE
+
+#: How often a lockstep CTA reads a neighbour's round before it goes on without it (about 0.7 us
+#: each): the wait is a hint for the L2, so a neighbour that never comes costs time, never a hang.
+LOCKSTEP_MAX_POLLS = 64
+
 __all__ = ["TileScheduler", "expert_rows"]
 
 
-def _atomic_inc(ptr: cute.Pointer, wrap: Int32) -> Int32:
+def _atomic_inc(ptr: cute.Pointer, wrap: Int32, sem=None) -> Int32:
     """PTX ``atom.global.inc.u32``: ``old = *ptr; *ptr = 0 if old >= wrap else old + 1``."""
     from cutlass.cute.arch.nvvm_wrappers import _atomic
 
-    return Int32(_atomic(ptr, Int32(wrap), op="inc"))
+    if sem is None:
+        return Int32(_atomic(ptr, Int32(wrap), op="inc"))
+    return Int32(_atomic(ptr, Int32(wrap), op="inc", sem=sem, scope="gpu"))
 
 
 @cute.jit
@@ -241,6 +252,62 @@ class TileScheduler:
     def claim_result(self, raw: Int32):
         """The tile a :meth:`claim_issue` got (lane 0's value, for the whole warp)."""
         return self.step + cute.arch.shuffle_sync(raw, offset=0)
+
+    # ---------------------------------------------------------------- lockstep schedule
+    @cute.jit
+    def lockstep_wait(self, words: cute.Pointer, cta: Int32, rnd: Int32, total: Int32):
+        """Round ``rnd`` of CTA ``cta`` (warp-collective, ``schedule="lockstep"``): say so, then
+        wait until CTAs ``cta - 1`` and ``cta + 1`` have reached it too.
+
+        Lane 0 writes ``rnd + 1`` into the CTA's arrival word (``words[LOCKSTEP_BASE + cta]``);
+        lanes 1 and 2 read the neighbours' words until they show ``rnd + 1`` or more (the
+        neighbour has reached round ``rnd``). A neighbour
+        without a tile in this round (its tile ``neighbour + rnd * step`` is at or past
+        ``total``) is not waited for, and a wait ends after :data:`LOCKSTEP_MAX_POLLS` reads
+        whatever it saw. Only the start of each round is aligned, and only between neighbours (CTA
+        ``step - 1`` and CTA 0, whose tiles meet across a round boundary, are not linked): a CTA
+        waits directly for the two CTAs whose tiles share its B boxes, and through them a CTA can
+        run at most about ``|c - c'|`` rounds apart from CTA ``c'``.
+        """
+        lane = cute.arch.lane_idx()
+        if lane == 0:
+            cute.arch.store(words + (cta + LOCKSTEP_BASE), rnd + 1, sem="relaxed", scope="gpu")
+        neighbour = cta - 1
+        if lane == 2:
+            neighbour = cta + 1
+        waiting = (lane == 1 or lane == 2) and neighbour >= 0 and neighbour < self.step
+        if waiting:
+            waiting = neighbour + rnd * self.step < total
+        polls = Int32(0)
+        while cute.arch.vote_ballot_sync(waiting) != 0:
+            if waiting:
+                seen = cute.arch.load(
+                    words + (neighbour + LOCKSTEP_BASE), Int32, sem="relaxed", scope="gpu"
+                )
+                polls = polls + 1
+                waiting = seen <= rnd and polls < LOCKSTEP_MAX_POLLS
+
+    @cute.jit
+    def lockstep_done(self, words: cute.Pointer):
+        """The CTA is done (warp-collective, ``schedule="lockstep"``): lane 0 counts it in
+        ``words[1]`` with a wrapping ``atomicInc`` (acquire-release), and the last CTA of the
+        launch, which sees ``step - 1``, zeroes every arrival word. Nobody reads them after that,
+        and the next launch finds the whole buffer at 0, as the dynamic schedule leaves word 0.
+        (That needs ``words[1]`` at 0 when the launch starts: a launch that died half-way would
+        leave it elsewhere, and from then on the words would be zeroed too early: slower waits,
+        the same output.)
+        """
+        lane = cute.arch.lane_idx()
+        old = Int32(0)
+        if lane == 0:
+            old = _atomic_inc(words + 1, self.step - 1, sem="acq_rel")
+        old = cute.arch.shuffle_sync(old, offset=0)
+        cute.arch.sync_warp()  # lane 0's acquire is ordered before the other lanes' stores
+        if old == self.step - 1:
+            i = lane
+            while i < self.step:
+                cute.arch.store(words + (i + LOCKSTEP_BASE), Int32(0), sem="relaxed", scope="gpu")
+                i = i + 32
 
     @cute.jit
     def decode(self, tile: Int32, expert: Int32, first: Int32):

@@ -22,7 +22,9 @@ What changed since stage 2
 
 * The schedule (``GemmConfig.schedule``): static by default; ``"dynamic"`` has the producer warp
   claim each next tile from a counter and publish it to the consumers through two shared-memory
-  slots (notebook 09, section 12, measures both); ``"scattered"`` is a control experiment.
+  slots (notebook 09, section 12, measures both); ``"scattered"`` is a control experiment;
+  ``"lockstep"`` keeps the static tiles but has each producer wait, before each tile, for its two
+  neighbouring CTAs to reach the same round (:meth:`~pearl_moe.kernels.scheduler.TileScheduler.lockstep_wait`).
 
 Stages 4-7 add no kernel: they are options of this one (see :mod:`pearl_moe.kernels.ladder`),
 each in its own module: the direct store (:mod:`.direct_store`), B entries of two K tiles
@@ -42,7 +44,7 @@ import cutlass.pipeline as pipeline
 
 from ...config import GemmConfig
 from .. import scheduler
-from ..host import placeholder_ptr
+from ..host import COUNTER_WORDS, MAX_LOCKSTEP_CTAS, placeholder_ptr
 from ..ladder import LAST_STAGE
 from .common import TILE_SLOTS, WARPGROUP_THREADS
 from .direct_store import DirectStoreEpilogue
@@ -66,6 +68,11 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
 
     def __init__(self, config: GemmConfig, sms: int = 132):
         super().__init__(config)
+        if config.schedule == "lockstep" and sms > MAX_LOCKSTEP_CTAS:
+            raise ValueError(
+                f"schedule='lockstep' keeps one word per CTA for at most {MAX_LOCKSTEP_CTAS} "
+                f"CTAs, got a grid of {sms}"
+            )
         self.sms = sms
         # schedule="scattered": CTA c starts at tile (c * stride) mod sms, a stride coprime with
         # sms and near sms / 2, so tiles next to each other go to CTAs far apart
@@ -100,8 +107,9 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         )
         # (rows, n): out as it is, for the direct store
         mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
-        # (1,): the dynamic schedule's tile counter (0 between launches; unused when static)
-        mCounter = cute.make_tensor(counter_ptr, cute.make_layout(1))
+        # (COUNTER_WORDS,): the dynamic schedule's tile counter and the lockstep schedule's words
+        # (all 0 between launches; unused when static)
+        mCounter = cute.make_tensor(counter_ptr, cute.make_layout(COUNTER_WORDS))
         tma_atom_a, tma_a = self._tma_load_atom(mA, self.a_smem_layout, (self.tile_m, self.tile_k))
         tma_atom_b, tma_b = self._tma_load_atom(
             mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles)
@@ -178,6 +186,7 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
         # publishes it in a TILE_SLOTS-deep ring of shared-memory slots; every consumer warp reads
         # every index (ping-pong warpgroups skip every other tile, but walk them all).
         dynamic = self.config.schedule == "dynamic"
+        lockstep = self.config.schedule == "lockstep"
         tile_pipeline = None
         sTile = None
         if cutlass.const_expr(dynamic):
@@ -209,6 +218,9 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                 )
                 next_tile = tile + ctas
                 pending = cutlass.Int32(0)
+                rnd = cutlass.Int32(0)  # lockstep: this CTA's round (tiles started so far)
+                if cutlass.const_expr(lockstep):
+                    total = sched.total_tiles()
                 if cutlass.const_expr(dynamic):
                     total = sched.total_tiles()
                     pending = total
@@ -216,6 +228,10 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                         pending = sched.claim_issue(mCounter.iterator, total)
                     next_tile = sched.claim_result(pending)
                 while expert < self.experts:
+                    if cutlass.const_expr(lockstep):
+                        # start this tile's loads once both neighbours have reached this round
+                        sched.lockstep_wait(mCounter.iterator, cta, rnd, total)
+                        rnd = rnd + 1
                     if cutlass.const_expr(dynamic):
                         # publish the next tile before loading this one, so the consumers know
                         # it when they start this tile (they walk to it while they multiply) ...
@@ -276,6 +292,8 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                     b_pipeline.producer_tail(b_state)
                 if cutlass.const_expr(dynamic):
                     tile_pipeline.producer_tail(tile_state)
+                if cutlass.const_expr(lockstep):
+                    sched.lockstep_done(mCounter.iterator)
 
         # ============ MMA consumer + epilogue warpgroups ============
         if warpgroup >= self.producer_warpgroups:
