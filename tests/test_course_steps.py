@@ -725,6 +725,7 @@ def test_notebook_09_lockstep_claims():
     after = [reads[(m, t, i + ":schedule=lockstep")]["ratio"] for m, t, i in rereaders]
     assert (round(min(before), 2), round(max(before), 2)) == (1.67, 4.38)
     assert (round(min(after), 2), round(max(after), 2)) == (0.94, 1.33)
+    assert round(reads[("Kimi K3", 1024, "pearl-s4:schedule=lockstep")]["ratio"], 2) == 0.98
     export = ncu_export("schedule/ncu_lockstep.json")["runs"]["1"]
     hit = "lts__t_sector_hit_rate.pct"
     k4096 = export["Kimi K3|4096"]
