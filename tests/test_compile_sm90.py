@@ -205,3 +205,16 @@ def test_scheduler_walk_is_the_one_configured(reports):
         elif cfg.arch == "sm_90a" and name[1] in "34567":
             ups = sum(n for op, n in reports[name].opcodes.items() if op.startswith("SHFL.UP"))
             assert ups > 0 and ups % 5 == 0, (name, ups)
+
+
+def test_lockstep_refuses_grids_beyond_its_round_words():
+    """The lockstep schedule keeps one round word per CTA in the stream's counter buffer
+    (``MAX_LOCKSTEP_CTAS``): a larger grid is refused before anything is compiled."""
+    from pearl_moe.kernels.host import MAX_LOCKSTEP_CTAS
+    from pearl_moe.kernels.sm90.stage3_persistent import build
+
+    config = stage_config("sm_90a", 5).with_(schedule="lockstep")
+    assert build(config, sms=MAX_LOCKSTEP_CTAS).sms == MAX_LOCKSTEP_CTAS
+    with pytest.raises(ValueError, match=f"at most {MAX_LOCKSTEP_CTAS} CTAs"):
+        build(config, sms=MAX_LOCKSTEP_CTAS + 1)
+    assert build(config.with_(schedule="static"), sms=MAX_LOCKSTEP_CTAS + 1).sms > MAX_LOCKSTEP_CTAS

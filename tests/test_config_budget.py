@@ -160,3 +160,14 @@ def test_config_and_budget_import_one_way():
 
     assert "budget" in runtime_imports(root / "config.py")
     assert "config" not in runtime_imports(root / "budget.py")
+
+
+@pytest.mark.parametrize("schedule", ["dynamic", "scattered", "lockstep"])
+def test_schedules_beyond_static_are_sm90_only(schedule):
+    """The dynamic, scattered and lockstep schedules exist in the sm_90a kernels only: an sm_100a
+    configuration asking for one is refused with the reason; an unknown schedule is refused too."""
+    assert GemmConfig(arch="sm_90a", tile_m=64, schedule=schedule).schedule == schedule
+    with pytest.raises(ValueError, match="built for sm_90a only"):
+        GemmConfig(arch="sm_100a", schedule=schedule)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        GemmConfig(arch="sm_90a", schedule="round-robin")
