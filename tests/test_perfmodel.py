@@ -245,3 +245,18 @@ def test_swapped_operands_compute_no_padding_rows():
     p = make_problem("GLM 5.3", 1, ep=8)  # compute is no bound at 1 token: same time either way
     a, b = predict(p, plain.resolved()), predict(p, swapped.resolved())
     assert a.seconds == pytest.approx(b.seconds, rel=0.02)
+
+
+@pytest.mark.parametrize("tokens", [64, 4096])
+def test_lockstep_is_modeled_as_the_static_schedule_and_dynamic_is_not(tokens):
+    """The model counts no HBM re-reads, so the lockstep schedule (static tiles, neighbours kept in
+    step) is predicted as the static one; the dynamic schedule hands neighbouring tiles to other
+    CTAs and loses the neighbours' shared L2 requests, so it is modeled slower at prefill."""
+    problem = make_problem("GLM 5.3", tokens, ep=8)
+    static = stage_config("sm_90a", 5)
+    base = predict(problem, static, H200, stage=5)
+    lock = predict(problem, static.with_(schedule="lockstep"), H200, stage=5)
+    assert lock.seconds == base.seconds and lock.l2_bytes == base.l2_bytes
+    dynamic = predict(problem, static.with_(schedule="dynamic"), H200, stage=5)
+    if tokens == 4096:
+        assert dynamic.seconds > base.seconds
