@@ -618,7 +618,7 @@ def test_notebook_09_schedule_claims():
 
     from pearl_moe.bench.records import read_run
     from pearl_moe.course.profiles import REQUESTS, hbm_reads, ncu_export
-    from pearl_moe.course.results import results_path
+    from pearl_moe.course.results import results_path, schedule_ratios
 
     if not results_path("schedule/schedule.json.gz").exists():
         pytest.skip("no committed results/H200/schedule/")
@@ -636,15 +636,10 @@ def test_notebook_09_schedule_claims():
     assert round(min(shed), 1) == 2.2 and round(max(shed), 1) == 4.5
 
     run = read_run(results_path("schedule/schedule.json.gz"))
-    med = {(r["problem"], r["impl"]): r["time"]["median_us"] for r in run["records"]}
-    ratio = {}
-    for (pid, impl), t in med.items():
-        if "schedule=dynamic" in impl:
-            base = impl.replace(":schedule=dynamic", "").replace("+schedule=dynamic", "")
-            ratio[(base, int(pid.split("|")[2]), pid.split("|")[0])] = t / med[(pid, base)]
+    ratio = schedule_ratios(run, "dynamic")  # (kernel, model, tokens) -> dynamic / static
 
     def at(tokens, *bases):
-        return [v for (b, t, _), v in ratio.items() if t == tokens and (not bases or b in bases)]
+        return [v for (b, _, t), v in ratio.items() if t == tokens and (not bases or b in bases)]
 
     s5 = at(4096, "pearl-s5")
     assert round(min(s5), 2) == 0.77 and round(max(s5), 2) == 0.91  # "0.77-0.91x"
@@ -652,7 +647,7 @@ def test_notebook_09_schedule_claims():
     assert 0.925 <= min(narrow) < 0.94 and max(at(4096)) > 1.1  # "at most 7%", "some slower"
     assert all(0.95 <= v <= 1.05 for v in at(64))  # "within 5%"
     assert round(max(at(1024)), 2) == 1.37  # "up to 1.37x slower"
-    assert round(ratio[("pearl-s5", 1024, "Kimi K3")], 2) == 0.91  # "it gains (0.91x)"
+    assert round(ratio[("pearl-s5", "Kimi K3", 1024)], 2) == 0.91  # "it gains (0.91x)"
     wide = at(1024, "pearl-s3:tile_m=128+tile_n=256+ring_depth=4")
     wide += at(4096, "pearl-s3:tile_m=128+tile_n=256+ring_depth=4")
     assert all(0.95 <= v <= 1.055 for v in wide)  # "within about 5%": the default call's tile

@@ -585,13 +585,14 @@ def schedule_ratios(run: Mapping, schedule: str) -> dict[tuple[str, str, int], f
         for r in run["records"]
         if r["status"] == "ok"
     }
-    models = {p["id"]: (p["model"], p["tokens_per_gpu"]) for p in run["problems"]}
+    problems = {
+        p["id"]: (i, p["model"], p["tokens_per_gpu"]) for i, p in enumerate(run["problems"])
+    }
     out = {}
-    for problem in models:
-        for (pid, impl), t in med.items():
-            if pid != problem or f"schedule={schedule}" not in impl:
-                continue
-            base = impl.replace(f":schedule={schedule}", "").replace(f"+schedule={schedule}", "")
-            if (pid, base) in med:
-                out[(base, *models[pid])] = t / med[(pid, base)]
+    for (pid, impl), t in sorted(med.items(), key=lambda kv: problems[kv[0][0]][0]):
+        if f"schedule={schedule}" not in impl:
+            continue
+        base = impl.replace(f":schedule={schedule}", "").replace(f"+schedule={schedule}", "")
+        if (pid, base) in med:
+            out[(base, *problems[pid][1:])] = t / med[(pid, base)]
     return out

@@ -219,10 +219,9 @@ class Sm90PersistentGroupedGemm(DirectStoreEpilogue, WideBLoads, PingPongTurns, 
                 next_tile = tile + ctas
                 pending = cutlass.Int32(0)
                 rnd = cutlass.Int32(0)  # lockstep: this CTA's round (tiles started so far)
-                if cutlass.const_expr(lockstep):
+                if cutlass.const_expr(dynamic or lockstep):
                     total = sched.total_tiles()
                 if cutlass.const_expr(dynamic):
-                    total = sched.total_tiles()
                     pending = total
                     if expert < self.experts:
                         pending = sched.claim_issue(mCounter.iterator, total)
