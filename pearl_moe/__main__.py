@@ -1,4 +1,4 @@
-"""Command line: ``python -m pearl_moe figures | bench | tune | inspect | calibrate``.
+"""Command line: ``python -m pearl_moe figures | bench | tune | selftest | inspect | calibrate``.
 
 Each subcommand lives in its own module, imported only when that subcommand runs, so the CLI starts
 quickly and a machine without a GPU can still draw figures and inspect compiled kernels.
@@ -19,6 +19,10 @@ SUBCOMMANDS = {
     "inspect": (
         "pearl_moe.inspect",
         "compile a kernel stage for sm_100a or sm_90a; show SASS facts",
+    ),
+    "selftest": (
+        "pearl_moe.selftest",
+        "first run on a new GPU: GPU tests, sanitizers, tune, ablation, comparison",
     ),
     "calibrate": (
         "pearl_moe.calibrate",

@@ -242,6 +242,14 @@ class GemmConfig:
         return self.store_bits or (256 if self.arch == "sm_100a" else 128)
 
     @property
+    def output_alignment(self) -> int:
+        """Bytes the output's data pointer must be aligned to: one direct store's width (32 for
+        256-bit stores), else 16 (128-bit stores and the TMA store's global address)."""
+        if self.epilogue == "direct_store":
+            return max(16, self.direct_store_bits // 8)
+        return 16
+
+    @property
     def cta_tile_m(self) -> int:
         """Rows of A and of the accumulator that one CTA holds."""
         return self.tile_m // self.cta_group

@@ -118,6 +118,11 @@ def test_grouped_stages_store_through_per_expert_descriptors(reports):
         ptx = reports[name].ptx
         assert "fence.proxy.tensormap::generic.acquire" in ptx, name
         assert len(reports[name].launches) == 2, "descriptor kernel + GEMM kernel"
+        # the pre-kernel copies the host's descriptor and patches address, extents and strides
+        # (tensormap.replace), then releases them to the tensor-map proxy
+        for field in ("global_address", "global_dim", "global_stride"):
+            assert f"tensormap.replace.tile.{field}.global" in ptx, (name, field)
+        assert "fence.proxy.tensormap::generic.release.gpu" in ptx, name
 
 
 def test_deeper_ring_costs_exactly_one_stage(reports):

@@ -13,6 +13,7 @@ from pearl_moe.config import GemmConfig  # noqa: E402
 from pearl_moe.kernels import api, grouped_gemm  # noqa: E402
 from pearl_moe.kernels.api import stage_module, validate  # noqa: E402
 from pearl_moe.kernels.host import device_end_offsets, grouped_grid, schedule_tiles  # noqa: E402
+from pearl_moe.kernels.ladder import stage_config  # noqa: E402
 from pearl_moe.kernels.sm90.common import can_implement  # noqa: E402
 
 
@@ -239,6 +240,28 @@ def test_grouped_gemm_rejects_configs_before_compiling(fake_gpu, arch, kwargs, p
     with pytest.raises(ValueError, match=pattern):
         grouped_gemm(A, W, offs, config=GemmConfig(**kwargs), stage=stage)
     assert fake_gpu.calls == {"compiled": [], "launched": []}
+
+
+def _aligned_16_not_32(rows, n):
+    """A contiguous bf16 (rows, n) tensor whose data pointer is 16 bytes past a 32-byte boundary."""
+    flat = torch.zeros(rows * n + 32, dtype=torch.bfloat16)
+    skip = ((16 - flat.data_ptr()) % 32) // 2
+    return flat[skip : skip + rows * n].view(rows, n)
+
+
+def test_output_alignment_comes_from_the_config(fake_gpu):
+    fake_gpu.arch = "sm_100a"
+    A, W, offs = _inputs(n=64)
+    out = _aligned_16_not_32(A.shape[0], 64)
+    assert out.data_ptr() % 32 == 16
+    wide = stage_config("sm_100a", 4)  # 256-bit direct stores
+    with pytest.raises(ValueError, match="32-byte aligned"):
+        grouped_gemm(A, W, offs, out=out, stage=4, config=wide)
+    assert fake_gpu.calls["launched"] == []
+    # 128-bit direct stores and the TMA-store stages need only 16 bytes
+    grouped_gemm(A, W, offs, out=out, stage=4, config=wide.with_(store_bits=128))
+    grouped_gemm(A, W, offs, out=out, stage=3)
+    assert len(fake_gpu.calls["launched"]) == 2
 
 
 def test_grouped_gemm_rejects_host_offsets_before_compiling(fake_gpu):

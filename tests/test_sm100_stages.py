@@ -173,28 +173,30 @@ def test_fuzzed_accepted_configs_compile(arch, count):
 
 
 # ---------------------------------------------------------------------- launch
-def test_launch_refuses_an_output_the_stores_cannot_reach():
+def test_output_alignment_follows_the_store_width():
+    # 256-bit direct stores need 32 bytes; 128-bit direct stores and the TMA store need 16
+    def course(stage, **changes):
+        return stage_config("sm_100a", stage).with_(**changes)
+
+    assert course(4).output_alignment == 32
+    assert course(4, store_bits=128).output_alignment == 16
+    assert course(3).output_alignment == 16
+    assert course(7).output_alignment == 32
+    assert course(7, epilogue="tma_store", acc_slots=1).output_alignment == 16
+    assert stage_config("sm_90a", 4).output_alignment == 16
+
+
+def test_launch_refuses_an_output_no_store_can_reach():
     torch = pytest.importorskip("torch")
-    from pearl_moe.kernels.sm100 import (
-        stage4_direct_store,
-        stage5_64_row_tiles,
-        stage6_wide_b,
-        stage7_split_accumulator,
-    )
+    from pearl_moe.kernels.sm100 import stage3_persistent
 
     calls = []
     A = torch.zeros(8, 64, dtype=torch.bfloat16)
     W = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
     ends = torch.tensor([3, 8], dtype=torch.int32)
     flat = torch.zeros(8 * 32 + 16, dtype=torch.bfloat16)
-    skip = (-flat.data_ptr() % 32) // 2 + 8  # 16 bytes past a 32-byte boundary
+    skip = (-flat.data_ptr() % 16) // 2 + 4  # 8 bytes past a 16-byte boundary
     out = flat[skip : skip + 8 * 32].view(8, 32)
-    for module in (
-        stage4_direct_store,
-        stage5_64_row_tiles,
-        stage6_wide_b,
-        stage7_split_accumulator,
-    ):
-        with pytest.raises(ValueError, match="32-byte aligned"):
-            module.launch(lambda *args: calls.append(args), A, W, ends, out, None, None)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        stage3_persistent.launch(lambda *args: calls.append(args), A, W, ends, out, None, None)
     assert calls == []

@@ -100,24 +100,32 @@ def _shape(problem) -> tuple[int, int, int, int]:
 
 
 def compile_requests(
-    problems, arch: str, sms: int, limit: int = 16, ablation: bool = False
+    problems, arch: str, sms: int, limit: int = 16, ablation: bool = False, device=None
 ) -> list[tuple]:
-    """``(arch, stage, config, n, k, experts, sms)`` for every candidate of every problem (and,
-    with ``ablation``, the course configuration of every stage 3-7 that exists here)."""
+    """``(arch, stage, config, n, k, experts, ctas)`` for every candidate of every problem (and,
+    with ``ablation``, the course configuration of every stage 3-7 that exists here). ``ctas`` is
+    the persistent grid (:func:`pearl_moe.kernels.targets.persistent_ctas`; with ``device``, the
+    2-CTA clusters that fit on it)."""
     from ..kernels import autotune
     from ..kernels.api import default_config
     from ..kernels.ladder import LAST_STAGE
+    from ..kernels.targets import persistent_ctas
+
+    def request(stage, config):
+        # the grid the call will launch (2-CTA: the clusters that fit), as grouped_gemm keys it
+        ctas = persistent_ctas(arch, config, sms, device)
+        return (arch, stage, config, n, k, experts, ctas)
 
     requests = []
     for p in problems:
         n, k, experts, rows = _shape(p)
         if limit > 0:
             for stage, config in autotune.candidates(arch, n, k, experts, rows, limit):
-                requests.append((arch, stage, config, n, k, experts, sms))
+                requests.append(request(stage, config))
         if ablation:
             for stage in range(3, LAST_STAGE + 1):
                 if autotune.stage_available(arch, stage):
-                    requests.append((arch, stage, default_config(arch, stage), n, k, experts, sms))
+                    requests.append(request(stage, default_config(arch, stage)))
     return list(dict.fromkeys(requests))
 
 
@@ -474,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe tune", *(argv or sys.argv[1:])]))
     info = precompile_with_progress(
-        compile_requests(problems, arch, sms, args.limit), args.jobs, tqdm
+        compile_requests(problems, arch, sms, args.limit, device=torch.device("cuda")),
+        args.jobs,
+        tqdm,
     )
     env["precompile"] = {k: v for k, v in info.items() if k != "failed"}
     env["precompile"]["failed"] = len(info["failed"])

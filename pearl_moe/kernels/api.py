@@ -8,6 +8,7 @@ from ..config import GemmConfig
 from ..workloads import check_dims, check_offsets
 from . import autotune, compile_cache
 from .ladder import KERNEL_STAGES, stage_config
+from .targets import gpu_target, persistent_ctas
 
 __all__ = [
     "grouped_gemm",
@@ -39,17 +40,10 @@ def stage_module(arch: str, stage: int):
 
 
 def _arch_of(device) -> str:
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(device)
-    if major == 9:
-        return "sm_90a"
-    if major == 10:
-        return "sm_100a"
-    raise ValueError(
-        f"grouped_gemm runs on Hopper (sm_90) or Blackwell (sm_100) GPUs; this one is "
-        f"sm_{major}{minor}"
-    )
+    """The kernel family of ``device`` (``sm_90a`` or ``sm_100a``); a ``ValueError`` for a GPU
+    the kernels have no target for, or a ``CUTE_DSL_ARCH`` that names another target than the
+    GPU's (:func:`pearl_moe.kernels.targets.gpu_target`)."""
+    return gpu_target(device)[0]
 
 
 def can_implement(arch: str, stage: int, config: GemmConfig, n: int, k: int) -> list[str]:
@@ -224,6 +218,12 @@ def grouped_gemm(
         raise ValueError(
             f"{config.describe()} cannot run as {arch} stage {stage}: " + "; ".join(problems)
         )
+    if out is not None and out.data_ptr() % config.output_alignment:
+        raise ValueError(
+            f"out's data pointer must be {config.output_alignment}-byte aligned for "
+            f"{config.describe()} (its {8 * config.output_alignment}-bit stores), got "
+            f"{out.data_ptr() % 256} bytes past a 256-byte boundary"
+        )
     if stage == 1 and host_offsets is None:
         host_offsets = checked_host or check_offsets(offsets.detach().cpu(), rows, experts)
     from .host import cuda_stream, device_end_offsets
@@ -234,7 +234,9 @@ def grouped_gemm(
         return out
     end_offsets = device_end_offsets(offsets, experts)
     sms = torch.cuda.get_device_properties(A.device).multi_processor_count
-    fn = _compiled(arch, stage, config, n, k, experts, sms)
+    # the persistent grid: one CTA per SM, or 2 x the clusters of two that fit at once (2-CTA)
+    ctas = persistent_ctas(arch, config, sms, A.device)
+    fn = _compiled(arch, stage, config, n, k, experts, ctas)
     stage_module(arch, stage).launch(
         fn, A, W, end_offsets, out, host_offsets, cuda_stream(A.device)
     )

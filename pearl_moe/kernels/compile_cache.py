@@ -17,7 +17,8 @@ CPU and stored under a label naming it (``native-<hash of the CPU model and flag
 on one machine (e.g. the CPU machine, before a GPU session) is valid on another. The GPU code is the
 same either way (the cubin is byte-identical).
 
-The key of an entry (:func:`kernel_key`) is the architecture, stage, full configuration, ``n``,
+The key of an entry (:func:`kernel_key`) is the architecture (the kernel family and the exact
+compile target, :mod:`pearl_moe.kernels.targets`: a B300 builds the sm_100a kernels for sm_103a), stage, full configuration, ``n``,
 ``k``, experts, SM count, the DSL version with the CUDA flavour of its libraries (cu12 / cu13: their
 compilers differ) and a hash of the package's kernel sources (the one ``pearl_moe.inspect`` keys its
 cache with), so an edited kernel or another DSL never loads a stale object. Entries live under ``$PEARL_MOE_KERNEL_CACHE`` (``off`` disables the cache), else
@@ -41,6 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..config import GemmConfig
+from .targets import compile_target
 
 __all__ = [
     "ENV_DIR",
@@ -118,6 +120,7 @@ def kernel_key(
         {
             "format": FORMAT,
             "arch": arch,
+            "target": compile_target(arch),
             "stage": int(stage),
             "config": asdict(config),
             "n": int(n),
@@ -393,7 +396,7 @@ def _run_workers(todo: list, jobs: int | None, timeout: float, results: dict, pr
             by_arch.setdefault(job["arch"], []).append(job)
         for arch, arch_jobs in by_arch.items():
             env = dict(os.environ)
-            env["CUTE_DSL_ARCH"] = arch
+            env["CUTE_DSL_ARCH"] = compile_target(arch)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
             env.pop("CUTE_DSL_KEEP", None)  # keeping PTX/SASS would slow every compile
             scratch = tempfile.mkdtemp(prefix="pearl-moe-precompile-")

@@ -18,10 +18,12 @@ Each stage module follows the stage-module interface of :mod:`pearl_moe.kernels`
 run-time row count and compile-time ``n``, ``k``, ``experts``, as the sm_90a ones do. One
 difference: the grouped stages (2-7) also take a ``workspace_ptr`` right after ``out_ptr``, the
 per-expert C TMA descriptors (``E x 128 B``) that a small pre-kernel writes on the device for the
-TMA-store epilogue; ``launch`` supplies it (``stage2_grouped.workspace_for``: allocated once per
-device, stream and expert count). Direct-store kernels take the same arguments but never read
-the workspace (no descriptor pre-kernel runs), and they need ``out`` 32-byte aligned (``launch``
-checks).
+TMA-store epilogue: the host's descriptor of the whole output, copied and patched to the expert's
+rows (:mod:`pearl_moe.kernels.tma_descriptors`); ``launch`` supplies it (``workspace_for``:
+allocated once per device, stream and expert count). Direct-store kernels take the same arguments
+but never read the workspace (no descriptor pre-kernel runs); 256-bit direct stores need ``out``
+32-byte aligned (``GemmConfig.output_alignment``, checked by ``grouped_gemm``). A B300 (compute
+capability 10.3) runs these kernels compiled for ``sm_103a`` (:mod:`pearl_moe.kernels.targets`).
 
 The kernels are compile-verified on a CPU (``python -m pearl_moe inspect``,
 ``tests/test_compile_sm100.py``, ``tests/test_sm100_interface.py``); none has ever run: that needs

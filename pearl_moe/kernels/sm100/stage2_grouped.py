@@ -12,12 +12,13 @@ What changes from stage 1 (same SMEM; the roles are stage 1's ``tile_roles``, ca
 3. **B is the expert's slice** of the ``(E, n, k)`` weights: a third TMA coordinate.
 4. **The store must not spill into the next expert.** A TMA store clips a box only at the bounds of
    its descriptor, and the descriptor built on the host spans all rows. So a small kernel launched
-   just before the GEMM (one warp per expert) writes one C descriptor per expert into a global
-   workspace (``E x 128 B``), each with the expert's own base row and row count; the epilogue
-   stores through ``tma_desc_ptr`` = that expert's descriptor. Stream order makes the descriptors
-   visible to the GEMM. Rows past an expert's end are clipped by the TMA unit, never written.
-   The workspace is allocated by :func:`launch` (:func:`workspace_for`, once per device, stream
-   and expert count) and passed as one more pointer after ``out``.
+   just before the GEMM (one warp per expert) copies that host-encoded descriptor into a global
+   workspace (``E x 128 B``) and patches the copy's base row and row count to the expert's own
+   (``tensormap.replace``, :mod:`pearl_moe.kernels.tma_descriptors`); the epilogue stores through
+   ``tma_desc_ptr`` = that expert's descriptor. Stream order makes the descriptors visible to the
+   GEMM. Rows past an expert's end are clipped by the TMA unit, never written. The workspace is
+   allocated by :func:`launch` (:func:`workspace_for`, once per device, stream and expert count)
+   and passed as one more pointer after ``out``.
 
 Budget: identical to stage 1 (the workspace lives in global memory)::
 
@@ -28,11 +29,20 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
-from cutlass.tensor_utils import LayoutEnum, TensorMapManager, TensorMapUpdateMode
+from cutlass.tensor_utils import LayoutEnum
 
 from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
+from ..tma_descriptors import (
+    TMA_DESCRIPTOR_BYTES,
+    descriptor_ptr,
+    expert_output_view,
+    workspace_bytes,
+    workspace_for,
+    workspace_gmem_ptr,
+    write_expert_descriptor,
+)
 from .common import one_accumulator
 from .stage1_gemm import GemmKernel
 
@@ -51,46 +61,11 @@ __all__ = [
     "workspace_gmem_ptr",
 ]
 
-#: A CUtensorMap is 128 bytes and must be 64-byte aligned (we keep 128).
-TMA_DESCRIPTOR_BYTES = 128
-
-
-def workspace_bytes(experts: int) -> int:
-    """Global workspace the grouped kernels need: one C TMA descriptor per expert."""
-    return experts * TMA_DESCRIPTOR_BYTES
-
 
 @cute.jit
 def expert_descriptor_ptr(mWorkspace: cute.Tensor, expert, space=cute.AddressSpace.generic):
-    """Pointer to ``expert``'s 128-byte C descriptor in the workspace.
-
-    Generic address for ``tma_desc_ptr`` of a TMA copy; global address for writing it.
-    """
-    # workspace: (E * 16,) Int64 words, 128 B per expert
-    slot = mWorkspace.iterator + expert * (TMA_DESCRIPTOR_BYTES // 8)
-    manager = TensorMapManager(TensorMapUpdateMode.GMEM, TMA_DESCRIPTOR_BYTES)
-    return manager.get_tensormap_ptr(slot, space)
-
-
-@cute.jit
-def write_expert_descriptor(
-    mWorkspace: cute.Tensor, expert, start, rows, mC: cute.Tensor, epi_smem_layout, epi_tile
-):
-    """Encode the C descriptor of rows ``[start, start + rows)`` into ``expert``'s slot.
-
-    Shared by stages 2 and 3: the TMA unit clips a store box at the descriptor's bounds, so a
-    descriptor that ends at the expert's last row keeps every store inside the expert.
-    """
-    # (rows_e, n): the expert's rows only. The element offset start * n is formed in 64 bits:
-    # in Int32 it wraps once start * n >= 2**31 (524,288 rows at n = 4096).
-    c_expert = cute.make_tensor(
-        mC.iterator + cutlass.Int64(start) * cutlass.Int64(mC.stride[0]),
-        cute.make_layout((rows, mC.shape[1]), stride=mC.stride),
-    )
-    atom, _ = cpasync.make_tiled_tma_atom(
-        cpasync.CopyBulkTensorTileS2GOp(), c_expert, epi_smem_layout, epi_tile
-    )
-    cpasync.copy_tensormap(atom, expert_descriptor_ptr(mWorkspace, expert, cute.AddressSpace.gmem))
+    """Pointer to ``expert``'s 128-byte C descriptor in the workspace (one slot per expert)."""
+    return descriptor_ptr(mWorkspace, expert, space)
 
 
 @cute.jit
@@ -169,7 +144,7 @@ class GroupedGemmKernel(GemmKernel):
         tma_atom_c, tma_c = None, mC
         if cutlass.const_expr(not self.direct_store):
             tma_atom_c, tma_c = self._make_tma_store_atom(mC)
-            self.write_descriptors(mC, mOffs, mWorkspace, self.c_smem_layout).launch(
+            self.write_descriptors(tma_atom_c, mC, mOffs, mWorkspace).launch(
                 grid=(experts, 1, 1), block=[32, 1, 1], stream=stream
             )
         tma = (tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c)
@@ -192,25 +167,12 @@ class GroupedGemmKernel(GemmKernel):
         return mA, mB_nkl, mC, mOffs, mWorkspace
 
     @cute.kernel
-    def write_descriptors(
-        self,
-        mC: cute.Tensor,
-        mOffs: cute.Tensor,
-        mWorkspace: cute.Tensor,
-        c_smem_layout: cute.ComposedLayout,
-    ):
+    def write_descriptors(self, tma_atom_c: cute.CopyAtom, mC: cute.Tensor, mOffs: cute.Tensor,
+                          mWorkspace: cute.Tensor):  # fmt: skip
         expert, _, _ = cute.arch.block_idx()
         start, rows = expert_rows(mOffs, expert, cute.size(mC, mode=[0]))
-        # copy_tensormap is a warp-wide store of the 128-byte descriptor
-        write_expert_descriptor(
-            mWorkspace,
-            expert,
-            start,
-            rows,
-            mC,
-            cute.select(c_smem_layout, mode=[0, 1]),
-            self._epilogue_tile(),
-        )
+        # the host's descriptor of all rows, patched to (rows_e, n) from the expert's first row
+        write_expert_descriptor(tma_atom_c, mWorkspace, expert, expert_output_view(mC, start, rows))
 
     @cute.kernel
     def grouped_kernel(
@@ -309,34 +271,6 @@ def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int):
     return compile_kernel(config, n, k, experts)
 
 
-#: (device index, stream handle, experts) -> int64 tensor of ``experts * 16`` words.
-_WORKSPACES: dict = {}
-
-
-def workspace_for(device, stream, experts: int):
-    """The C-descriptor workspace (``experts x 128 B``) for launches on ``stream`` of ``device``.
-
-    Allocated on first use and kept: the descriptor kernel rewrites it at every launch, before the
-    GEMM of the same launch reads it, so launches in one stream may share it (stream order). It is
-    one per stream because launches on two streams at once would overwrite each other's
-    descriptors. (A CUDA graph keeps the workspace of the stream it was captured on: do not replay
-    it on another stream while a launch with the same expert count runs on the capture stream.)
-    """
-    import torch
-
-    device = torch.device(device)
-    key = (device.index, int(stream), experts)
-    ws = _WORKSPACES.get(key)
-    if ws is None:
-        # zero-filled: the descriptor kernel writes the bytes of each 128-byte slot that a
-        # CUtensorMap uses; the rest must not be left uninitialized
-        ws = torch.zeros(experts * TMA_DESCRIPTOR_BYTES // 8, dtype=torch.int64, device=device)
-        if ws.data_ptr() % TMA_DESCRIPTOR_BYTES:
-            raise RuntimeError("the TMA descriptor workspace is not 128-byte aligned")
-        _WORKSPACES[key] = ws
-    return ws
-
-
 def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
     """One stream-ordered pair of launches (descriptor kernel, grouped GEMM); the offsets are read
     on the device, ``host_offsets`` is not needed.
@@ -356,11 +290,4 @@ def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
         workspace_gmem_ptr(ws),
         A.shape[0],
         stream,
-    )
-
-
-def workspace_gmem_ptr(ws):
-    """A 128-byte-aligned global int64 pointer to a workspace from :func:`workspace_for`."""
-    return cute.runtime.make_ptr(
-        cutlass.Int64, ws.data_ptr(), cute.AddressSpace.gmem, assumed_align=TMA_DESCRIPTOR_BYTES
     )

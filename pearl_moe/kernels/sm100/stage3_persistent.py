@@ -81,7 +81,10 @@ class PersistentGroupedGemmKernel(
     """Stage 3 (and, with options, 4-7): the persistent grouped GEMM. Same arguments as stage 2
     (pointers, run-time rows, compile-time ``n``, ``k``, ``experts``).
 
-    Grid: ``sms`` CTAs (``sms / 2`` clusters of 2 in 2-CTA mode), 192 threads each. ``stage``
+    Grid: ``sms`` CTAs (``sms / 2`` clusters of 2 in 2-CTA mode), 192 threads each; ``sms`` is the
+    persistent grid :func:`pearl_moe.kernels.targets.persistent_ctas` gives (in 2-CTA mode, twice the
+    clusters the driver says fit at once, so the static schedule never waits for a second wave
+    of clusters on a GPU with fewer usable SM pairs than ``sms // 2``). ``stage``
     (3-7) is the course stage the config is checked against.
     """
 
@@ -385,11 +388,12 @@ def launch(
 
     Mirrors :func:`pearl_moe.kernels.sm90.stage3_persistent.launch`, plus the workspace pointer
     (:func:`~.stage2_grouped.workspace_for`, shared with stage 2; ``get_workspace`` replaces it).
-    ``out_align``: the alignment in bytes the output must have; stages 4-7 pass 32 (256-bit
-    direct stores assume it) and a misaligned ``out`` is a ``ValueError`` before anything is
-    launched. (The requirement travels with the stage, not with the compiled function: a
-    compiled kernel loaded from the disk cache carries no Python attributes.) Not run yet: no
-    B200 here (the compile is verified on a CPU, ``tests/test_sm100_interface.py``).
+    ``out_align``: the alignment in bytes the output must have. The requirement depends on the
+    configuration (``GemmConfig.output_alignment``: 32 for 256-bit direct stores, else 16), which a
+    compiled kernel loaded from the disk cache does not carry, so
+    :func:`pearl_moe.kernels.api.grouped_gemm` checks it before calling here; this check is the
+    last guard. Not run yet: no B200 here (the compile is verified on a CPU,
+    ``tests/test_sm100_interface.py``).
     """
     from ..host import bf16_ptr, i32_ptr
 
@@ -413,7 +417,8 @@ def launch(
 
 def stage_interface(stage: int):
     """The module interface of course stage ``stage`` (4-7): this kernel with the options up to
-    that stage. Its ``launch`` wants ``out`` 32-byte aligned (256-bit direct stores).
+    that stage. The output's alignment is checked by the caller from the config
+    (``GemmConfig.output_alignment``).
 
     Returns ``(build, can_implement, compile_kernel, compile_fake, launch)``.
     """
@@ -432,6 +437,6 @@ def stage_interface(stage: int):
         return compile_fake(config, m, n, k, experts, stage)
 
     def launch_stage(compiled, A, W, end_offsets, out, host_offsets, stream):
-        launch(compiled, A, W, end_offsets, out, host_offsets, stream, out_align=32)
+        launch(compiled, A, W, end_offsets, out, host_offsets, stream)
 
     return build_stage, can_implement_stage, compile_stage, compile_fake_stage, launch_stage
