@@ -41,20 +41,43 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CASES", "PHASES", "Phase", "main", "plan", "run_cases", "summary"]
+__all__ = ["CASES", "PHASES", "Phase", "cases_for", "main", "plan", "run_cases", "summary"]
 
 PHASES = ("environment", "tests", "descriptors", "sanitizers", "tune", "ablation", "compare")
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The sanitizer cases: (name, course stage, config changes, expert row counts, n, k). Row counts
-#: include zero-row experts; n and k are chosen for what each case stresses (see the module doc).
+#: The sanitizer cases: (name, course stage, config changes per kernel family ("*": every family;
+#: a family not named skips the case), expert row counts, n, k). Every case has zero-row experts;
+#: n and k are chosen for what each case stresses (see the module doc). The TMA-store cases
+#: (stages 2 and 3) are the ones that store through descriptors patched on the device on sm_100a.
 CASES = (
-    ("stage 3, experts of 1, 15, 16 and 200 rows", 3, {}, (1, 15, 0, 16, 200, 0), 384, 256),
-    ("stage 6, odd K-tile count (3 tiles, two-tile B entries)", 6, {}, (5, 0, 70, 130), 384, 192),
-    ("stage 7, 2 K tiles (fewer than the ring holds), n = 640", 7, {}, (0, 3, 300, 17), 640, 128),
-    ("stage 5, zero-row experts around a ragged one", 5, {}, (0, 0, 37, 0), 256, 320),
-)
+    ("stage 3, experts of 1, 15, 16 and 200 rows", 3, {"*": {}}, (1, 15, 0, 16, 200, 0), 384, 256),
+    ("stage 2, experts of 1, 15, 16 and 200 rows", 2, {"*": {}}, (1, 15, 0, 16, 200, 0), 384, 256),
+    (
+        "stage 3, 2-CTA 256 x 256 tiles with TMA stores",
+        3,
+        {"sm_100a": {"tile_m": 256, "tile_n": 256, "cta_group": 2}},
+        (1, 0, 15, 16, 200, 300),
+        512,
+        256,
+    ),
+    ("stage 6, odd K-tile count (3 tiles, two-tile B entries)", 6, {"*": {}}, (5, 0, 70, 130), 384, 192),
+    ("stage 7, 2 K tiles (fewer than the ring holds), n = 640", 7, {"*": {}}, (0, 3, 300, 17), 640, 128),
+    ("stage 5, zero-row experts around a ragged one", 5, {"*": {}}, (0, 0, 37, 0), 256, 320),
+)  # fmt: skip
+
+
+def cases_for(family: str, cases=CASES):
+    """``(name, stage, config, counts, n, k)`` of the cases that apply to ``family``."""
+    from .kernels.ladder import stage_config
+
+    out = []
+    for name, stage, changes, counts, n, k in cases:
+        change = changes.get(family, changes.get("*"))
+        if change is not None:
+            out.append((name, stage, stage_config(family, stage).with_(**change), counts, n, k))
+    return out
 
 
 @dataclass
@@ -251,15 +274,13 @@ def summary(phases: list[Phase], out: Path, gpu: str) -> str:
 
 # ---------------------------------------------------------------------- in-process modes
 def run_cases(family: str, cases=CASES) -> bool:
-    """Run :data:`CASES` for ``family``'s course stages, each against the float32 reference on a
-    NaN-poisoned output. What the sanitizers wrap. Returns True when every case is right."""
+    """Run the :data:`CASES` of ``family``, each against the float32 reference on a NaN-poisoned
+    output. What the sanitizers wrap (and a GPU test). Returns True when every case is right."""
     from .kernels import grouped_gemm
-    from .kernels.ladder import stage_config
     from .kernels.verify import random_inputs, run_checked
 
     ok = True
-    for seed, (name, stage, changes, counts, n, k) in enumerate(cases):
-        config = stage_config(family, stage).with_(**changes)
+    for seed, (name, stage, config, counts, n, k) in enumerate(cases_for(family, cases)):
         A, W, offs = random_inputs(counts, n, k, seed=seed)
         res = run_checked(
             lambda A, W, o, out, st=stage, cfg=config: grouped_gemm(

@@ -11,7 +11,6 @@ import pytest
 
 from pearl_moe import selftest
 from pearl_moe.kernels import api
-from pearl_moe.kernels.ladder import stage_config
 
 
 def _args(*argv):
@@ -124,14 +123,19 @@ def test_main_without_a_gpu_says_so(monkeypatch, capsys):
 
 @pytest.mark.parametrize("family", ["sm_90a", "sm_100a"])
 def test_sanitizer_cases_stress_what_they_say(family):
-    for name, stage, changes, counts, n, k in selftest.CASES:
-        config = stage_config(family, stage).with_(**changes).resolved()
+    cases = selftest.cases_for(family)
+    for name, stage, config, counts, n, k in cases:
+        config = config.resolved()
         assert api.can_implement(family, stage, config, n, k) == [], (family, name)
         assert 0 in counts, "every case has a zero-row expert"
         k_tiles = k // config.tile_k
-        if stage == 3:
+        if stage in (2, 3):
             assert {1, 15, 16, 200} <= set(counts)
+            assert config.epilogue == "tma_store", "the descriptor path"
         if stage == 6:
             assert config.b_k_tiles == 2 and k_tiles % 2 == 1
         if stage == 7:
             assert k_tiles < config.ring_depth and n % 512
+    two_cta = [c for c in cases if c[2].cta_group == 2 and c[2].epilogue == "tma_store"]
+    assert len(two_cta) == (1 if family == "sm_100a" else 0)
+    assert len(cases) == (6 if family == "sm_100a" else 5)

@@ -36,9 +36,26 @@ def test_patched_descriptor_bytes_match_the_host_encoders(report):
         assert b["differences_inherited_from_template"], (b["rows"], b["patched_vs_host"])
 
 
+def test_descriptors_written_in_one_launch_serve_the_next(report):
+    """The grouped kernels write descriptors in a pre-kernel and store in the GEMM launch; here
+    the workspace also held other offsets' descriptors before (a stale cached copy would show)."""
+    two = report["two_launches"]
+    assert two["first_ok"] and two["ok"], two
+
+
 def test_probe_sees_wrong_descriptors():
     """The check can fail: a probe whose descriptor keeps the whole output (no patch) spills."""
     from pearl_moe.kernels import descriptor_check
 
     rep = descriptor_check.check_descriptors(rows=(1, 15, 16), unpatched=True)
     assert not rep["stores_ok"]
+
+
+def test_selftest_cases_on_this_gpu():
+    """The cases compute-sanitizer wraps in ``selftest``, checked without it: on a B200 these run
+    the sm_100a stages through the descriptors patched on the device (stages 2 and 3, 1- and
+    2-CTA), on an H200 the sm_90a twins."""
+    from pearl_moe import selftest
+    from pearl_moe.kernels.targets import gpu_target
+
+    assert selftest.run_cases(gpu_target("cuda")[0])

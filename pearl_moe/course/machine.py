@@ -78,5 +78,13 @@ def detect_machine(force: str | None = None) -> Machine:
         spec = get_gpu(name)
     except ValueError:
         spec = None
-    mode = {9: "hopper", 10: "blackwell"}.get(cap[0], "cpu")
+    # a GPU the kernels have a target for (pearl_moe.kernels.targets); any other runs the course
+    # as a CPU would
+    mode = {"sm_90a": "hopper", "sm_100a": "blackwell"}.get(_family(cap), "cpu")
     return Machine(mode, name, cap, spec)  # type: ignore[arg-type]
+
+
+def _family(capability) -> str | None:
+    from ..kernels.targets import SUPPORTED
+
+    return SUPPORTED.get(tuple(capability), (None, None))[0]

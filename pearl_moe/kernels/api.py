@@ -221,7 +221,7 @@ def grouped_gemm(
     if out is not None and out.data_ptr() % config.output_alignment:
         raise ValueError(
             f"out's data pointer must be {config.output_alignment}-byte aligned for "
-            f"{config.describe()} (its {8 * config.output_alignment}-bit stores), got "
+            f"{config.describe()} (GemmConfig.output_alignment), got "
             f"{out.data_ptr() % 256} bytes past a 256-byte boundary"
         )
     if stage == 1 and host_offsets is None:

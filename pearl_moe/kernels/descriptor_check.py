@@ -7,14 +7,17 @@ sm_100a, and the TMA store reads it the same way, so a Hopper GPU can check that
 Blackwell GPU runs it. :func:`check_descriptors` runs a small probe kernel (no tensor cores: one
 CTA per expert, four warps) for the architecture of the GPU it runs on, and reports:
 
-* **bytes**: for every expert, the device-patched descriptor against the one the host's encoder
-  (``cuTensorMapEncodeTiled``, through the DSL) writes for the same ``(rows_e, n)`` view, and
-  against a descriptor *encoded* on the device (a TMA atom built inside the kernel: what the
-  pre-kernel did before), byte by byte;
+* **bytes**: for every expert, the device-patched descriptor against the one the DSL's host path
+  encodes for the same ``(rows_e, n)`` view (the descriptor a kernel's TMA atom carries, read back
+  through the same 64-byte ``copy_tensormap``), and against a descriptor *encoded* on the device (a
+  TMA atom built inside the kernel: what the pre-kernel did before), byte by byte; the driver's
+  own ``cuTensorMapEncodeTiled`` bytes for the view are recorded beside them;
 * **stores**: every expert, alone and all at once, writes a known pattern through its patched
   descriptor in ``tile_m x tile_n`` boxes into a poisoned output inside a guard band. Every row of
   the expert must hold its pattern, and nothing outside the expert's rows may change: the box rows
-  past the expert's end must be clipped by the TMA unit.
+  past the expert's end must be clipped by the TMA unit. Then as the grouped kernels do it: one
+  launch writes the descriptors of new offsets into a workspace that held others, the next
+  launch stores through them.
 
 Run it with ``python -m pearl_moe selftest --phases descriptors`` or through the GPU test
 ``tests/test_tma_descriptors_gpu.py``.
@@ -55,10 +58,12 @@ def _pattern_value(expert, row):
 class DescriptorProbe:
     """Writes each expert's descriptor on the device and stores a pattern through it.
 
-    ``__call__(c_ptr, offs_ptr, ws_ptr, rows, only_expert, n, experts, stream)``: grid ``experts``
-    CTAs of 128 threads. Workspace slots: ``[0, E)`` the device-patched descriptors,
-    ``[E, 2E)`` descriptors encoded on the device (an atom built in the kernel). With
-    ``only_expert >= 0`` only that expert stores (the others still write their descriptors).
+    ``__call__(c_ptr, offs_ptr, ws_ptr, rows, only_expert, phases, n, experts, stream)``: grid
+    ``experts`` CTAs of 128 threads. Workspace slots: ``[0, E)`` the device-patched descriptors,
+    ``[E, 2E)`` descriptors encoded on the device (an atom built in the kernel). ``phases``: bit 0
+    writes the descriptors, bit 1 stores through them (3: both in one launch, as a test of the
+    bytes; 1 then 2: two launches, as the grouped kernels do it). With ``only_expert >= 0`` only
+    that expert stores.
     ``host_encoded(c_ptr, ws_ptr, rows, n, stream)`` writes the host encoder's descriptor of a
     ``(rows, n)`` output at ``c_ptr`` into slot 0 of ``ws_ptr``.
     """
@@ -93,6 +98,7 @@ class DescriptorProbe:
         ws_ptr: cute.Pointer,
         rows: cutlass.Int32,
         only_expert: cutlass.Int32,
+        phases: cutlass.Int32,
         n: cutlass.Constexpr,
         experts: cutlass.Constexpr,
         stream: cuda.CUstream,
@@ -102,7 +108,7 @@ class DescriptorProbe:
         mOffs = cute.make_tensor(offs_ptr, cute.make_layout(experts))
         mWs = cute.make_tensor(ws_ptr, cute.make_layout(2 * experts * _WORDS))
         tma_atom, tma_c = self._store_atom(mC)
-        self.probe_kernel(tma_atom, tma_c, mC, mOffs, mWs, only_expert).launch(
+        self.probe_kernel(tma_atom, tma_c, mC, mOffs, mWs, only_expert, phases).launch(
             grid=(experts, 1, 1), block=[_THREADS, 1, 1], stream=stream
         )
 
@@ -115,6 +121,7 @@ class DescriptorProbe:
         mOffs: cute.Tensor,
         mWs: cute.Tensor,
         only_expert: cutlass.Int32,
+        phases: cutlass.Int32,
     ):
         expert, _, _ = cute.arch.block_idx()
         experts = cute.size(mOffs)
@@ -132,10 +139,11 @@ class DescriptorProbe:
         # (tile_m, tile_n): the box every store sends
         sC = smem.allocate_tensor(self.c_dtype, layout.outer, 1024, layout.inner)
 
-        if warp == 0:
+        writes = (phases & 1) != 0
+        if warp == 0 and writes:
             # the path the grouped kernels use: host descriptor copied, then patched
             write_expert_descriptor(tma_atom, mWs, expert, view)
-        if warp == 1:
+        if warp == 1 and writes:
             # the path they used before: a descriptor encoded by the device (for the byte report)
             device_atom, _ = self._store_atom(view)
             with cute.arch.elect_one():
@@ -150,7 +158,7 @@ class DescriptorProbe:
         cute.arch.fence_proxy("async.shared", space="cta")
         cute.arch.sync_threads()
 
-        stores = (only_expert < 0) | (only_expert == expert)
+        stores = ((phases & 2) != 0) & ((only_expert < 0) | (only_expert == expert))
         if warp == 0 and stores:
             desc = descriptor_ptr(mWs, expert)
             cpasync.fence_tma_desc_acquire(desc)
@@ -201,6 +209,27 @@ def _diff(a: bytes, b: bytes) -> list[dict]:
     ]
 
 
+def _driver_encoded(address: int, rows: int, n: int, tile) -> dict:
+    """``cuTensorMapEncodeTiled``'s 128 bytes for a ``(rows, n)`` row-major bf16 view with the
+    probe's box and 128-byte swizzle, one per L2 promotion (the DSL picks one of them)."""
+    import cuda.bindings.driver as drv
+
+    found = {}
+    for promotion in ("NONE", "L2_64B", "L2_128B", "L2_256B"):
+        err, tmap = drv.cuTensorMapEncodeTiled(
+            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, address,
+            [drv.cuuint64_t(n), drv.cuuint64_t(rows)], [drv.cuuint64_t(2 * n)],
+            [drv.cuuint32_t(tile[1]), drv.cuuint32_t(tile[0])], [drv.cuuint32_t(1)] * 2,
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            getattr(drv.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )  # fmt: skip
+        if err == drv.CUresult.CUDA_SUCCESS:
+            found[promotion] = b"".join(int(w).to_bytes(8, "little") for w in tmap.opaque)
+    return found
+
+
 def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=False) -> dict:
     """Run the probe on this machine's GPU; returns the report (``report["ok"]``: all checks pass).
 
@@ -220,48 +249,57 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
     stream = cuda_stream(device)
     guard = 2 * tile[0]
     poison = -1.0
-    ends = torch.tensor(
-        [sum(rows[: i + 1]) for i in range(experts)], dtype=torch.int32, device=device
-    )
-    starts = [sum(rows[:i]) for i in range(experts)]
     compiled = cute.compile(
         probe,
         placeholder_ptr(),
         placeholder_ptr(cutlass.Int32, 4),
         placeholder_ptr(cutlass.Int64, TMA_DESCRIPTOR_BYTES),
-        1,
-        -1,
-        n,
-        experts,
-        cuda.CUstream(0),
-    )
+        1, -1, 3, n, experts, cuda.CUstream(0),
+    )  # fmt: skip
     compiled_host = cute.compile(
         probe.host_encoded,
         placeholder_ptr(),
         placeholder_ptr(cutlass.Int64, TMA_DESCRIPTOR_BYTES),
-        1,
-        n,
-        cuda.CUstream(0),
-    )
+        1, n, cuda.CUstream(0),
+    )  # fmt: skip
 
     def bf16_at(t, row):
         return bf16_ptr(t, row * n)
 
-    def run(only: int):
-        buf = torch.full((guard + total + guard, n), poison, dtype=torch.bfloat16, device=device)
-        out = buf[guard : guard + total]
-        ws = torch.zeros(2 * experts * _WORDS, dtype=torch.int64, device=device)
-        compiled(bf16_at(buf, guard), i32_ptr(ends), workspace_gmem_ptr(ws), total, only, stream)
-        torch.cuda.synchronize()
-        return buf, out, ws
+    def starts_of(counts):
+        return [sum(counts[:i]) for i in range(len(counts))]
 
-    def expected_out(only: int):
-        exp = torch.full((total, n), poison, dtype=torch.float32)
-        for e, (s, r) in enumerate(zip(starts, rows, strict=True)):
+    def launch(buf, counts, ws, only, phases):
+        ends = torch.tensor(
+            [sum(counts[: i + 1]) for i in range(experts)], dtype=torch.int32, device=device
+        )
+        compiled(
+            bf16_at(buf, guard), i32_ptr(ends), workspace_gmem_ptr(ws), sum(counts), only,
+            phases, stream,
+        )  # fmt: skip
+
+    def fresh(counts):
+        buf = torch.full(
+            (guard + sum(counts) + guard, n), poison, dtype=torch.bfloat16, device=device
+        )
+        ws = torch.zeros(2 * experts * _WORDS, dtype=torch.int64, device=device)
+        return buf, ws
+
+    def check(buf, counts, only) -> dict:
+        torch.cuda.synchronize()
+        rows_total = sum(counts)
+        exp = torch.full((rows_total, n), poison, dtype=torch.float32)
+        for e, (s, r) in enumerate(zip(starts_of(counts), counts, strict=True)):
             if only in (-1, e) and r:
                 vals = torch.tensor([_pattern_value(e, i % tile[0]) for i in range(r)])
                 exp[s : s + r] = vals[:, None].float()
-        return exp
+        got = buf[guard : guard + rows_total].float().cpu()
+        wrong = sorted({int(i) for i in (got != exp).any(dim=1).nonzero().flatten()})
+        guard_ok = bool(
+            (buf[:guard] == poison).all().item()
+            and (buf[guard + rows_total :] == poison).all().item()
+        )
+        return {"ok": not wrong and guard_ok, "wrong_rows": wrong[:20], "guard_intact": guard_ok}
 
     report: dict = {
         "rows": list(rows),
@@ -271,38 +309,58 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
         "stores": [],
         "bytes": [],
     }
-    stores_ok = True
+    # stores: all experts, then each alone (a spill then lands on poisoned rows, never repaired)
     for only in [-1, *range(experts)]:
-        buf, out, ws = run(only)
-        exp = expected_out(only)
-        got = out.float().cpu()
-        wrong_rows = sorted({int(i) for i in (got != exp).any(dim=1).nonzero().flatten()})
-        guard_ok = bool(
-            (buf[:guard] == poison).all().item() and (buf[guard + total :] == poison).all().item()
-        )
-        ok = not wrong_rows and guard_ok
-        stores_ok &= ok
-        report["stores"].append(
-            {"only_expert": only, "ok": ok, "wrong_rows": wrong_rows[:20], "guard_intact": guard_ok}
-        )
+        buf, ws = fresh(rows)
+        launch(buf, rows, ws, only, 3)
+        report["stores"].append({"only_expert": only, **check(buf, rows, only)})
+    # two launches on a reused workspace, as the grouped kernels do: descriptors of the first
+    # offsets, then of other offsets written by one launch and stored through by the next
+    other = tuple(reversed(rows))
+    buf, ws = fresh(rows)
+    launch(buf, rows, ws, -1, 3)
+    first = check(buf, rows, -1)
+    buf, _ = fresh(other)
+    launch(buf, other, ws, -1, 1)
+    launch(buf, other, ws, -1, 2)
+    report["two_launches"] = {"rows": list(other), "first_ok": first["ok"], **check(buf, other, -1)}
+    stores_ok = all(s["ok"] for s in report["stores"]) and report["two_launches"]["ok"]
+    stores_ok &= first["ok"]
 
     # bytes: the patched and device-encoded descriptors of the all-experts run, against the
     # host encoder's for the same (rows_e, n) view (experts with rows only: a view needs a row)
-    buf, _, ws = run(-1)
+    buf, ws = fresh(rows)
+    launch(buf, rows, ws, -1, 3)
+    torch.cuda.synchronize()
     words = ws.cpu().view(2, experts, _WORDS)
     one = torch.zeros(_WORDS, dtype=torch.int64, device=device)
 
     def host_bytes(row0: int, view_rows: int) -> bytes:
+        """The DSL host's descriptor, through the same 64-byte copy into a zeroed slot."""
         one.zero_()
         compiled_host(bf16_at(buf, guard + row0), workspace_gmem_ptr(one), view_rows, stream)
         torch.cuda.synchronize()
         return one.cpu().numpy().tobytes()
 
+    def driver_match(row0: int, view_rows: int, slot: bytes) -> dict:
+        """For the record, the driver's own 128 bytes for the view (``cuTensorMapEncodeTiled``
+        with the L2 promotion closest to the DSL's): the bits where they differ from the slot."""
+        try:
+            found = _driver_encoded(buf.data_ptr() + (guard + row0) * n * 2, view_rows, n, tile)
+        except Exception as err:  # an API difference: reported, not a failure of the path
+            return {"available": False, "error": f"{type(err).__name__}: {err}"[:300]}
+        if not found:
+            return {"available": False, "error": "the driver encoded none of the variants"}
+        bits = {p: [b for d in _diff(slot, v) for b in d["bits"]] for p, v in found.items()}
+        closest = min(bits, key=lambda p: len(bits[p]))
+        return {"available": True, "promotion": closest, "bits_vs_slot": bits[closest]}
+
     # the template every patch starts from: the host's descriptor of the whole output
     template = host_bytes(0, total)
     report["template_hex"] = template.hex()
+    report["template_driver"] = driver_match(0, total, template)
     bytes_ok = True
-    for e, (s, r) in enumerate(zip(starts, rows, strict=True)):
+    for e, (s, r) in enumerate(zip(starts_of(rows), rows, strict=True)):
         if r == 0:
             continue
         host = host_bytes(s, r)
@@ -316,12 +374,14 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
             for d in diff
             for bit in d["bits"]
         )
+        driver = driver_match(s, r, host)
         entry = {
             "expert": e,
             "rows": r,
             "patched_vs_host": diff,
             "differences_inherited_from_template": inherited,
             "device_encoded_vs_host": _diff(encoded, host),
+            "driver": driver,
             "host_hex": host.hex(),
         }
         bytes_ok &= inherited
@@ -361,8 +421,24 @@ def format_report(report: dict) -> str:
             f"  stores through patched descriptors, {who}: "
             + ("ok" if s["ok"] else f"FAILED rows {s['wrong_rows']} guard {s['guard_intact']}")
         )
+    t = report.get("two_launches")
+    if t:
+        lines.append(
+            f"  two launches on a reused workspace (write, then store; experts of {t['rows']} rows "
+            f"after {report['rows']}): "
+            + ("ok" if t["ok"] and t["first_ok"] else f"FAILED rows {t['wrong_rows']}")
+        )
+    td = report.get("template_driver", {})
+    if td.get("available"):
+        lines.append(
+            f"  for the record, the driver's cuTensorMapEncodeTiled (L2 promotion "
+            f"{td['promotion']}) differs from the slots the DSL host path fills in bits "
+            + str(sorted({b for e in [td, *[x["driver"] for x in report["bytes"]]]
+                          for b in e.get("bits_vs_slot", [])}))
+        )  # fmt: skip
     lines.append(
-        f"  template (host's descriptor of all {sum(report['rows'])} rows): {report['template_hex'][:48]}..."
+        f"  template (host's descriptor of all {sum(report['rows'])} rows): "
+        f"{report['template_hex'][:48]}..."
     )
     for b in report["bytes"]:
         pd, dd = b["patched_vs_host"], b["device_encoded_vs_host"]

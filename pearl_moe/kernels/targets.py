@@ -39,7 +39,11 @@ SUPPORTED = {
     (10, 3): ("sm_100a", "sm_103a"),
 }
 
-#: The environment variable CuTe DSL reads its compile target from (else it asks the GPU).
+#: Compile target -> the kernel family it builds.
+FAMILY_OF_TARGET = {target: family for family, target in SUPPORTED.values()}
+
+#: The environment variable CuTe DSL reads its compile target from (else it asks the GPU). The DSL
+#: reads it when ``cutlass`` is first imported: set it before, not during, a process.
 DSL_ARCH_ENV = "CUTE_DSL_ARCH"
 
 
@@ -100,12 +104,14 @@ def _local_target(family: str) -> str | None:
 def compile_target(family: str) -> str:
     """The target a compile of ``family``'s kernels builds for in this process.
 
-    ``$CUTE_DSL_ARCH`` if it is set (CPU inspection sets it per family); else the local GPU's exact
-    target when the GPU runs that family (a B300 gives ``sm_103a``); else the family's own
-    (``sm_90a``, ``sm_100a``), which is what CuTe DSL builds on a machine without a GPU.
+    ``$CUTE_DSL_ARCH`` if it names a target of that family (CPU inspection sets it per family; a
+    B300 user may set ``sm_103a``); else the local GPU's exact target when the GPU runs that family
+    (a B300 gives ``sm_103a``); else the family's own (``sm_90a``, ``sm_100a``), which is what CuTe
+    DSL builds on a machine without a GPU. A forced target of another family is not used for this
+    one: compile workers for the sm_90a kernels on a B300 still build for ``sm_90a``.
     """
     forced = os.environ.get(DSL_ARCH_ENV, "").strip()
-    if forced:
+    if forced and FAMILY_OF_TARGET.get(forced) == family:
         return forced
     return _local_target(family) or family
 
@@ -116,11 +122,11 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
     import torch
     from cutlass.utils import HardwareInfo
 
-    # the driver query needs a current context: make torch's primary context current
-    torch.cuda.set_device(device_index)
-    torch.cuda.init()
-    torch.empty(1, device=f"cuda:{device_index}")
-    return int(HardwareInfo(device_index).get_max_active_clusters(cluster_size))
+    # the driver query needs a current context: make torch's primary context of that device
+    # current for the query only (the caller's current device is left as it was)
+    with torch.cuda.device(device_index):
+        torch.empty(1, device=f"cuda:{device_index}")
+        return int(HardwareInfo(device_index).get_max_active_clusters(cluster_size))
 
 
 def persistent_ctas(family: str, config, sms: int, device=None) -> int:
@@ -141,4 +147,10 @@ def persistent_ctas(family: str, config, sms: int, device=None) -> int:
         device = torch.device(device)
         index = device.index if device.index is not None else torch.cuda.current_device()
         clusters = min(clusters, max_active_clusters(index, cta_group))
+        if clusters < 1:
+            raise ValueError(
+                f"the GPU reports room for no cluster of {cta_group} CTAs at once (an MPS or "
+                "green-context limit?): the 2-CTA kernels cannot run here; use a cta_group=1 "
+                "configuration"
+            )
     return cta_group * clusters

@@ -11,7 +11,11 @@ How a descriptor is written (:func:`write_expert_descriptor`), as CUTLASS's grou
 
 1. **copy** the descriptor the host encoded for the whole output (the kernel's TMA atom, passed
    as a kernel parameter) into the expert's slot: every field the driver's encoder chose
-   (element type, box, swizzle, interleave, L2 promotion, out-of-bounds fill) stays the host's;
+   (element type, box, swizzle, interleave, L2 promotion, out-of-bounds fill) stays the host's.
+   The DSL's ``copy_tensormap`` moves the first 64 bytes of the 128-byte ``CUtensorMap`` (as in
+   NVIDIA's own CuTe DSL grouped GEMM); the rest of the slot keeps the zeros it was allocated
+   with. The driver's ``cuTensorMapEncodeTiled`` sets two bits in those other 64 bytes; the H200
+   check stores through slots without them, correctly;
 2. **patch** only the base address, the extents and the strides with ``tensormap.replace``
    (``cpasync.update_tma_descriptor``) to the expert's ``(rows_e, n)`` view;
 3. **release** the writes to the tensor-map proxy (``fence.proxy.tensormap::generic.release``);
@@ -80,8 +84,9 @@ def expert_output_view(mC: cute.Tensor, start, rows):
 def write_expert_descriptor(tma_atom: cute.CopyAtom, mWorkspace: cute.Tensor, slot, view):
     """Write into ``slot`` the host's descriptor of ``tma_atom``, patched to cover ``view``.
 
-    Called by one whole warp (``tensormap.replace`` and the fences are issued by all its lanes,
-    the 128-byte copy by one). Only the base address, extents and strides change; every other
+    Called by one whole warp: one elected lane copies (64 bytes), and the DSL issues each
+    ``tensormap.replace`` from one elected lane too. Only the base address, extents and strides
+    change; every other
     field keeps the value the host's encoder gave it. The release fence makes the patched bytes
     visible to the tensor-map proxy of a later ``fence_tma_desc_acquire``.
     """
@@ -115,8 +120,8 @@ def workspace_for(device, stream, slots: int):
     key = (device.index, int(stream), slots)
     ws = _WORKSPACES.get(key)
     if ws is None:
-        # zero-filled: every byte of a slot is written by the copy, but a slot is never left
-        # uninitialized even before the first launch
+        # zero-filled, and this matters: the copy writes a slot's first 64 bytes only, so the
+        # other 64 hold these zeros (never uninitialized memory)
         ws = torch.zeros(slots * TMA_DESCRIPTOR_BYTES // 8, dtype=torch.int64, device=device)
         if ws.data_ptr() % TMA_DESCRIPTOR_BYTES:
             raise RuntimeError("the TMA descriptor workspace is not 128-byte aligned")
