@@ -101,7 +101,9 @@ def test_session_runs_every_phase_and_writes_its_files(fake_machine, tmp_path, c
         ["--out", str(out), "--phases", "precompile,tune,compare,ablation", "--models", "glm",
          "--tune-tokens", "1,64", "--compare-tokens", "1,64", "--ablation-tokens", "64",
          "--rounds", "3", "--reps", "2", "--tune-rounds", "3", "--tune-reps", "2",
-         "--limit", "40", "--kernel-cache", str(tmp_path / "kc"), "--device", "cpu"]
+         "--limit", "40", "--kernel-cache", str(tmp_path / "kc"), "--device", "cpu",
+         # budgets no machine can run out of: the outcome must not depend on its speed
+         "--budget-s", "1e9", "--tune-s", "1e9", "--compare-s", "1e9", "--ablation-s", "1e9"]
     )  # fmt: skip
     captured = capsys.readouterr()
     printed = captured.out
