@@ -18,8 +18,9 @@ on one machine (e.g. the CPU machine, before a GPU session) is valid on another.
 same either way (the cubin is byte-identical).
 
 The key of an entry (:func:`kernel_key`) is the architecture (the kernel family and the exact
-compile target, :mod:`pearl_moe.kernels.targets`: a B300 builds the sm_100a kernels for sm_103a), stage, full configuration, ``n``,
-``k``, experts, SM count, the DSL version with the CUDA flavour of its libraries (cu12 / cu13: their
+compile target, :mod:`pearl_moe.kernels.targets`: a B300 builds the sm_100a kernels for
+sm_103a), stage, full configuration, ``n``, ``k``, experts, SM count (the persistent grid), the
+DSL version with the CUDA flavour of its libraries (cu12 / cu13: their
 compilers differ) and a hash of the package's kernel sources (the one ``pearl_moe.inspect`` keys its
 cache with), so an edited kernel or another DSL never loads a stale object. Entries live under ``$PEARL_MOE_KERNEL_CACHE`` (``off`` disables the cache), else
 ``$PEARL_MOE_CACHE/kernels``, else ``~/.cache/pearl-moe/kernels``; each is a folder with the object
