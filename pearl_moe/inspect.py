@@ -36,6 +36,7 @@ from pathlib import Path
 
 from .budget import smem_budget, tmem_columns
 from .config import ARCHS, EPILOGUES, WALKS, GemmConfig
+from .kernels.compile_cache import source_fingerprint
 
 __all__ = [
     "FAMILIES",
@@ -279,24 +280,6 @@ def cache_dir() -> Path:
     return Path(root) / "inspect"
 
 
-def _source_fingerprint() -> str:
-    """Hash of every file a compile depends on in this package (kernels, config, budget)."""
-    root = Path(__file__).parent
-    digest = hashlib.sha256()
-    paths = sorted((root / "kernels").rglob("*.py")) + [root / "config.py", root / "budget.py"]
-    for path in paths:
-        if path.exists():
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    try:
-        from importlib.metadata import version
-
-        digest.update(version("nvidia-cutlass-dsl").encode())
-    except Exception:  # pragma: no cover - metadata missing in odd installs
-        pass
-    return digest.hexdigest()
-
-
 def _request_key(request: dict, fingerprint: str) -> str:
     blob = json.dumps({**request, "src": fingerprint}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
@@ -335,7 +318,7 @@ def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> l
     Raises ``RuntimeError`` with the worker's message when a compile fails, and
     ``ModuleNotFoundError`` when a stage's module does not exist for that target.
     """
-    fingerprint = _source_fingerprint()
+    fingerprint = source_fingerprint()
     reqs = [_make_request(*r) for r in requests]
     results: list[KernelReport | None] = [None] * len(reqs)
     todo: dict[str, list[int]] = {}

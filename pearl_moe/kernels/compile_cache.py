@@ -22,7 +22,7 @@ compile target, :mod:`pearl_moe.kernels.targets`: a B300 builds the sm_100a kern
 sm_103a), stage, full configuration, ``n``, ``k``, experts, SM count (the persistent grid), the
 DSL version with the CUDA flavour of its libraries (cu12 / cu13: their
 compilers differ) and a hash of the package's kernel sources (the one ``pearl_moe.inspect`` keys its
-cache with), so an edited kernel or another DSL never loads a stale object. Entries live under ``$PEARL_MOE_KERNEL_CACHE`` (``off`` disables the cache), else
+cache with, :func:`source_fingerprint`), so an edited kernel or another DSL never loads a stale object. Entries live under ``$PEARL_MOE_KERNEL_CACHE`` (``off`` disables the cache), else
 ``$PEARL_MOE_CACHE/kernels``, else ``~/.cache/pearl-moe/kernels``; each is a folder with the object
 and a ``meta.json`` saying what it is.
 """
@@ -58,6 +58,7 @@ __all__ = [
     "store",
     "get_or_compile",
     "precompile",
+    "source_fingerprint",
 ]
 
 ENV_DIR = "PEARL_MOE_KERNEL_CACHE"
@@ -87,11 +88,29 @@ def enabled() -> bool:
     return cache_root() is not None
 
 
+def source_fingerprint() -> str:
+    """Hash of every file a compile depends on in this package (``kernels/``, ``config.py``,
+    ``budget.py``) and the DSL's version: part of every cache key here and in
+    :mod:`pearl_moe.inspect`, so an edited kernel never loads a stale object."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    paths = sorted((root / "kernels").rglob("*.py")) + [root / "config.py", root / "budget.py"]
+    for path in paths:
+        if path.exists():
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    try:
+        from importlib.metadata import version
+
+        digest.update(version("nvidia-cutlass-dsl").encode())
+    except Exception:  # pragma: no cover - metadata missing in odd installs
+        pass
+    return digest.hexdigest()
+
+
 @functools.lru_cache(maxsize=1)
 def _fingerprint() -> str:
-    from ..inspect import _source_fingerprint  # kernels, config, budget sources + DSL version
-
-    return _source_fingerprint()
+    return source_fingerprint()
 
 
 @functools.lru_cache(maxsize=1)
