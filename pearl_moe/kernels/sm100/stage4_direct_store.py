@@ -24,7 +24,8 @@ Budget, tile 128 x 128 x 64 (1-CTA, two 128 x 128 accumulators in TMEM)::
 
 Store instructions per 128 x 128 tile: 128 rows x 256 B = 32 KB = 1024 stores of 32 B (8 per
 thread); with ``store_bits=128`` 2048 stores of 16 B (16 per thread), the L2 traffic the post
-moved away from. The output must be 32-byte aligned and ``n % 16 == 0`` (:func:`can_implement`).
+moved away from. With 256-bit stores the output must be 32-byte aligned
+(``GemmConfig.output_alignment``) and ``n % 16 == 0`` (:func:`can_implement`).
 
 Compile-verified only: no B200 has ever run this kernel. Same interface as stage 3.
 """
@@ -44,7 +45,8 @@ __all__ = [
 
 STAGE = 4
 
-# The stage-3 kernel with the options up to this stage; ``launch`` wants ``out`` 32-byte aligned.
+# The stage-3 kernel with the options up to this stage (the output alignment its stores need is
+# GemmConfig.output_alignment, checked by grouped_gemm before the launch).
 build, can_implement, compile_kernel, compile_fake, launch = stage3_persistent.stage_interface(
     STAGE
 )

@@ -32,7 +32,8 @@ __all__ = [
 
 STAGE = 6
 
-# The stage-3 kernel with the options up to this stage; ``launch`` wants ``out`` 32-byte aligned.
+# The stage-3 kernel with the options up to this stage (the output alignment its stores need is
+# GemmConfig.output_alignment, checked by grouped_gemm before the launch).
 build, can_implement, compile_kernel, compile_fake, launch = stage3_persistent.stage_interface(
     STAGE
 )
