@@ -308,6 +308,23 @@ class LatencyExplorer(_Explorer):
             ]
         )
 
+    def _on_change(self, change) -> None:
+        """A new GPU brings its own HBM ceiling to the bandwidth slider (one redraw, not two):
+        keeping the other GPU's bandwidth would model the H200 at the B200's 7 TB/s."""
+        if getattr(self, "_syncing", False):
+            return
+        if change.get("owner") is self.gpu:
+            from .perfmodel import CALIBRATED, hbm_ceiling
+
+            self._syncing = True
+            try:
+                self.bandwidth.value = round(
+                    hbm_ceiling(get_gpu(self.gpu.value), CALIBRATED) / 1e12, 1
+                )
+            finally:
+                self._syncing = False
+        self.redraw()
+
     def config(self) -> GemmConfig:
         gpu = get_gpu(self.gpu.value)
         return GemmConfig(

@@ -84,10 +84,35 @@ MODELS: dict[str, MoEModel] = {
 ROUTINGS = ("balanced", "random", "skewed")
 
 
+#: Layers given by their shape alone (:func:`shape_model`), by name, so that a problem's
+#: ``meta["model"]`` finds its layer again in this process.
+SHAPE_MODELS: dict[str, MoEModel] = {}
+
+
+def shape_model(n: int, k: int, experts: int, top_k: int = 8, ep: int = 8) -> MoEModel:
+    """An MoE layer known only by the grouped GEMM one GPU runs: ``experts`` local experts of
+    ``(n, k)`` gate+up weights (``n`` = 2 x the intermediate size), ``top_k`` experts per token,
+    under EP=``ep`` (so ``ep * experts`` routed experts in all). For tuning a model that is not in
+    :data:`MODELS` (``python -m pearl_moe tune --shape n,k,experts``)."""
+    for name, value in (("n", n), ("k", k), ("experts", experts), ("top_k", top_k), ("ep", ep)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if n % 2:
+        raise ValueError(f"n={n}: a gate+up projection is two halves, so n must be even")
+    check_dims(k, n)
+    name = f"shape n={n} k={k} E={experts} top{top_k}"
+    model = MoEModel(name, k, n // 2, experts * ep, top_k, 0, name, "given by its shape")
+    SHAPE_MODELS[name] = model
+    return model
+
+
 def get_model(name: str | MoEModel) -> MoEModel:
-    """Look a model up by name, forgiving case, spaces and dashes ("glm", "v4-pro", "kimi k3")."""
+    """Look a model up by name, forgiving case, spaces and dashes ("glm", "v4-pro", "kimi k3"),
+    or a layer made by :func:`shape_model` by its exact name."""
     if isinstance(name, MoEModel):
         return name
+    if name in SHAPE_MODELS:
+        return SHAPE_MODELS[name]
     key = "".join(ch for ch in name.lower() if ch.isalnum())
     for model in MODELS.values():
         full = "".join(ch for ch in model.name.lower() if ch.isalnum())

@@ -121,6 +121,30 @@ def test_precompile_only_needs_no_gpu(monkeypatch, capsys):
     assert '"compiled"' in capsys.readouterr().out
 
 
+def test_tune_takes_a_users_shape(monkeypatch):
+    from pearl_moe.workloads import get_model, make_problem
+
+    args = tune.parse_args(["--shape", "2816,2048,16", "--shape", "1536,4096,64,4",
+                            "--tokens", "1,64"])  # fmt: skip
+    problems = tune.build_problems(args)  # only the shapes: no course model unless asked
+    assert [(p.n, p.k, p.experts, p.rows) for p in problems] == [
+        (2816, 2048, 16, 8), (2816, 2048, 16, 512), (1536, 4096, 64, 4), (1536, 4096, 64, 256),
+    ]  # fmt: skip
+    # the skewed pass rebuilds a problem from its meta: the layer is found again by name
+    meta = problems[1].meta
+    again = make_problem(meta["model"], 64, meta["ep"], "skewed", meta["projection"])
+    assert (again.n, again.k, again.experts, again.rows) == (2816, 2048, 16, 512)
+    assert get_model(meta["model"]).top_k == 8
+    both = tune.build_problems(tune.parse_args(["--models", "glm", "--shape", "2816,2048,16",
+                                                "--tokens", "64"]))  # fmt: skip
+    assert [p.meta["model"] for p in both] == ["GLM 5.3", "shape n=2816 k=2048 E=16 top8"]
+    assert len(tune.build_problems(tune.parse_args(["--tokens", "64"]))) == 3  # the course models
+    for bad in ("2816,2048", "2816,2048,x", "2817,2048,16", "2816,2050,16"):
+        with pytest.raises(ValueError):
+            tune.build_problems(tune.parse_args(["--shape", bad]))
+    assert tune.main(["--precompile-only", "--shape", "2816,2048"]) == 2  # said, no traceback
+
+
 def test_tune_refuses_without_a_gpu(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert tune.main(["--models", "glm", "--tokens", "64"]) == 2

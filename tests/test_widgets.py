@@ -169,7 +169,15 @@ def test_latency_explorer_moves_with_its_knobs():
     ex.bandwidth.value = 7.0
     ex.tile_m.value = 64
     assert "A entry 8.0 KB" in ex.last_text
+    redraws = ex.redraws
     ex.gpu.value = "H200"
     assert "H200" in ex.last_figure.axes[0].get_title()
+    assert ex.redraws == redraws + 1
+    # the H200's own bandwidth, not the 7.0 TB/s set for the B200 above
+    from pearl_moe.hardware import H200
+    from pearl_moe.perfmodel import CALIBRATED, hbm_ceiling
+
+    assert ex.bandwidth.value == pytest.approx(hbm_ceiling(H200, CALIBRATED) / 1e12, abs=0.05)
+    assert ex.bandwidth.value < 5.0
     ex.ring_depth.value = 12  # more entries than shared memory holds
     assert ex.last_figure is None and "needs" in ex.last_error

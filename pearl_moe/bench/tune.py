@@ -3,6 +3,7 @@ table that :func:`pearl_moe.kernels.autotune.pick` reads.
 
     python -m pearl_moe tune                                  # 3 models x 6 token counts, H200
     python -m pearl_moe tune --models glm --tokens 1,64 --out /tmp/H200.json
+    python -m pearl_moe tune --shape 2816,2048,16 --shape 4096,7168,32,8   # your own layers
     python -m pearl_moe tune --precompile-only --arch sm_90a --sms 132   # on a CPU, no GPU
 
 For every (model, tokens) shape: the pruned candidates of :func:`autotune.candidates` (about 10-16;
@@ -42,7 +43,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Measure candidate configurations of our kernel on this GPU; write the table "
         "grouped_gemm's default reads (pearl_moe/tuning/<GPU>.json).",
     )
-    p.add_argument("--models", default="all", help="comma list of model names, or 'all'")
+    p.add_argument(
+        "--models",
+        default=None,
+        help="comma list of model names, or 'all' (the default, unless --shape is given)",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="N,K,EXPERTS[,TOPK]",
+        help="a layer by the grouped GEMM one GPU runs: n (gate+up width), k (hidden), local "
+        "experts, top-k (default 8); repeatable; tuned at every --tokens count",
+    )
     p.add_argument("--tokens", default=DEFAULT_TOKENS, help="tokens per GPU, comma list")
     p.add_argument("--ep", type=int, default=8, help="expert-parallel degree")
     p.add_argument("--projection", default="gate_up", choices=("gate_up", "down"))
@@ -89,10 +102,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def parse_shape(text: str, ep: int = 8):
+    """``"n,k,experts[,top_k]"`` -> a :func:`pearl_moe.workloads.shape_model` layer."""
+    from ..workloads import shape_model
+
+    try:
+        values = [int(v) for v in _csv(text)]
+    except ValueError:
+        values = []
+    if len(values) not in (3, 4):
+        raise ValueError(f"--shape {text!r}: expected n,k,experts or n,k,experts,top_k (integers)")
+    return shape_model(*values[:3], top_k=values[3] if len(values) == 4 else 8, ep=ep)
+
+
 def build_problems(args) -> list:
-    names = list(MODELS) if args.models == "all" else [get_model(m).name for m in _csv(args.models)]
+    """The problems to tune: every named model (``--models``; all three course models unless only
+    ``--shape`` is given) and every ``--shape``, at each ``--tokens`` count."""
+    models = args.models if args.models is not None else ("" if args.shape else "all")
+    names = list(MODELS) if models == "all" else [get_model(m).name for m in _csv(models)]
+    layers = [*names, *(parse_shape(s, args.ep) for s in args.shape)]
     tokens = [int(t) for t in _csv(args.tokens)]
-    return [make_problem(m, t, args.ep, "balanced", args.projection) for m in names for t in tokens]
+    return [
+        make_problem(m, t, args.ep, "balanced", args.projection) for m in layers for t in tokens
+    ]
 
 
 def _shape(problem) -> tuple[int, int, int, int]:
@@ -453,7 +485,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache_dir:
         os.environ["PEARL_MOE_KERNEL_CACHE"] = str(Path(args.cache_dir).resolve())
     tqdm = _progress()
-    problems = build_problems(args)
+    try:
+        problems = build_problems(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.precompile_only:
         arch = args.arch or "sm_90a"
         sms = args.sms or {"sm_90a": 132, "sm_100a": 148}[arch]
