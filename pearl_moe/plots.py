@@ -383,14 +383,18 @@ def plot_latency_vs_tokens(
     measured_on: str | None | Mapping[str, str | None] = None,
     title: str = "",
     ax: Axes | None = None,
+    floor_label: str = "floor (modeled)",
 ) -> Figure:
     """Latency (us) against tokens per GPU, one line per implementation, and the floor.
 
     ``series`` maps an implementation to ``(tokens, seconds)`` points. ``measured_on`` says where
-    the numbers come from: a GPU name (every curve is "measured on <GPU>"), ``None`` (every curve
-    is "modeled"), or a dict giving that per implementation. The floor is always a model.
+    the numbers come from: a GPU name (every curve "measured on <GPU>", said once as the legend's
+    title), ``None`` (every curve "modeled", said the same way), or a dict giving that per
+    implementation (then each legend entry says it). ``floor_label`` names the floor's source: a
+    model, or ("floor (from measured ceilings)") the ceilings a run measured.
     """
-    if isinstance(measured_on, Mapping):
+    uniform = not isinstance(measured_on, Mapping)
+    if not uniform:
         missing = set(series) - set(measured_on)
         if missing:
             raise ValueError(f"measured_on does not say where {sorted(missing)} come from")
@@ -400,20 +404,27 @@ def plot_latency_vs_tokens(
             if not points:
                 raise ValueError(f"no points for {impl!r}")
             t, s = zip(*sorted(points), strict=True)
-            label = _source_label(impl, measured_on)
-            ls = "-" if "measured" in label else ":"
-            ax.plot(t, np.array(s) * 1e6, ls, marker="o", ms=3, label=label)
+            where = measured_on if uniform else measured_on.get(impl)
+            label = impl if uniform else _source_label(impl, measured_on)
+            ax.plot(t, np.array(s) * 1e6, "-" if where else ":", marker="o", ms=3, label=label)
         if floor:
             t, s = zip(*sorted(floor), strict=True)
-            ax.plot(t, np.array(s) * 1e6, color="#555555", lw=2, ls="--", label="floor (modeled)")
+            ax.plot(t, np.array(s) * 1e6, color="#555555", lw=2, ls="--", label=floor_label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("tokens per GPU")
         ax.set_ylabel("latency (us)")
         if title:
             ax.set_title(title)
-        ax.legend()
+        ax.legend(title=source_title(measured_on))
     return fig
+
+
+def source_title(measured_on) -> str | None:
+    """The legend title that says once where every curve comes from (None when they differ)."""
+    if isinstance(measured_on, Mapping):
+        return None
+    return f"measured on {measured_on}" if measured_on else "modeled"
 
 
 # ---------------------------------------------------------------------------- roofline

@@ -125,7 +125,9 @@ FLOOR = [(16, 2e-4), (64, 2.5e-4)]
 def test_latency_labels_measured():
     ax = plots.plot_latency_vs_tokens(SERIES, FLOOR, measured_on="H200").axes[0]
     labels = [ln.get_label() for ln in ax.get_lines()]
-    assert labels == ["ours (measured on H200)", "quack (measured on H200)", "floor (modeled)"]
+    # one source for every curve: said once, as the legend's title, not in every entry
+    assert labels == ["ours", "quack", "floor (modeled)"]
+    assert ax.get_legend().get_title().get_text() == "measured on H200"
     ours = ax.get_lines()[0]
     assert list(ours.get_xdata()) == [16, 64]  # sorted by tokens
     assert ours.get_ydata() == pytest.approx([300, 400])  # microseconds
@@ -133,7 +135,12 @@ def test_latency_labels_measured():
 
 def test_latency_labels_modeled_and_mixed():
     ax = plots.plot_latency_vs_tokens(SERIES).axes[0]
-    assert all(ln.get_label().endswith("(modeled)") for ln in ax.get_lines())
+    assert ax.get_legend().get_title().get_text() == "modeled"
+    assert all(ln.get_linestyle() == ":" for ln in ax.get_lines())  # modeled curves are dotted
+    floored = plots.plot_latency_vs_tokens(
+        SERIES, FLOOR, "H200", floor_label="floor (from measured ceilings)"
+    )
+    assert floored.axes[0].get_lines()[-1].get_label() == "floor (from measured ceilings)"
     mixed = plots.plot_latency_vs_tokens(SERIES, measured_on={"ours": None, "quack": "B200"})
     labels = [ln.get_label() for ln in mixed.axes[0].get_lines()]
     assert labels == ["ours (modeled)", "quack (measured on B200)"]

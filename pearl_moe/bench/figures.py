@@ -71,8 +71,9 @@ def latency_vs_tokens(model: str, out_dir: Path, root: Path | None = None) -> li
     fig = plot_latency_vs_tokens(
         _series(rs),
         floor=floor,
-        measured_on=_measured_on(rs),
+        measured_on=_measured_on(rs).split(" (")[0],
         title=f"{model} gate+up, EP=8: measured on {_measured_on(rs)}",
+        floor_label="floor (from the run's measured ceilings)",
     )
     return _save(fig, out_dir, f"bench_latency_{_slug(model)}")
 
@@ -141,8 +142,9 @@ def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
             {(r["tokens_per_gpu"], r["floor_us"] * 1e-6) for r in rs if r["model"] == model}
         )
         plot_latency_vs_tokens(
-            series, floor=floor, measured_on=_measured_on(mine).split(" (")[0], title=model, ax=ax
-        )
+            series, floor=floor, measured_on=_measured_on(mine).split(" (")[0], title=model, ax=ax,
+            floor_label="floor (from the run's measured ceilings)",
+        )  # fmt: skip
         ax.get_legend().remove()  # one legend for the three panels, below them
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=7)

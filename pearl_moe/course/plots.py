@@ -172,17 +172,17 @@ def plot_recorded_vs_tokens(
 ):
     """Latency against tokens per GPU of recorded (or live) runs, the source said once.
 
-    :func:`pearl_moe.plots.plot_latency_vs_tokens` with short legend entries ("stage 2 (measured
-    on H200)") and the long source ("replayed from results/... (measured <date> on <GPU>)") as a
+    :func:`pearl_moe.plots.plot_latency_vs_tokens` with short legend entries ("stage 2", the legend
+    titled "measured on H200") and the long source ("replayed from results/... (measured <date> on <GPU>)") as a
     second title line, so the legend stays inside the plot and the axes keep their width.
     """
-    from ..plots import plot_latency_vs_tokens
+    from ..plots import plot_latency_vs_tokens, source_title
 
     heading = f"{title}\n{source}" if title else source
     fig = plot_latency_vs_tokens(series, floor=floor, measured_on=gpu, title=heading)
     ax = fig.axes[0]
     ax.title.set_fontsize(9)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", title=source_title(gpu), title_fontsize=7)
     return fig
 
 
