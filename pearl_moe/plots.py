@@ -440,16 +440,22 @@ def plot_roofline(roofs=None, points=None, ax: Axes | None = None) -> Figure:
     roofs = roofs if roofs is not None else roofline.roofs()
     points = points if points is not None else roofline.points()
     with style():
-        fig, ax = _axes(ax, (7.2, 4.2))
+        fig, ax = _axes(ax, (7.2, 5.0))
         lo = min([0.5] + [p.intensity / 2 for p in points])
         hi = max([4000.0] + [p.intensity * 2 for p in points])
         x = np.geomspace(lo, hi, 200)
+        ymin = min(lo * r.bytes_per_s for r in roofs) / 1e12
         for i, roof in enumerate(roofs):
             color = ("#333333", OKABE_ITO[0], OKABE_ITO[4], OKABE_ITO[5])[i % 4]
             ls = "-" if roof.source == "datasheet" else "--"
             y = np.minimum(roof.flops_per_s, x * roof.bytes_per_s) / 1e12
             ax.plot(x, y, ls, color=color, lw=1.6, label=roof.label())
+            # each ridge is a labeled line: where that roof turns from bandwidth to compute
             ax.axvline(roof.ridge, color=color, lw=0.8, ls=":")
+            ax.text(
+                roof.ridge * 1.03, ymin * 1.2 * 2.2**i, f"ridge {roof.ridge:.0f} FLOP/B",
+                fontsize=6.5, color=color, va="bottom", ha="left",
+            )  # fmt: skip
         models = list(dict.fromkeys(p.model for p in points))
         markers = {"decode": "o", "prefill": "s"}
         top = roofs[0]
@@ -457,22 +463,33 @@ def plot_roofline(roofs=None, points=None, ax: Axes | None = None) -> Figure:
             c = OKABE_ITO[(models.index(p.model) + 1) % len(OKABE_ITO)]
             y = top.attainable(p.intensity) / 1e12
             ax.plot(p.intensity, y, markers[p.phase], color=c, ms=6, mec="black", mew=0.5)
+        # one label per token count, above its group of points (the models sit close together)
+        for tokens in sorted({p.tokens_per_gpu for p in points}):
+            group = [p for p in points if p.tokens_per_gpu == tokens]
+            xs = [p.intensity for p in group]
+            ys = [top.attainable(p.intensity) / 1e12 for p in group]
             ax.annotate(
-                f"{p.tokens_per_gpu}",
-                (p.intensity, y),
-                textcoords="offset points",
-                xytext=(5, 3 - 9 * models.index(p.model)),
-                fontsize=7,
-                color=c,
-            )
+                f"{tokens} tok/GPU",
+                (float(np.exp(np.mean(np.log(xs)))), max(ys)),
+                textcoords="offset points", xytext=(0, 9), ha="center", fontsize=7,
+                color="#333333",
+            )  # fmt: skip
         handles, labels = ax.get_legend_handles_labels()
         for m in models:
             c = OKABE_ITO[(models.index(m) + 1) % len(OKABE_ITO)]
             handles.append(
                 mpl.lines.Line2D([], [], marker="o", ls="", color=c, mec="black", mew=0.5)
             )
-            labels.append(f"{m} (tokens/GPU; o decode, s prefill)")
-        ax.legend(handles, labels, fontsize=6.5, loc="lower right")
+            labels.append(m)
+        for phase, marker in markers.items():
+            if any(p.phase == phase for p in points):
+                handles.append(
+                    mpl.lines.Line2D([], [], marker=marker, ls="", color="white", mec="black")
+                )
+                labels.append(phase)
+        # below the axes: inside, the roofs' long labels would cover the points
+        ax.legend(handles, labels, fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+                  ncol=2, frameon=False)  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity (FLOP per byte that must move)")
