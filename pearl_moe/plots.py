@@ -59,6 +59,15 @@ OKABE_ITO = (
     "#000000",  # black
 )
 IDLE_COLOR = "#EEEEEE"
+#: One colour per model in every figure that tells the models apart by colour.
+MODEL_COLORS = {"GLM 5.3": OKABE_ITO[0], "DeepSeek V4 Pro": OKABE_ITO[1], "Kimi K3": OKABE_ITO[2]}
+
+
+def model_color(model: str, fallback: int = 0) -> str:
+    """The colour of ``model`` (:data:`MODEL_COLORS`), else the palette's ``fallback``-th."""
+    return MODEL_COLORS.get(model, OKABE_ITO[(3 + fallback) % len(OKABE_ITO)])
+
+
 LIMIT_COLOR = "#D55E00"
 
 STYLE: dict[str, object] = {
@@ -460,7 +469,7 @@ def plot_roofline(roofs=None, points=None, ax: Axes | None = None) -> Figure:
         markers = {"decode": "o", "prefill": "s"}
         top = roofs[0]
         for p in points:
-            c = OKABE_ITO[(models.index(p.model) + 1) % len(OKABE_ITO)]
+            c = model_color(p.model, models.index(p.model))
             y = top.attainable(p.intensity) / 1e12
             ax.plot(p.intensity, y, markers[p.phase], color=c, ms=6, mec="black", mew=0.5)
         # one label per token count, above its group of points (the models sit close together)
@@ -476,7 +485,7 @@ def plot_roofline(roofs=None, points=None, ax: Axes | None = None) -> Figure:
             )  # fmt: skip
         handles, labels = ax.get_legend_handles_labels()
         for m in models:
-            c = OKABE_ITO[(models.index(m) + 1) % len(OKABE_ITO)]
+            c = model_color(m, models.index(m))
             handles.append(
                 mpl.lines.Line2D([], [], marker="o", ls="", color=c, mec="black", mew=0.5)
             )
