@@ -416,9 +416,11 @@ def test_latency_bars_draw_each_bar_against_its_own_floor():
         title="GLM 5.3",
     )
     ax = fig.axes[0]
-    ticks = [ln for ln in ax.get_lines() if len(set(ln.get_xdata())) == 1]
+    # one panel per GPU: the measured H200 bar and the modeled B200 bar share no axis
+    assert [a.get_ylabel() for a in fig.axes] == ["H200: measured", "B200: modeled"]
+    ticks = [ln for a in fig.axes for ln in a.get_lines() if len(set(ln.get_xdata())) == 1]
     assert sorted(ln.get_xdata()[0] for ln in ticks) == pytest.approx([200, 400])  # us, one each
-    texts = " ".join(t.get_text() for t in ax.texts)
+    texts = " ".join(t.get_text() for a in fig.axes for t in a.texts)
     assert "80% of its floor" in texts and "67% of its floor" in texts
     assert "model" in ax.get_title()
     # the last title line: how close the model comes to the H200 (calibrate's split)

@@ -95,9 +95,10 @@ def plot_latency_bars(
     floor: float | None = None,
     title: str = "",
 ):
-    """Horizontal latency bars, each against the floor of its own GPU.
+    """Horizontal latency bars, each against the floor of its own GPU, one panel per GPU.
 
-    ``bars`` are ``(label, seconds or None, source)`` or ``(label, seconds or None, source,
+    A label that starts with a GPU's name ("H200: stage 1 ...", "B200 stage 4: ...") puts its bar
+    in that GPU's panel, so measured and modeled GPUs never share an axis. ``bars`` are ``(label, seconds or None, source)`` or ``(label, seconds or None, source,
     floor_seconds)``. A source containing "modeled" draws the bar hatched (a model, not a
     measurement). Each bar's floor is a dark tick across that bar's row, and the bar says which
     fraction of its floor it reaches. ``floor`` is the floor of bars that give none (use it only
@@ -111,36 +112,53 @@ def plot_latency_bars(
     from matplotlib.patches import Patch
 
     parts = [_bar_parts(b) for b in bars]
+    # one panel per GPU: a measured H200 bar and a modeled B200 bar never share an axis
+    panels: dict[str, list[int]] = {}
+    for i, (label, *_rest) in enumerate(parts):
+        head = label.split()[0].rstrip(":") if label.split() else ""
+        panels.setdefault(head if head in _GPU_NAMES else "", []).append(i)
+    floors = [f if f is not None else floor for *_, f in parts]
+    sources: list[str] = []
     with style():
-        fig = Figure(figsize=(8.0, 0.5 * len(parts) + 1.9), layout="constrained")
-        ax = fig.add_subplot()
-        y = np.arange(len(parts))[::-1]
-        floors = [f if f is not None else floor for *_, f in parts]
-        top = max([v for _, v, _, _ in parts if v] + [f for f in floors if f] + [0.0]) * 1e6 or 1.0
-        sources: list[str] = []
-        for yi, (_label, value, source, _), own_floor in zip(y, parts, floors, strict=True):
-            modeled = "modeled" in source
-            if value:
-                if source not in sources:
-                    sources.append(source)
-                ax.barh(
-                    yi, value * 1e6, 0.6, color=OKABE_ITO[1] if modeled else OKABE_ITO[0],
-                    hatch="//" if modeled else "", edgecolor="white",
-                )  # fmt: skip
-                reach = f", {own_floor / value:.0%} of its floor" if own_floor else ""
-                kind = "modeled" if modeled else "measured"
-                ax.text(
-                    max(value, own_floor or 0) * 1e6, yi, f"  {value * 1e6:.0f} us ({kind}){reach}",
-                    va="center", fontsize=7,
-                )  # fmt: skip
-            else:
-                ax.text(0, yi, f" {source}", va="center", fontsize=7, color="#555555")
-            if own_floor:
-                ax.plot([own_floor * 1e6] * 2, [yi - 0.42, yi + 0.42], color="#222222", lw=2.2)
-        ax.set_yticks(y, [p[0] for p in parts])
-        ax.set_xlim(0, top * 1.75)
-        ax.set_xlabel("latency (us)")
-        ax.grid(axis="y", visible=False)
+        fig = Figure(
+            figsize=(8.0, 0.5 * len(parts) + 1.2 + 0.7 * len(panels)), layout="constrained"
+        )
+        axes = fig.subplots(
+            len(panels), 1, squeeze=False, height_ratios=[len(v) for v in panels.values()]
+        )[:, 0]
+        for ax, (gpu, rows) in zip(axes, panels.items(), strict=True):
+            y = np.arange(len(rows))[::-1]
+            values = [parts[i][1] for i in rows if parts[i][1]]
+            top = max(values + [floors[i] for i in rows if floors[i]] + [0.0]) * 1e6 or 1.0
+            kinds = set()
+            for yi, i in zip(y, rows, strict=True):
+                _label, value, source, _ = parts[i]
+                own_floor = floors[i]
+                modeled = "modeled" in source
+                if value:
+                    kinds.add("modeled" if modeled else "measured")
+                    if source not in sources:
+                        sources.append(source)
+                    ax.barh(
+                        yi, value * 1e6, 0.6, color=OKABE_ITO[1] if modeled else OKABE_ITO[0],
+                        hatch="//" if modeled else "", edgecolor="white",
+                    )  # fmt: skip
+                    reach = f", {own_floor / value:.0%} of its floor" if own_floor else ""
+                    kind = "modeled" if modeled else "measured"
+                    ax.text(
+                        max(value, own_floor or 0) * 1e6, yi,
+                        f"  {value * 1e6:.0f} us ({kind}){reach}", va="center", fontsize=7,
+                    )  # fmt: skip
+                else:
+                    ax.text(0, yi, f" {source}", va="center", fontsize=7, color="#555555")
+                if own_floor:
+                    ax.plot([own_floor * 1e6] * 2, [yi - 0.42, yi + 0.42], color="#222222", lw=2.2)
+            ax.set_yticks(y, [parts[i][0] for i in rows])
+            ax.set_xlim(0, top * 1.75)
+            ax.set_xlabel("latency (us)")
+            ax.grid(axis="y", visible=False)
+            if gpu:
+                ax.set_ylabel(f"{gpu}: {' and '.join(sorted(kinds)) or 'no value'}", fontsize=8)
         any_model = any("modeled" in s for s in sources)
         handles = [Patch(color=OKABE_ITO[0], label="measured")]
         if any_model:
@@ -149,7 +167,7 @@ def plot_latency_bars(
             handles.append(Line2D([], [], color="#222222", lw=2.2, label="floor of that bar's GPU"))
         fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7)
         if any_model and "model" not in title.lower():
-            title = f"{title}{': ' if title else ''}measured and model (hatched)"
+            title = f"{title}{': ' if title else ''}measured and model (hatched), one panel per GPU"
         named = [s for s in sources if "modeled" not in s]
         check = ""
         if any_model:
@@ -159,8 +177,12 @@ def plot_latency_bars(
             check = trust_note(decode_prefill_errors())
         heading = "\n".join(filter(None, [title, "; ".join(named), check]))
         if heading:
-            ax.set_title(heading, fontsize=9)
+            axes[0].set_title(heading, fontsize=9)
     return fig
+
+
+#: Labels that start with one of these name the GPU of their bar (one panel each).
+_GPU_NAMES = ("H200", "H100", "B200", "B300", "GB200", "GB300")
 
 
 def plot_recorded_vs_tokens(
