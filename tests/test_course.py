@@ -471,3 +471,16 @@ def test_run_printing_captures_c_level_output():
         libc.printf(b"again\n")
 
     assert run_printing(noisy).splitlines() == ["from C 7", "again"]
+
+
+def test_same_tiles_says_when_a_wave_map_would_repeat():
+    from pearl_moe.course import same_tiles
+    from pearl_moe.kernels.ladder import stage_config
+
+    decode = [make_problem("GLM 5.3", 64), make_problem("Kimi K3", 64)]
+    s3, s4, s5 = (stage_config("sm_100a", s).resolved() for s in (3, 4, 5))
+    text = same_tiles(s3, s4, decode)  # stage 4 keeps stage 3's 128 x 128 tile
+    assert text.count("as before") == 2 and "tiles in" in text
+    with pytest.raises(ValueError, match="draw the wave maps"):
+        # 256 rows per expert: 64-row tiles make twice the tiles of 128-row ones
+        same_tiles(s4, s5, [make_problem("GLM 5.3", 1024)])

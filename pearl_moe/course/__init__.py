@@ -31,7 +31,8 @@ module                 what it holds
 ``simulate``           :func:`simulate_tile_stores`: the TMA store's bounds rule replayed in NumPy
 ``plots``              :func:`plot_latency_bars`, :func:`plot_recorded_vs_tokens`,
                        :func:`plot_stage_sweep`, :func:`plot_stage_budgets`,
-                       :func:`plot_stage_occupancy`, :func:`plot_ablation_step`,
+                       :func:`plot_stage_occupancy` (or :func:`same_tiles` where a stage keeps its tile),
+                       :func:`plot_ablation_step`,
                        :func:`say_model`: the notebooks' own figures
 =====================  ==========================================================================
 """
@@ -47,6 +48,7 @@ from .plots import (
     plot_stage_budgets,
     plot_stage_occupancy,
     plot_stage_sweep,
+    same_tiles,
     say_model,
 )
 from .profiles import hbm_reads, ncu_metrics
@@ -145,5 +147,6 @@ __all__ = [
     "say_model",
     "plot_stage_budgets",
     "plot_stage_occupancy",
+    "same_tiles",
     "plot_ablation_step",
 ]

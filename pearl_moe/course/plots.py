@@ -289,6 +289,30 @@ def plot_stage_budgets(stages, configs: Mapping | None = None):
     return fig
 
 
+def same_tiles(before, after, problems: Sequence, gpu="B200") -> str:
+    """Say (and check) that ``after`` lands its tiles as ``before`` does on every problem: the
+    same tile count in the same rounds, so a stage that keeps its predecessor's tile has no new
+    wave map to draw. Raises ``ValueError`` where the two differ (draw the maps there)."""
+    from ..hardware import get_gpu
+    from ..occupancy import occupancy
+
+    gpu = get_gpu(gpu)
+    lines = []
+    for p in problems:
+        a, b = occupancy(p, before, gpu=gpu), occupancy(p, after, gpu=gpu)
+        if (a.total_tiles, a.waves(), a.wave_fractions()) != (
+            b.total_tiles,
+            b.waves(),
+            b.wave_fractions(),
+        ):
+            raise ValueError(f"{p.label()}: the tiles land differently; draw the wave maps")
+        lines.append(
+            f"{p.label()}: {b.total_tiles} tiles in {b.waves()} round(s) on {gpu.sms} SMs, "
+            f"last round {b.wave_fractions()[-1]:.0%} busy, as before"
+        )
+    return "\n".join(lines)
+
+
 def plot_stage_occupancy(configs: Mapping, problems: Sequence, gpu="B200"):
     """Where a persistent kernel's tiles land: one SM x time map per (configuration, problem).
 
