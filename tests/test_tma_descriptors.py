@@ -34,11 +34,12 @@ CODE = textwrap.dedent(
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_100a", "sm_103a"])
-def test_descriptor_probe_compiles(target):
+def test_descriptor_probe_compiles(target, tmp_path):
     env = dict(os.environ, CUTE_DSL_ARCH=target, CUTE_DSL_KEEP="ptx,sass")
     res = subprocess.run(
-        [sys.executable, "-c", CODE], capture_output=True, text=True, env=env, timeout=600
-    )
+        [sys.executable, "-c", CODE], capture_output=True, text=True, env=env, timeout=600,
+        cwd=tmp_path,  # the kept PTX and SASS land there, not in the checkout
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in res.stdout.strip().splitlines())
     # the copy is patched (address, extents, strides), released, acquired, stored through
