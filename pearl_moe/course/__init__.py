@@ -20,28 +20,25 @@ module                 what it holds
                        :func:`stage_series`, :func:`check_table`, :func:`ablation_step`, ...: the
                        recorded H200 runs of our kernels, each number labeled with where it comes
                        from
-``profiles``           :func:`hbm_reads`, :func:`ncu_metrics`: the Nsight Compute exports under
-                       ``results/H200/power/`` (HBM bytes each kernel read against the model's
-                       count; metrics per profiled launch)
-``reproducibility``    :func:`load_study`, :func:`spreads`: how far one kernel's time moves between
-                       runs, processes and device calls (``results/H200/replicates/``)
+``profiles``           :func:`ncu_export`: a Nsight Compute export under ``results/H200/`` (metrics
+                       per implementation, problem and run)
 ``host_run``           :func:`run_printing`: run CuTe host code on the CPU, read its ``cute.printf``
 ``live``               :func:`can_run_live`, :func:`stage_impl`, :func:`time_step_live`: run a
                        stage with the benchmark harness on a GPU
 ``simulate``           :func:`simulate_tile_stores`: the TMA store's bounds rule replayed in NumPy
-``plots``              :func:`plot_latency_bars`, :func:`plot_recorded_vs_tokens`,
-                       :func:`plot_stage_sweep`, :func:`plot_stage_budgets`,
-                       :func:`plot_stage_occupancy` (or :func:`same_tiles` where a stage keeps its tile),
-                       :func:`plot_ablation_step`,
-                       :func:`say_model`: the notebooks' own figures
 =====================  ==========================================================================
+
+The notebooks' own figures are drawn by :mod:`pearl_moe.plots` and re-exported here:
+:func:`plot_latency_bars`, :func:`plot_recorded_vs_tokens`, :func:`plot_stage_sweep`,
+:func:`plot_stage_budgets`, :func:`plot_stage_occupancy` (or :func:`same_tiles` where a stage keeps
+its tile), :func:`plot_ablation_step` and :func:`say_model`.
 """
 
 from ._paths import ROOT
 from .host_run import run_printing
 from .live import can_run_live, format_live_step, stage_impl, time_step_live
 from .machine import FORCE_ENV, Machine, detect_machine
-from .plots import (
+from ..plots import (
     plot_ablation_step,
     plot_latency_bars,
     plot_recorded_vs_tokens,
@@ -51,8 +48,7 @@ from .plots import (
     same_tiles,
     say_model,
 )
-from .profiles import hbm_reads, ncu_metrics
-from .reproducibility import load_study, spreads
+from .profiles import ncu_export
 from .results import (
     DECODE_MAX_TOKENS,
     STAGE_IMPLS,
@@ -131,10 +127,7 @@ __all__ = [
     "step_latency_bars",
     "step_verdict",
     "gpu_check_lines",
-    "hbm_reads",
-    "ncu_metrics",
-    "load_study",
-    "spreads",
+    "ncu_export",
     "run_printing",
     "can_run_live",
     "stage_impl",
