@@ -1,42 +1,88 @@
-"""``python -m pearl_moe figures``: regenerate every figure of the course from code.
+"""``python -m pearl_moe figures``: regenerate every committed figure from code, and the README's
+generated blocks.
 
-Figures are registered by name in :data:`FIGURES`; each entry takes the output directory and returns
-the paths it wrote. The benchmark figures live with the benchmark code
-(``pearl_moe.bench.figures.BENCH_FIGURES``, same signature) and are merged in when that module
-exists. The PNGs are kept small (about 100 dpi) so the repository stays light and diffs of
-regenerated figures stay cheap.
+Figures are registered by name in :data:`FIGURES`: the course's figures drawn from the models
+(:data:`COURSE_FIGURES`), then the benchmark's, drawn from the runs committed in ``results/``
+(:data:`BENCH_FIGURES`). Each entry takes the output directory and returns the paths it wrote.
+The data is read here (through :mod:`pearl_moe.replay` and the models) and drawn by
+:mod:`pearl_moe.plots`; this module only shapes it and saves the PNGs, small (100 dpi for the
+course's figures in the house style, 90 dpi for the benchmark's) so the repository stays light.
+Writing into the repository's own ``figures/`` also refreshes the README's stage table
+(:func:`pearl_moe.stages.update_readme`) and its figure list, whose captions are the first
+paragraphs of the registered functions' docstrings.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import re
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
+from . import replay
+from .bench.compare import ablation_summary
 from .config import GemmConfig
 from .occupancy import occupancy
 from .plots import (
+    plot_ablation_steps,
     plot_calibration,
+    plot_latency_panels,
+    plot_latency_vs_tokens,
     plot_occupancy_maps,
+    plot_pct_of_floor,
     plot_roofline,
     plot_smem_budget,
     plot_stage_projection,
-    plot_tmem_map,
+    plot_tmem_maps,
     plot_utilization_vs_tokens,
+    plot_vs_floor,
     style,
 )
-from .workloads import make_problem
+from .workloads import MODELS, make_problem
 
-__all__ = ["FIGURES", "BLOG_SMEM_CONFIGS", "BLOG_TMEM_CONFIGS", "registry", "main"]
+__all__ = [
+    "FIGURES",
+    "COURSE_FIGURES",
+    "BENCH_FIGURES",
+    "BLOG_SMEM_CONFIGS",
+    "BLOG_TMEM_CONFIGS",
+    "STEP_LABELS",
+    "COMPARE_IMPLS",
+    "latency_vs_tokens",
+    "pct_of_floor",
+    "stages_latency",
+    "ablation_cells",
+    "ablation_figure",
+    "compare_rows",
+    "compare_figure",
+    "registry",
+    "main",
+]
 
 FigureFn = Callable[[Path], list[Path]]
 DPI = 100
+#: The benchmark figures are saved smaller, as drawn (no house style applied when saving).
+BENCH_DPI = 90
+#: The GPU whose committed runs the benchmark figures show.
+BENCH_GPU = "H200"
 
+
+def _save(fig, out_dir: Path, name: str, dpi: int = DPI, house_style: bool = True) -> list[Path]:
+    """Write ``fig`` as ``<out_dir>/<name>.png``; ``house_style`` saves it inside
+    :func:`pearl_moe.plots.style` (tight bounding box)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.png"
+    if house_style:
+        with style():
+            fig.savefig(path, dpi=dpi)
+    else:
+        fig.savefig(path, dpi=dpi)
+    return [path]
+
+
+# ---------------------------------------------------------------------------- course
 #: The blog's shared-memory steps, in order: TMA-store epilogue (6 stages), direct stores
 #: (7 stages), 64-row tiles, and B stages that span two K tiles.
 BLOG_SMEM_CONFIGS: dict[str, GemmConfig] = {
@@ -52,14 +98,6 @@ BLOG_TMEM_CONFIGS: tuple[GemmConfig, ...] = (
     GemmConfig(tile_m=256, tile_n=512, cta_group=2),
     GemmConfig(tile_m=256, tile_n=512, cta_group=2, acc_slots=2),
 )
-
-
-def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.png"
-    with style():
-        fig.savefig(path, dpi=DPI)
-    return [path]
 
 
 def occupancy_glm_decode(out_dir: Path) -> list[Path]:
@@ -85,12 +123,7 @@ def smem_budget_blog_configs(out_dir: Path) -> list[Path]:
 
 def tmem_maps(out_dir: Path) -> list[Path]:
     """Budget model: TMEM columns of the three Blackwell accumulator layouts, stacked."""
-    with style():
-        fig = Figure(figsize=(7.0, 4.6), layout="constrained")
-        axes = fig.subplots(len(BLOG_TMEM_CONFIGS), 1)
-        for config, ax in zip(BLOG_TMEM_CONFIGS, axes, strict=True):
-            plot_tmem_map(config, ax=ax)
-    return _save(fig, out_dir, "tmem_maps")
+    return _save(plot_tmem_maps(BLOG_TMEM_CONFIGS), out_dir, "tmem_maps")
 
 
 def roofline_moe(out_dir: Path) -> list[Path]:
@@ -128,7 +161,7 @@ def b200_stage_projection(out_dir: Path) -> list[Path]:
     return _save(plot_stage_projection(data, floors, note=note), out_dir, "b200_stage_projection")
 
 
-FIGURES: dict[str, FigureFn] = {
+COURSE_FIGURES: dict[str, FigureFn] = {
     "occupancy_glm_decode": occupancy_glm_decode,
     "sm_utilization_vs_tokens": sm_utilization_vs_tokens,
     "smem_budget_blog_configs": smem_budget_blog_configs,
@@ -139,27 +172,235 @@ FIGURES: dict[str, FigureFn] = {
 }
 
 
-def _bench_figures() -> dict[str, FigureFn]:
-    """``BENCH_FIGURES`` of ``pearl_moe.bench.figures`` if that module exists (errors inside it
-    propagate: a broken benchmark figure must not silently disappear)."""
-    if importlib.util.find_spec("pearl_moe.bench") is None:
-        return {}
-    if importlib.util.find_spec("pearl_moe.bench.figures") is None:
-        return {}
-    module = importlib.import_module("pearl_moe.bench.figures")
-    return dict(module.BENCH_FIGURES)
+# ---------------------------------------------------------------------------- benchmark
+def _slug(model: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in model.lower()).strip("_")
 
 
-def registry() -> dict[str, FigureFn]:
-    """All figures: the ones above plus the benchmark's."""
-    merged = dict(FIGURES)
-    for name, fn in _bench_figures().items():
-        if name in merged:
-            raise ValueError(f"figure name {name!r} is registered twice")
-        merged[name] = fn
+def _measured_on(rs: list[dict]) -> str:
+    gpu = (rs[0]["gpu"] or BENCH_GPU).replace("NVIDIA ", "")
+    dates = sorted({(r["date"] or "")[:10] for r in rs})
+    return f"{gpu} ({', '.join(dates)})"
+
+
+def _series(rs: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in rs:
+        series[r["impl"]].append((r["tokens_per_gpu"], r["median_us"] * 1e-6))
+    return dict(series)
+
+
+def latency_vs_tokens(model: str, out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Latency against tokens per GPU for every implementation measured on ``model``, with the
+    floor (balanced routing; quack-tuned from its own run)."""
+    base = replay.rows(BENCH_GPU, kind="baselines", model=model, routing="balanced", root=root)
+    tuned = replay.rows(
+        BENCH_GPU,
+        kind="quack_tuned",
+        model=model,
+        routing="balanced",
+        impl="quack-tuned",
+        root=root,
+    )
+    if not base:
+        raise FileNotFoundError(f"no baselines for {model} under results/{BENCH_GPU}")
+    rs = base + tuned
+    floor = sorted({(r["tokens_per_gpu"], r["floor_us"] * 1e-6) for r in base})
+    fig = plot_latency_vs_tokens(
+        _series(rs),
+        floor=floor,
+        measured_on=_measured_on(rs).split(" (")[0],
+        title=f"{model} gate+up, EP=8: measured on {_measured_on(rs)}",
+        floor_label="floor (from the run's measured ceilings)",
+    )
+    return _save(fig, out_dir, f"bench_latency_{_slug(model)}", dpi=BENCH_DPI, house_style=False)
+
+
+def pct_of_floor(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Percent of the floor (floor / time) per implementation and model, balanced routing."""
+    rs = replay.rows(BENCH_GPU, kind="baselines", routing="balanced", root=root)
+    rs += replay.rows(
+        BENCH_GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root
+    )
+    if not rs:
+        raise FileNotFoundError(f"no results under results/{BENCH_GPU}")
+    panels = {}
+    for model in [m for m in MODELS if any(r["model"] == m for r in rs)]:
+        series = defaultdict(list)
+        for r in rs:
+            if r["model"] == model:
+                series[r["impl"]].append((r["tokens_per_gpu"], r["pct_of_floor"]))
+        panels[model] = dict(series)
+    fig = plot_pct_of_floor(
+        panels,
+        title=f"Baselines, measured on {_measured_on(rs)}; floor modeled from measured ceilings",
+    )
+    return _save(fig, out_dir, "bench_pct_of_floor", dpi=BENCH_DPI, house_style=False)
+
+
+#: Labels of our kernel stages in the stages figure.
+STAGE_LABELS = {
+    "pearl-s1": "stage 1 (per-expert loop of our GEMM)",
+    "pearl-s2": "stage 2 (grouped)",
+    "pearl-s3": "stage 3 (persistent, warp-specialized)",
+    "loop": "cuBLAS per-expert loop",
+    "grouped_mm": "torch grouped_mm",
+    "quack-tuned": "quack tuned (separate run)",
+}
+
+
+def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Our sm_90a stages 1-3 against the baselines of the same run (and tuned quack from its own
+    run), per model, balanced routing, with the floor of the stages run."""
+    rs = replay.rows(BENCH_GPU, kind="stages", routing="balanced", root=root)
+    if not rs:
+        raise FileNotFoundError(f"no stages run under results/{BENCH_GPU}")
+    tuned = replay.rows(
+        BENCH_GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root
+    )
+    panels = {}
+    for model in [m for m in MODELS if any(r["model"] == m for r in rs)]:
+        mine = [r for r in rs + tuned if r["model"] == model]
+        panels[model] = {
+            "series": {STAGE_LABELS.get(impl, impl): pts for impl, pts in _series(mine).items()},
+            "floor": sorted(
+                {(r["tokens_per_gpu"], r["floor_us"] * 1e-6) for r in rs if r["model"] == model}
+            ),
+            "measured_on": _measured_on(mine).split(" (")[0],
+        }
+    fig = plot_latency_panels(
+        panels,
+        title=f"Our sm_90a stages against the baselines, measured on {_measured_on(rs)}; "
+        "floor modeled from the run's measured ceilings",
+        floor_label="floor (from the run's measured ceilings)",
+    )
+    return _save(fig, out_dir, "stages_latency_h200", dpi=BENCH_DPI, house_style=False)
+
+
+#: The ablation's steps, as the figure's legend names them.
+STEP_LABELS = {
+    ("pearl-s3", "pearl-s4"): "4 / 3: direct store",
+    ("pearl-s4", "pearl-s5"): "5 / 4: 64-row tiles",
+    ("pearl-s5", "pearl-s6"): "6 / 5: wide B entries",
+    ("pearl-s6", "pearl-s7"): "7 / 6: ping-pong consumers",
+}
+
+
+def ablation_cells(run: dict) -> list[dict]:
+    """Every (model, tokens, step) of an ablation run: the paired ratio and its round range."""
+    cells = []
+    for row in ablation_summary(run)["rows"]:
+        if row["routing"] != "balanced":
+            continue
+        for c in row["cells"]:
+            if "ratio" in c:
+                cells.append(
+                    dict(model=row["model"], tokens=row["tokens"], step=(c["vs"], c["impl"]),
+                         ratio=c["ratio"], lo=c["lo"], hi=c["hi"])
+                )  # fmt: skip
+    return cells
+
+
+def _run_date(run: dict) -> str:
+    gpu = run["env"].get("gpu", BENCH_GPU).replace("NVIDIA ", "")
+    return f"{gpu} ({str(run['env']['date'])[:10]})"
+
+
+def ablation_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """The ablation of stages 3-7 measured on the H200: each stage's time over the previous
+    stage's, per model and tokens per GPU (bar: paired ratio of 5 interleaved rounds, the highest
+    and lowest dropped; whisker: range of the per-round ratios)."""
+    run = replay.load_run(BENCH_GPU, "ablation", root)
+    cells = ablation_cells(run)
+    labels = {k: v for k, v in STEP_LABELS.items() if any(c["step"] == k for c in cells)}
+    fig = plot_ablation_steps(
+        cells,
+        labels,
+        title=f"Stage-by-stage ablation of the sm_90a kernels, measured on {_run_date(run)}, "
+        "gate+up, EP=8: time of stage N / stage N-1 (whiskers: range of the rounds)",
+    )
+    return _save(fig, out_dir, "ablation_h200", dpi=BENCH_DPI, house_style=False)
+
+
+#: Implementations of the benchmark figure, the default call first, with their legend labels.
+COMPARE_IMPLS = {
+    "pearl": "pearl (default call)",
+    "triton": "Triton grouped GEMM",
+    "grouped_mm": "torch grouped_mm",
+    "loop": "cuBLAS per-expert loop",
+    "quack-tuned": "quack, tuned",
+    "quack": "quack",
+    "flashinfer": "FlashInfer",
+}
+
+
+def compare_rows(run: dict) -> list[dict]:
+    """One row per (shape, implementation) of a compare run: time / floor of the shape."""
+    problems = {p["id"]: p for p in run["problems"]}
+    rows = []
+    for r in run["records"]:
+        if r.get("status") != "ok":
+            continue
+        p = problems[r["problem"]]
+        shape = str(p["tokens_per_gpu"]) + (
+            "" if p["routing"] == "balanced" else f" {p['routing']}"
+        )
+        rows.append(
+            dict(model=p["model"], shape=shape, impl=r["impl"], us=r["time"]["median_us"],
+                 floor_us=p["floor_us"], ratio=r["time"]["median_us"] / p["floor_us"])
+        )  # fmt: skip
+    return rows
+
+
+def compare_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """The post's benchmark figure, measured on the H200: the three models' gate+up shapes, every
+    implementation (our default call and each baseline, each tuned), latency over the shape's
+    floor (from the run's measured ceilings), in CUDA graphs."""
+    run = replay.load_run(BENCH_GPU, "compare", root)
+    fig = plot_vs_floor(
+        compare_rows(run),
+        COMPARE_IMPLS,
+        title=f"Grouped GEMM, gate+up, EP=8, CUDA graphs, measured on {_run_date(run)}: "
+        "latency / floor (floor from the run's measured ceilings)",
+    )
+    return _save(fig, out_dir, "bench_compare_h200", dpi=BENCH_DPI, house_style=False)
+
+
+def _latency_fn(model: str) -> Callable[[Path], list[Path]]:
+    def fn(out_dir: Path) -> list[Path]:
+        return latency_vs_tokens(model, out_dir)
+
+    fn.__doc__ = f"{model}: latency of every baseline against tokens per GPU, with the floor."
+    return fn
+
+
+BENCH_FIGURES: dict[str, FigureFn] = {f"bench_latency_{_slug(m)}": _latency_fn(m) for m in MODELS}
+BENCH_FIGURES["bench_pct_of_floor"] = pct_of_floor
+BENCH_FIGURES["stages_latency_h200"] = stages_latency
+BENCH_FIGURES["ablation_h200"] = ablation_figure
+BENCH_FIGURES["bench_compare_h200"] = compare_figure
+
+
+def _merge(*parts: dict[str, FigureFn]) -> dict[str, FigureFn]:
+    merged: dict[str, FigureFn] = {}
+    for part in parts:
+        for name, fn in part.items():
+            if name in merged:
+                raise ValueError(f"figure name {name!r} is registered twice")
+            merged[name] = fn
     return merged
 
 
+#: Every figure, in the order the README lists them.
+FIGURES: dict[str, FigureFn] = _merge(COURSE_FIGURES, BENCH_FIGURES)
+
+
+def registry() -> dict[str, FigureFn]:
+    """All figures (a copy of :data:`FIGURES`)."""
+    return dict(FIGURES)
+
+
+# ---------------------------------------------------------------------------- README, CLI
 _FIGURES_BLOCK = re.compile(r"(<!-- figures:begin -->\n)(.*?)(<!-- figures:end -->)", re.S)
 
 
@@ -198,9 +439,6 @@ def _default_out() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import matplotlib
-
-    matplotlib.use("Agg")  # a command-line run never needs a window
     figures = registry()
     parser = argparse.ArgumentParser(
         prog="python -m pearl_moe figures", description="Regenerate the course's figures."

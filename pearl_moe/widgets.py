@@ -12,22 +12,19 @@ tests (and curious readers) can see what it showed. A combination the models rej
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ipywidgets as w
 from IPython.display import Image
-from matplotlib.figure import Figure
 
 from .config import ARCHS, EPILOGUES, GemmConfig
 from .hardware import GPUS, get_gpu
 from .occupancy import occupancy, skewed_counts
-from .plots import (
-    OKABE_ITO,
-    figure_png,
-    plot_occupancy_maps,
-    plot_smem_budget,
-    plot_tmem_map,
-    style,
-)
+from .plots import figure_png, plot_config_budget, plot_occupancy_maps, plot_ring_depth_marked
 from .workloads import MODELS, GroupedProblem, get_model, make_problem
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["OccupancyExplorer", "SmemBudgetExplorer", "LatencyExplorer"]
 
@@ -238,14 +235,7 @@ class SmemBudgetExplorer(_Explorer):
             )
         resolved = resolve(config, gpu)
         budget = smem_budget(resolved, gpu)
-        has_tmem = resolved.arch == "sm_100a"
-        fig = Figure(figsize=(7.5, 4.6 if has_tmem else 3.6), layout="constrained")
-        if has_tmem:
-            top, bottom = fig.subfigures(2, 1, height_ratios=[3, 1.2])
-            plot_smem_budget([resolved], gpu, ax=top.add_subplot())
-            plot_tmem_map(resolved, ax=bottom.add_subplot())
-        else:
-            plot_smem_budget([resolved], gpu, ax=fig.add_subplot())
+        fig = plot_config_budget(resolved, gpu)
         text = f"{resolved.describe()} on the {gpu.name}\n{budget}"
         return fig, text
 
@@ -351,23 +341,15 @@ class LatencyExplorer(_Explorer):
             for d in depths
         ]  # fmt: skip
         now = predict(problem, config, gpu, params=params, hbm_bytes_per_s=bandwidth)
-        with style():
-            fig = Figure(figsize=(6.4, 3.4), layout="constrained")
-            ax = fig.add_subplot()
-            ax.plot(depths, [p.seconds * 1e6 for p in preds], ":o", color=OKABE_ITO[1], ms=4,
-                    label=f"{config.tile_m}-row tile, modeled")  # fmt: skip
-            ax.plot([config.ring_depth], [now.seconds * 1e6], "o", ms=10, mfc="none",
-                    color=OKABE_ITO[5], label="this ring depth")  # fmt: skip
-            ax.axhline(now.floor_seconds * 1e6, color="#555555", ls="--", label="floor")
-            ax.set_xlabel("ring depth (A/B entries in flight per SM)")
-            ax.set_ylabel("latency (us)")
-            ax.set_ylim(0, max(p.seconds for p in preds) * 1.1e6)
-            ax.legend(fontsize=7)
-            ax.set_title(
-                f"{gpu.name}, modeled (pearl_moe.perfmodel): {problem.name.split(' gate')[0]}, "
-                f"{self.tokens.value} tokens/GPU",
-                fontsize=9,
-            )
+        fig = plot_ring_depth_marked(
+            [(d, p.seconds) for d, p in zip(depths, preds, strict=True)],
+            config.ring_depth,
+            now.seconds,
+            now.floor_seconds,
+            label=f"{config.tile_m}-row tile, modeled",
+            title=f"{gpu.name}, modeled (pearl_moe.perfmodel): {problem.name.split(' gate')[0]}, "
+            f"{self.tokens.value} tokens/GPU",
+        )
         b = bytes_in_flight(problem, config, gpu)
         text = (
             f"modeled {now.seconds * 1e6:.0f} us on {gpu.name} ({now.fraction_of_floor:.0%} of its "

@@ -45,17 +45,21 @@ def test_list_names_the_registry(capsys):
     assert capsys.readouterr().out.split() == list(figures.registry())
 
 
-def test_registry_merges_bench_figures(monkeypatch):
-    import types
-
-    fake = types.ModuleType("pearl_moe.bench.figures")
-    fake.BENCH_FIGURES = {"bench_latency": lambda out: []}
-    monkeypatch.setattr(figures, "_bench_figures", lambda: dict(fake.BENCH_FIGURES))
+def test_registry_holds_the_course_and_the_bench_figures():
+    """One registry: the course's figures, then the benchmark's, each name once."""
     merged = figures.registry()
-    assert "bench_latency" in merged and set(figures.FIGURES) < set(merged)
-    fake.BENCH_FIGURES = {"tmem_maps": lambda out: []}
+    assert list(merged) == [*figures.COURSE_FIGURES, *figures.BENCH_FIGURES]
+    assert {"tmem_maps", "bench_compare_h200", "ablation_h200"} <= set(merged)
     with pytest.raises(ValueError, match="registered twice"):
-        figures.registry()
+        figures._merge(figures.COURSE_FIGURES, {"tmem_maps": lambda out: []})
+
+
+def test_bench_figures_keep_their_old_address():
+    """Notebooks 00 and 09 import the benchmark figures' names from pearl_moe.bench.figures."""
+    from pearl_moe.bench import figures as old
+
+    assert old.BENCH_FIGURES is figures.BENCH_FIGURES
+    assert old.compare_rows is figures.compare_rows and old.STEP_LABELS is figures.STEP_LABELS
 
 
 def test_committed_figures_exist_and_are_small():

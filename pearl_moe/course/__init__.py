@@ -34,10 +34,6 @@ The notebooks' own figures are drawn by :mod:`pearl_moe.plots` and re-exported h
 its tile), :func:`plot_ablation_step` and :func:`say_model`.
 """
 
-from ._paths import ROOT
-from .host_run import run_printing
-from .live import can_run_live, format_live_step, stage_impl, time_step_live
-from .machine import FORCE_ENV, Machine, detect_machine
 from ..plots import (
     plot_ablation_step,
     plot_latency_bars,
@@ -48,6 +44,10 @@ from ..plots import (
     same_tiles,
     say_model,
 )
+from ._paths import ROOT
+from .host_run import run_printing
+from .live import can_run_live, format_live_step, stage_impl, time_step_live
+from .machine import FORCE_ENV, Machine, detect_machine
 from .profiles import ncu_export
 from .results import (
     DECODE_MAX_TOKENS,
