@@ -32,16 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .bench.records import (
-    SCHEDULER_CUTOVER,
-    problem_from_entry,
-    read_run,
-    run_files,
-    run_scheduler,
-)
 from .config import GemmConfig
 from .hardware import get_gpu
 from .perfmodel import ASSUMED, CALIBRATED, CALIBRATED_ON, FITTED, ModelParams, predict
+from .replay import SCHEDULER_CUTOVER, problem_from_entry, run_scheduler, runs
 
 __all__ = [
     "Record",
@@ -104,7 +98,7 @@ class Record:
 
 def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None, files=None):
     """``(records, excluded)``: every ok record of a ``pearl-s*`` implementation in the result files
-    of ``results/<gpu>/`` (``*.json`` and ``*.json.gz``, :func:`~pearl_moe.bench.records.run_files`);
+    of ``results/<gpu>/`` (``*.json`` and ``*.json.gz``, read by :func:`pearl_moe.replay.runs`);
     ``excluded`` lists ``(kind, impl, problem, reason)``.
 
     ``impl`` (a compiled regex with one group, the stage) selects other implementations: the
@@ -113,8 +107,7 @@ def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None, f
     root = Path(root) if root is not None else RESULTS
     pattern = impl or _IMPL
     records, excluded = [], []
-    for path in files if files is not None else run_files(root / gpu):
-        run = read_run(path)
+    for path, run in runs(gpu, root, files):
         problems = {p["id"]: p for p in run["problems"]}
         ceilings = run["ceilings"]
         walk, _ = run_scheduler(run)

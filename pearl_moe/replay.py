@@ -1,60 +1,245 @@
-"""Read the committed measurements in ``results/`` on any machine, GPU or not.
+"""The one reader of ``results/``: every module that reads a committed run goes through here.
 
     from pearl_moe import replay
     replay.list_runs()                      # every results/<gpu>/<kind>.json(.gz)
     rows = replay.rows(model="GLM 5.3", impl=["quack", "triton"])
     print(replay.table(gpu="H200"))
 
-A *row* is one implementation on one problem, flattened: the problem (model, tokens, routing, k, n,
-experts, rows, bytes, flops), the implementation and its config, the times, the metrics and the
-correctness numbers, plus the run's GPU, date and ceilings. Tables and plots read rows.
+A run file (``results/<gpu>/<kind>.json``, or ``.json.gz`` for the large ones) holds one bench run::
+
+    {
+      "schema": "pearl-moe-bench/1",
+      "kind": "baselines",
+      "env": {gpu, sm_count, l2_bytes, clocks, clocks_under_load, driver, cuda, torch,
+              cutlass_dsl, quack, triton, date, host_python, command, scheduler,
+              kernel_sources (from 2026-12-01)},
+      "ceilings": {read_bytes_per_s, bf16_flops_per_s, ... how they were measured},
+      "problems": [{id, model, tokens_per_gpu, ep, routing, projection, k, n, experts, counts,
+                    rows, active_experts, bytes_moved, flops, floor_us}],
+      "records": [{problem, impl, status, config, time{median_us, min_us, max_us, ...},
+                   metrics{tb_per_s, tflop_per_s, floor_us, pct_of_floor, bound},
+                   correctness{ok, max_abs_err, torch_bf16_max_abs_err, tolerance, ...}, error}]
+    }
+
+Problems are stored once and referenced by id. ``env.clocks`` was read before any GPU work (the idle
+clock); ``env.clocks_under_load`` (runs from 2026-11-30 on) holds the clocks sampled while the GPU was
+busy. :func:`read_run` validates a file against this schema (:func:`validate_run`) as it loads it;
+:func:`run_scheduler` says which tile-scheduler walk a run timed, from ``env`` or from its date.
+
+A *row* (:func:`rows`, :func:`run_rows`) is one implementation on one problem, flattened: the
+problem (model, tokens, routing, k, n, experts, rows, bytes, flops), the implementation and its
+config, the times, the metrics and the correctness numbers, plus the run's GPU, date and ceilings.
+
+This module imports only the workload model (:func:`problem_from_entry` rebuilds a
+:class:`~pearl_moe.workloads.GroupedProblem`); the bench writes runs
+(:mod:`pearl_moe.bench.records`) and reads them back through here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import datetime as _dt
+import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from .bench.records import read_run, run_files
+from .workloads import GroupedProblem
 
 __all__ = [
     "RESULTS_DIR",
+    "SCHEMA",
+    "STATUSES",
+    "IDLE_CLOCK_SOURCE",
+    "SCHEDULER_CUTOVER",
+    "validate_run",
+    "read_run",
+    "run_files",
+    "runs",
     "list_runs",
     "load_run",
+    "problem_from_entry",
+    "run_scheduler",
     "rows",
     "run_rows",
-    "table",
     "best_by_problem",
+    "format_table",
+    "table",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
+SCHEMA = "pearl-moe-bench/1"
+#: ok: checked and timed; incorrect: failed the check (not timed); unavailable: could not load here;
+#: error: raised while checking or timing.
+STATUSES = ("ok", "incorrect", "unavailable", "error")
+
+_PROBLEM_KEYS = (
+    "id",
+    "model",
+    "tokens_per_gpu",
+    "ep",
+    "routing",
+    "projection",
+    "k",
+    "n",
+    "experts",
+    "counts",
+    "rows",
+    "active_experts",
+    "bytes_moved",
+    "flops",
+)
+_RECORD_KEYS = ("problem", "impl", "status", "config")
+_OK_KEYS = ("time", "metrics", "correctness")
+
+#: The label of the clocks read before any GPU work. Runs recorded before 2026-11-30 said only
+#: "nvidia-smi at the start of the run"; :func:`read_run` shows those with this fuller label.
+IDLE_CLOCK_SOURCE = (
+    "nvidia-smi at the start of the run, before any GPU work: the idle clock, "
+    "not the clock the kernels ran at"
+)
+_LEGACY_IDLE_CLOCK_SOURCE = "nvidia-smi at the start of the run"
+
+#: When the warp-parallel walk replaced the serial one (one expert per dependent load): the commit
+#: "scheduler: seek walks 32 experts per step" (c374394). Runs without ``env.scheduler`` are dated:
+#: everything measured before this time used the serial walk.
+SCHEDULER_CUTOVER = "2026-11-30T11:46:45+00:00"
+
+
+# ---------------------------------------------------------------------------- files
+def validate_run(run: dict) -> dict:
+    """Raise ValueError if ``run`` does not follow the schema; return it."""
+    if run.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} file (schema={run.get('schema')!r})")
+    for key in ("kind", "env", "ceilings", "problems", "records"):
+        if key not in run:
+            raise ValueError(f"missing top-level key {key!r}")
+    for key in ("gpu", "date"):
+        if key not in run["env"]:
+            raise ValueError(f"env lacks {key!r}")
+    for key in ("read_bytes_per_s", "bf16_flops_per_s"):
+        if not run["ceilings"].get(key, 0) > 0:
+            raise ValueError(f"ceiling {key!r} missing or not positive")
+    ids = set()
+    for p in run["problems"]:
+        missing = [k for k in _PROBLEM_KEYS if k not in p]
+        if missing:
+            raise ValueError(f"problem {p.get('id')!r} lacks {missing}")
+        if sum(p["counts"]) != p["rows"] or len(p["counts"]) != p["experts"]:
+            raise ValueError(f"problem {p['id']!r}: counts do not match rows/experts")
+        ids.add(p["id"])
+    for r in run["records"]:
+        missing = [k for k in _RECORD_KEYS if k not in r]
+        if missing:
+            raise ValueError(f"record {r.get('impl')!r} lacks {missing}")
+        if r["problem"] not in ids:
+            raise ValueError(f"record refers to unknown problem {r['problem']!r}")
+        if r["status"] not in STATUSES:
+            raise ValueError(f"unknown status {r['status']!r}")
+        if r["status"] == "ok":
+            missing = [k for k in _OK_KEYS if k not in r]
+            if missing:
+                raise ValueError(f"ok record {r['impl']!r} lacks {missing}")
+            if not r["correctness"]["ok"]:
+                raise ValueError(f"record {r['impl']!r} is 'ok' but failed its check")
+            if not r["time"]["median_us"] > 0:
+                raise ValueError(f"record {r['impl']!r} has a non-positive time")
+    return run
+
+
+def read_run(path: str | Path) -> dict:
+    """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped).
+    The clocks of runs recorded with the older, shorter label are shown with
+    :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        import gzip
+
+        text = gzip.decompress(path.read_bytes()).decode()
+    else:
+        text = path.read_text()
+    run = validate_run(json.loads(text))
+    clocks = run["env"].get("clocks")
+    if isinstance(clocks, dict) and clocks.get("source") == _LEGACY_IDLE_CLOCK_SOURCE:
+        clocks["source"] = IDLE_CLOCK_SOURCE
+    return run
+
+
+def run_files(folder: str | Path) -> list[Path]:
+    """The result files directly in ``folder`` (``results/<gpu>/``), sorted: ``*.json`` and the
+    runs stored gzipped (``*.json.gz``) to keep ``results/`` small. Subfolders (``history/``,
+    ``power/``, ``schedule/`` ...) hold experiments and are not listed."""
+    folder = Path(folder)
+    return sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
+
+
+def runs(
+    gpu: str | None = "H200",
+    root: str | Path | None = None,
+    files: Iterable[str | Path] | None = None,
+) -> Iterator[tuple[Path, dict]]:
+    """``(path, run)`` for each result file of ``results/<gpu>/`` (:func:`run_files`; every GPU
+    folder, in name order, when ``gpu`` is None), or for ``files`` when given, read with
+    :func:`read_run` one at a time."""
+    if files is None:
+        root = Path(root) if root is not None else RESULTS_DIR
+        folders = [root / gpu] if gpu else sorted(d for d in root.iterdir() if d.is_dir())
+        files = [f for folder in folders for f in run_files(folder)]
+    for path in files:
+        yield Path(path), read_run(path)
+
 
 def list_runs(root: str | Path | None = None) -> list[dict]:
     """One entry per result file: path, gpu folder, kind, GPU name, date, number of records."""
-    root = Path(root) if root is not None else RESULTS_DIR
-    runs = []
-    for path in [f for gpu in sorted(root.iterdir()) if gpu.is_dir() for f in run_files(gpu)]:
-        run = read_run(path)
-        runs.append(
-            {
-                "path": path,
-                "gpu_dir": path.parent.name,
-                "kind": run["kind"],
-                "gpu": run["env"].get("gpu"),
-                "date": run["env"].get("date"),
-                "records": len(run["records"]),
-            }
-        )
-    return runs
+    return [
+        {
+            "path": path,
+            "gpu_dir": path.parent.name,
+            "kind": run["kind"],
+            "gpu": run["env"].get("gpu"),
+            "date": run["env"].get("date"),
+            "records": len(run["records"]),
+        }
+        for path, run in runs(None, root)
+    ]
 
 
 def load_run(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> dict:
+    """The run ``results/<gpu>/<kind>.json`` (or ``.json.gz``), validated."""
     root = Path(root) if root is not None else RESULTS_DIR
     path = root / gpu / f"{kind}.json"
     return read_run(path if path.exists() else path.with_suffix(".json.gz"))
 
 
+# ---------------------------------------------------------------------------- metadata
+def problem_from_entry(entry: dict) -> GroupedProblem:
+    """The :class:`~pearl_moe.workloads.GroupedProblem` a run's problem entry describes."""
+    meta = {
+        key: entry.get(key)
+        for key in ("model", "tokens_per_gpu", "ep", "routing", "projection", "seed")
+    }
+    return GroupedProblem(
+        k=entry["k"], n=entry["n"], counts=tuple(entry["counts"]), name=entry["id"], meta=meta
+    )
+
+
+def run_scheduler(run: dict) -> tuple[str, str]:
+    """``(scheduler, how we know)`` of a run: ``env.scheduler`` when recorded, else from its date
+    (before :data:`SCHEDULER_CUTOVER`: ``serial``; from then on: ``warp-parallel``)."""
+    env = run.get("env", {})
+    if env.get("scheduler"):
+        return env["scheduler"], "recorded in env.scheduler"
+    date = _dt.datetime.fromisoformat(str(env["date"]))
+    if date.tzinfo is None:
+        date = date.replace(tzinfo=_dt.timezone.utc)
+    if date < _dt.datetime.fromisoformat(SCHEDULER_CUTOVER):
+        return (
+            "serial",
+            f"run dated {env['date']}, before the warp-parallel walk ({SCHEDULER_CUTOVER})",
+        )
+    return "warp-parallel", f"run dated {env['date']}, after {SCHEDULER_CUTOVER}"
+
+
+# ---------------------------------------------------------------------------- rows
 def _flatten(run: dict, path: Path | None) -> list[dict]:
     problems = {p["id"]: p for p in run["problems"]}
     out = []
@@ -122,11 +307,8 @@ def rows(
     root: str | Path | None = None,
 ) -> list[dict]:
     """Flattened records from results/, filtered (each filter: one value or a list of values)."""
-    root = Path(root) if root is not None else RESULTS_DIR
     out = []
-    folders = [root / gpu] if gpu else sorted(d for d in root.iterdir() if d.is_dir())
-    for path in [f for folder in folders for f in run_files(folder)]:
-        run = read_run(path)
+    for path, run in runs(gpu, root):
         if not _match(run["kind"], kind):
             continue
         for row in _flatten(run, path):
@@ -177,10 +359,36 @@ def best_by_problem(rs: list[dict]) -> dict[tuple, dict]:
     return best
 
 
-def table(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> str:
-    """The run as printed by the bench CLI: time in us (% of floor) per implementation."""
-    from .bench.cli import format_table
+# ---------------------------------------------------------------------------- tables
+def format_table(run: dict) -> str:
+    """One line per problem: floor, then time in us (% of floor) per implementation."""
+    impls = []
+    for r in run["records"]:
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+    by_key = {(r["problem"], r["impl"]): r for r in run["records"]}
+    head = f"{'model':<16}{'tok':>5} {'routing':<9}{'floor us':>9}"
+    head += "".join(f"{i:>20}" for i in impls)
+    lines = [head, "-" * len(head)]
+    for p in run["problems"]:
+        row = f"{p['model']:<16}{p['tokens_per_gpu']:>5} {p['routing']:<9}"
+        row += f"{p.get('floor_us', float('nan')):>9.1f}"
+        for impl in impls:
+            r = by_key.get((p["id"], impl))
+            if r is None:
+                cell = "-"
+            elif r["status"] == "ok":
+                cell = f"{r['time']['median_us']:.1f} ({r['metrics']['pct_of_floor']:.0f}%)"
+            else:
+                cell = r["status"]
+            row += f"{cell:>20}"
+        lines.append(row)
+    return "\n".join(lines)
 
+
+def table(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> str:
+    """The run as the bench CLI prints it: a heading (GPU, date, ceilings), then
+    :func:`format_table`."""
     run = load_run(gpu, kind, root)
     head = (
         f"{kind} measured on {run['env'].get('gpu')} ({run['env'].get('date', '')[:10]}); "

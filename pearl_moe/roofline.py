@@ -89,12 +89,11 @@ def measured_h200_roof(root: str | Path | None = None) -> Roof | None:
     """The H200's ceilings measured by the benchmark runs committed in ``results/H200/``: the
     median over runs of the read probe (sum over 4.3 GB) and of the dense 8192^3 bf16 matmul.
     None where no run is committed."""
-    from .bench.records import read_run, run_files
+    from .replay import runs
 
-    folder = Path(root or RESULTS) / "H200"
     reads, flops = [], []
-    for path in run_files(folder):
-        ceilings = read_run(path)["ceilings"]
+    for _, run in runs("H200", root or RESULTS):
+        ceilings = run["ceilings"]
         reads.append(ceilings.get("read_probe_bytes_per_s", ceilings["read_bytes_per_s"]))
         flops.append(ceilings["bf16_flops_per_s"])
     if not reads:

@@ -30,6 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ..replay import format_table, read_run
 from ..workloads import MODELS, get_model, make_problem
 
 __all__ = ["main", "parse_args", "build_problems", "format_table", "default_out"]
@@ -176,32 +177,6 @@ def _resolve_out(out: str | None, device_name: str, kind: str) -> Path:
         return default_out(device_name, kind)
     path = Path(out)
     return path if path.suffix == ".json" else path / f"{kind}.json"
-
-
-def format_table(run: dict) -> str:
-    """One line per problem: floor, then time in us (% of floor) per implementation."""
-    impls = []
-    for r in run["records"]:
-        if r["impl"] not in impls:
-            impls.append(r["impl"])
-    by_key = {(r["problem"], r["impl"]): r for r in run["records"]}
-    head = f"{'model':<16}{'tok':>5} {'routing':<9}{'floor us':>9}"
-    head += "".join(f"{i:>20}" for i in impls)
-    lines = [head, "-" * len(head)]
-    for p in run["problems"]:
-        row = f"{p['model']:<16}{p['tokens_per_gpu']:>5} {p['routing']:<9}"
-        row += f"{p.get('floor_us', float('nan')):>9.1f}"
-        for impl in impls:
-            r = by_key.get((p["id"], impl))
-            if r is None:
-                cell = "-"
-            elif r["status"] == "ok":
-                cell = f"{r['time']['median_us']:.1f} ({r['metrics']['pct_of_floor']:.0f}%)"
-            else:
-                cell = r["status"]
-            row += f"{cell:>20}"
-        lines.append(row)
-    return "\n".join(lines)
 
 
 class _PlainProgress:
@@ -449,8 +424,6 @@ def summaries(run: dict, ours: str = "pearl") -> str:
 
 
 def summarize_file(path: str, ours: str = "pearl") -> int:
-    from .records import read_run
-
     run = read_run(path)
     text = summaries(run, ours)
     print(format_table(run))

@@ -1,27 +1,16 @@
-"""JSON result files: what was measured, on what, and how.
+"""Writing result files: the run the bench fills, its environment, and the file on disk.
 
-One file per run kind (``results/<gpu>/baselines.json``, ``results/<gpu>/quack_tuned.json`` ...)::
+:func:`new_run` starts a run (``kind``, :func:`environment`, the measured ceilings); the bench adds
+one :func:`problem_entry` per problem and one record per implementation; :func:`raise_read_ceiling`
+lifts the read ceiling to the fastest rate a record demonstrated; :func:`write_run` validates the run
+and writes it with one problem or record per line. :func:`environment` reads the GPU, clocks,
+driver, library versions and :func:`kernel_sources`; :func:`clocks_under_load` samples the clocks
+while the GPU is busy.
 
-    {
-      "schema": "pearl-moe-bench/1",
-      "kind": "baselines",
-      "env": {gpu, sm_count, l2_bytes, clocks, clocks_under_load, driver, cuda, torch,
-              cutlass_dsl, quack, triton, date, host_python, command, scheduler,
-              kernel_sources (from 2026-12-01)},
-      "ceilings": {read_bytes_per_s, bf16_flops_per_s, ... how they were measured},
-      "problems": [{id, model, tokens_per_gpu, ep, routing, projection, k, n, experts, counts,
-                    rows, active_experts, bytes_moved, flops, floor_us}],
-      "records": [{problem, impl, status, config, time{median_us, min_us, max_us, ...},
-                   metrics{tb_per_s, tflop_per_s, floor_us, pct_of_floor, bound},
-                   correctness{ok, max_abs_err, torch_bf16_max_abs_err, tolerance, ...}, error}]
-    }
-
-``env.clocks`` is read before any GPU work (the idle clock, e.g. 345 MHz on the H200);
-``env.clocks_under_load`` (runs from 2026-11-30 on) holds nvidia-smi samples taken while a matmul
-loop kept the GPU busy, after the ceilings and after the last problem: the clocks the kernels ran at.
-
-Problems are stored once and referenced by id, which keeps the files small. Nothing here needs a GPU
-except :func:`environment`, which falls back to what it can read.
+The schema, its validation and every read of ``results/`` live in :mod:`pearl_moe.replay`; the names
+of the reader used with the writer (``read_run``, ``run_files``, ``validate_run``, ``SCHEMA`` ...) are
+importable from here too. Nothing here needs a GPU except :func:`environment` and
+:func:`clocks_under_load`, which fall back to what they can read.
 """
 
 from __future__ import annotations
@@ -33,6 +22,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..replay import (
+    IDLE_CLOCK_SOURCE,
+    SCHEDULER_CUTOVER,
+    SCHEMA,
+    STATUSES,
+    problem_from_entry,
+    read_run,
+    run_files,
+    run_scheduler,
+    validate_run,
+)
 from ..workloads import GroupedProblem
 
 __all__ = [
@@ -55,30 +55,6 @@ __all__ = [
     "SCHEDULER_CUTOVER",
     "run_scheduler",
 ]
-
-SCHEMA = "pearl-moe-bench/1"
-#: ok: checked and timed; incorrect: failed the check (not timed); unavailable: could not load here;
-#: error: raised while checking or timing.
-STATUSES = ("ok", "incorrect", "unavailable", "error")
-
-_PROBLEM_KEYS = (
-    "id",
-    "model",
-    "tokens_per_gpu",
-    "ep",
-    "routing",
-    "projection",
-    "k",
-    "n",
-    "experts",
-    "counts",
-    "rows",
-    "active_experts",
-    "bytes_moved",
-    "flops",
-)
-_RECORD_KEYS = ("problem", "impl", "status", "config")
-_OK_KEYS = ("time", "metrics", "correctness")
 
 
 def problem_id(problem: GroupedProblem) -> str:
@@ -157,16 +133,6 @@ def raise_read_ceiling(run: dict) -> dict:
     return run
 
 
-def problem_from_entry(entry: dict) -> GroupedProblem:
-    meta = {
-        key: entry.get(key)
-        for key in ("model", "tokens_per_gpu", "ep", "routing", "projection", "seed")
-    }
-    return GroupedProblem(
-        k=entry["k"], n=entry["n"], counts=tuple(entry["counts"]), name=entry["id"], meta=meta
-    )
-
-
 def _version(dist: str) -> str | None:
     try:
         from importlib.metadata import version
@@ -176,13 +142,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-#: The label of the clocks read before any GPU work. Runs recorded before 2026-11-30 said only
-#: "nvidia-smi at the start of the run"; :func:`read_run` shows those with this fuller label.
-IDLE_CLOCK_SOURCE = (
-    "nvidia-smi at the start of the run, before any GPU work: the idle clock, "
-    "not the clock the kernels ran at"
-)
-_LEGACY_IDLE_CLOCK_SOURCE = "nvidia-smi at the start of the run"
 LOAD_CLOCK_SOURCE = "nvidia-smi while a bf16 matmul loop kept the GPU busy"
 
 
@@ -261,27 +220,6 @@ def clocks_under_load(
 #: (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`): "warp-parallel", 32 experts per
 #: dependent load. Runs record it as ``env.scheduler``.
 SCHEDULER = "warp-parallel"
-#: When the warp-parallel walk replaced the serial one (one expert per dependent load): the commit
-#: "scheduler: seek walks 32 experts per step" (c374394). Runs without ``env.scheduler`` are dated:
-#: everything measured before this time used the serial walk.
-SCHEDULER_CUTOVER = "2026-11-30T11:46:45+00:00"
-
-
-def run_scheduler(run: dict) -> tuple[str, str]:
-    """``(scheduler, how we know)`` of a run: ``env.scheduler`` when recorded, else from its date
-    (before :data:`SCHEDULER_CUTOVER`: ``serial``; from then on: ``warp-parallel``)."""
-    env = run.get("env", {})
-    if env.get("scheduler"):
-        return env["scheduler"], "recorded in env.scheduler"
-    date = _dt.datetime.fromisoformat(str(env["date"]))
-    if date.tzinfo is None:
-        date = date.replace(tzinfo=_dt.timezone.utc)
-    if date < _dt.datetime.fromisoformat(SCHEDULER_CUTOVER):
-        return (
-            "serial",
-            f"run dated {env['date']}, before the warp-parallel walk ({SCHEDULER_CUTOVER})",
-        )
-    return "warp-parallel", f"run dated {env['date']}, after {SCHEDULER_CUTOVER}"
 
 
 def kernel_sources() -> str:
@@ -356,46 +294,6 @@ def new_run(kind: str, env: dict, ceilings: dict) -> dict:
     }
 
 
-def validate_run(run: dict) -> dict:
-    """Raise ValueError if ``run`` does not follow the schema; return it."""
-    if run.get("schema") != SCHEMA:
-        raise ValueError(f"not a {SCHEMA} file (schema={run.get('schema')!r})")
-    for key in ("kind", "env", "ceilings", "problems", "records"):
-        if key not in run:
-            raise ValueError(f"missing top-level key {key!r}")
-    for key in ("gpu", "date"):
-        if key not in run["env"]:
-            raise ValueError(f"env lacks {key!r}")
-    for key in ("read_bytes_per_s", "bf16_flops_per_s"):
-        if not run["ceilings"].get(key, 0) > 0:
-            raise ValueError(f"ceiling {key!r} missing or not positive")
-    ids = set()
-    for p in run["problems"]:
-        missing = [k for k in _PROBLEM_KEYS if k not in p]
-        if missing:
-            raise ValueError(f"problem {p.get('id')!r} lacks {missing}")
-        if sum(p["counts"]) != p["rows"] or len(p["counts"]) != p["experts"]:
-            raise ValueError(f"problem {p['id']!r}: counts do not match rows/experts")
-        ids.add(p["id"])
-    for r in run["records"]:
-        missing = [k for k in _RECORD_KEYS if k not in r]
-        if missing:
-            raise ValueError(f"record {r.get('impl')!r} lacks {missing}")
-        if r["problem"] not in ids:
-            raise ValueError(f"record refers to unknown problem {r['problem']!r}")
-        if r["status"] not in STATUSES:
-            raise ValueError(f"unknown status {r['status']!r}")
-        if r["status"] == "ok":
-            missing = [k for k in _OK_KEYS if k not in r]
-            if missing:
-                raise ValueError(f"ok record {r['impl']!r} lacks {missing}")
-            if not r["correctness"]["ok"]:
-                raise ValueError(f"record {r['impl']!r} is 'ok' but failed its check")
-            if not r["time"]["median_us"] > 0:
-                raise ValueError(f"record {r['impl']!r} has a non-positive time")
-    return run
-
-
 def _round_floats(obj, digits: int = 5):
     if isinstance(obj, float):
         return float(f"{obj:.{digits}g}")
@@ -425,29 +323,3 @@ def write_run(run: dict, path: str | Path) -> Path:
     tmp.write_text(_dumps(_round_floats(run)))
     tmp.replace(path)
     return path
-
-
-def run_files(folder: str | Path) -> list[Path]:
-    """The result files directly in ``folder`` (``results/<gpu>/``), sorted: ``*.json`` and the
-    runs stored gzipped (``*.json.gz``) to keep ``results/`` small. Subfolders (``history/``,
-    ``power/``, ``schedule/`` ...) hold experiments and are not listed."""
-    folder = Path(folder)
-    return sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
-
-
-def read_run(path: str | Path) -> dict:
-    """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped).
-    The clocks of runs recorded with the older, shorter label are shown with
-    :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        import gzip
-
-        text = gzip.decompress(path.read_bytes()).decode()
-    else:
-        text = path.read_text()
-    run = validate_run(json.loads(text))
-    clocks = run["env"].get("clocks")
-    if isinstance(clocks, dict) and clocks.get("source") == _LEGACY_IDLE_CLOCK_SOURCE:
-        clocks["source"] = IDLE_CLOCK_SOURCE
-    return run
