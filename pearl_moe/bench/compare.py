@@ -36,6 +36,7 @@ __all__ = [
     "ablation_summary",
     "format_ablation",
     "step_summary",
+    "step_geomeans",
     "geomean",
 ]
 
@@ -354,14 +355,52 @@ def format_ablation(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def step_geomeans(cells, decode_max_tokens: int = 256, verdict=None) -> dict:
+    """The geomean of one step's paired ratios (stage N over stage N-1, :func:`paired_ratio`) over
+    ``all`` shapes, the ``decode`` shapes (``tokens <= decode_max_tokens``) and the ``prefill``
+    ones. ``cells`` are mappings with ``tokens`` and, where the two stages were compared, ``ratio``,
+    ``lo`` and ``hi`` (the range of the per-round ratios); cells without a ratio are left out.
+
+    Each part is ``{"shapes", "geomean", "lo", "hi", "rounds_lo", "rounds_hi", "tokens"}``: the
+    geomean and range of the per-shape ratios, the widest range of the per-round ratios of any one
+    shape, the token counts. ``verdict`` (a function of a cell) adds the counts of the cells it
+    calls ``"faster"`` and ``"slower"``. A part without shapes has ``shapes`` 0 and None values.
+    The course's steps (:func:`pearl_moe.course.results.ablation_step`) and the bench's
+    (:func:`step_summary`, the README's stage table) both come from here."""
+    compared = [c for c in cells if "ratio" in c]
+
+    def part(chosen) -> dict:
+        ratios = [c["ratio"] for c in chosen]
+        out = {
+            "shapes": len(chosen),
+            "geomean": geomean(ratios) if chosen else None,
+            "lo": min(ratios, default=None),
+            "hi": max(ratios, default=None),
+            "rounds_lo": min((c["lo"] for c in chosen), default=None),
+            "rounds_hi": max((c["hi"] for c in chosen), default=None),
+            "tokens": sorted({c["tokens"] or 0 for c in chosen}),
+        }
+        if verdict is not None:
+            said = [verdict(c) for c in chosen]
+            out.update(faster=said.count("faster"), slower=said.count("slower"))
+        return out
+
+    return {
+        "all": part(compared),
+        "decode": part([c for c in compared if (c["tokens"] or 0) <= decode_max_tokens]),
+        "prefill": part([c for c in compared if (c["tokens"] or 0) > decode_max_tokens]),
+    }
+
+
 def step_summary(
     summary: dict, decode_max_tokens: int = 256, routing: str | None = "balanced"
 ) -> list[dict]:
     """One entry per step of an :func:`ablation_summary`: the geomean of the paired ratios over
     every problem, over decode problems (``tokens <= decode_max_tokens``) and over the others
     (prefill), each with the range of the per-problem ratios (``lo``, ``hi``) and the widest
-    range of the per-round ratios of any one problem (``rounds_lo``, ``rounds_hi``). Only
-    problems with ``routing`` (all problems with ``None``)."""
+    range of the per-round ratios of any one problem (``rounds_lo``, ``rounds_hi``)
+    (:func:`step_geomeans`; a part without problems is left out). Only problems with ``routing``
+    (all problems with ``None``)."""
     out = []
     for step in summary["steps"]:
         cells = []
@@ -370,25 +409,10 @@ def step_summary(
                 continue
             for cell in row["cells"]:
                 if cell["impl"] == step["to"] and cell.get("vs") == step["from"]:
-                    cells.append((row["tokens"] or 0, cell))
+                    cells.append({**cell, "tokens": row["tokens"]})
         entry = {"from": step["from"], "to": step["to"]}
-        for part, keep in (
-            ("all", lambda t: True),
-            ("decode", lambda t: t <= decode_max_tokens),
-            ("prefill", lambda t: t > decode_max_tokens),
-        ):
-            chosen = [c for t, c in cells if keep(t)]
-            if not chosen:
-                continue
-            ratios = [c["ratio"] for c in chosen]
-            entry[part] = {
-                "shapes": len(chosen),
-                "geomean": geomean(ratios),
-                "lo": min(ratios),
-                "hi": max(ratios),
-                "rounds_lo": min(c["lo"] for c in chosen),
-                "rounds_hi": max(c["hi"] for c in chosen),
-                "tokens": sorted({t for t, _ in cells if keep(t)}),
-            }
+        for part, g in step_geomeans(cells, decode_max_tokens).items():
+            if g["shapes"]:
+                entry[part] = g
         out.append(entry)
     return out

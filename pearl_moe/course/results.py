@@ -3,7 +3,8 @@
 :func:`load_kernel_results` reads the H200 runs of our kernels written by the benchmark harness
 (``results/H200/stages.json`` and ``results/H200/stage_sweep.json``, ``python -m pearl_moe bench``);
 :func:`kernel_rows`, :func:`stage_series`, :func:`floor_series`, :func:`correctness_summary`,
-:func:`check_table` and :func:`stage_sweep` read their records through :mod:`pearl_moe.replay`;
+:func:`check_table` and :func:`stage_sweep` read their records through :mod:`pearl_moe.replay`,
+the one reader of ``results/``;
 :func:`describe_run` says what a run was measured on and :func:`measurement_source` turns it into
 a label: "live on ...", "replayed from ... (measured <date> on <GPU>)" or "no recorded
 measurement yet". :func:`baseline` replays one baseline time.
@@ -17,10 +18,12 @@ interleaved rounds on the same problems): :func:`ablation_step` and :func:`forma
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 
+from .. import replay
 from ..config import LEGACY_FIELD_NAMES
-from ._paths import ROOT, rel
+from ._paths import rel
 from .machine import Machine
 
 __all__ = [
@@ -53,8 +56,8 @@ DECODE_MAX_TOKENS = 256
 
 
 def results_path(name: str = "stages.json", gpu: str = "H200", root: Path | None = None):
-    """``results/<gpu>/<name>`` in the repository (it may not exist yet)."""
-    return (root or ROOT / "results") / gpu / name
+    """``results/<gpu>/<name>`` (:data:`pearl_moe.replay.RESULTS_DIR`; it may not exist yet)."""
+    return (root or replay.RESULTS_DIR) / gpu / name
 
 
 def load_kernel_results(
@@ -66,18 +69,16 @@ def load_kernel_results(
     """The recorded H200 run of our kernels, or None when there is none yet.
 
     The file is a benchmark-harness run (``python -m pearl_moe bench --kind <kind>``, schema in
-    :mod:`pearl_moe.bench.records`): ``results/<gpu>/stages.json`` (stages 1-3 and the torch
+    :mod:`pearl_moe.replay`): ``results/<gpu>/stages.json`` (stages 1-3 and the torch
     baselines over the models and batch sizes) or ``results/<gpu>/stage_sweep.json`` (stage 3 at
-    several pipeline depths and tile shapes). It is read with :func:`pearl_moe.bench.records.read_run`,
+    several pipeline depths and tile shapes). It is read with :func:`pearl_moe.replay.read_run`,
     which raises on a file that breaks the schema; only a missing file gives None. The path is added
     under ``_path`` so labels can name it.
     """
-    from ..bench.records import read_run
-
     path = Path(path) if path is not None else results_path(f"{kind}.json", gpu, root)
     if not path.exists():
         return None
-    run = read_run(path)
+    run = replay.read_run(path)
     run["_path"] = str(path)
     return run
 
@@ -157,8 +158,6 @@ def kernel_rows(
 ) -> list[dict]:
     """Rows of a recorded run (:func:`pearl_moe.replay.run_rows`, every status), optionally of one
     model, implementation (a stage number or a bench name) and routing."""
-    from .. import replay
-
     if not data:
         return []
     if impl is not None:
@@ -343,8 +342,6 @@ def baseline(
     Returns ``{"seconds", "floor_seconds", "pct_of_floor", "source"}``; ``source`` says which file
     and date it was replayed from.
     """
-    from .. import replay
-
     path = results_path(f"{kind}.json", gpu, root)
     if not path.exists():
         return None
@@ -400,26 +397,6 @@ def step_verdict(row: Mapping) -> str:
     return "within noise"
 
 
-def _step_geomeans(rows: Sequence[Mapping], decode_max_tokens: int) -> dict:
-    from ..bench.compare import geomean
-
-    def over(selected):
-        ratios = [r["ratio"] for r in selected if "ratio" in r]
-        verdicts = [r["verdict"] for r in selected if "ratio" in r]
-        return {
-            "shapes": len(ratios),
-            "geomean": geomean(ratios) if ratios else None,
-            "faster": verdicts.count("faster"),
-            "slower": verdicts.count("slower"),
-        }
-
-    return {
-        "all": over(rows),
-        "decode": over([r for r in rows if r["tokens"] <= decode_max_tokens]),
-        "prefill": over([r for r in rows if r["tokens"] > decode_max_tokens]),
-    }
-
-
 def ablation_step(
     data: Mapping | None,
     stage: int,
@@ -438,10 +415,12 @@ def ablation_step(
       timed, the paired ratio this / prev: ``ratio`` (trimmed geomean of the per-round ratios),
       ``lo`` / ``hi`` (their range) and ``rounds``: :func:`pearl_moe.bench.compare.paired_ratio`);
     * ``geomean``: the geomean ratio over ``all`` shapes, ``decode`` (<= ``decode_max_tokens``
-      tokens per GPU) and ``prefill`` shapes, each ``{"shapes", "geomean"}``;
+      tokens per GPU) and ``prefill`` shapes (:func:`pearl_moe.bench.compare.step_geomeans`, the
+      one the bench's step summary uses), each ``{"shapes", "geomean", ...}`` with the shapes
+      ``faster`` and ``slower`` in every round (:func:`step_verdict`);
     * ``source``: where it comes from (:func:`measurement_source`), ``timing``: how it was timed.
     """
-    from ..bench.compare import ablation_summary
+    from ..bench.compare import ablation_summary, step_geomeans
 
     if not data:
         return None
@@ -457,7 +436,7 @@ def ablation_step(
         "from": prev,
         "to": this,
         "rows": rows,
-        "geomean": _step_geomeans(rows, decode_max_tokens),
+        "geomean": step_geomeans(rows, decode_max_tokens, verdict=itemgetter("verdict")),
         "decode_max_tokens": decode_max_tokens,
         "source": measurement_source(data),
         "timing": ((data.get("method") or {}).get("timing") or "not recorded"),
@@ -519,7 +498,7 @@ def step_latency_bars(
     live: Mapping | None = None,
     live_source: str | None = None,
 ) -> list[tuple]:
-    """Bars for :func:`~pearl_moe.course.plots.plot_latency_bars`: per problem, stage N - 1 and N
+    """Bars for :func:`~pearl_moe.plots.plot_latency_bars`: per problem, stage N - 1 and N
     measured on the H200 (replayed from ``step``, or ``live[(model, tokens)]``, a row of
     :func:`~pearl_moe.course.live.time_step_live`) and modeled on ``gpu_model`` (each stage's
     ladder configuration, :func:`pearl_moe.perfmodel.predict`), each with its own floor.
