@@ -33,17 +33,8 @@ Terms used throughout:
   accumulator is then weight rows x tokens, written by the direct store.
 * ``walk`` is how the device tile scheduler finds a tile's expert (``"warp-parallel"``: 32 experts
   per dependent load, the default; ``"serial"``: one expert per load, as the course's first
-  persistent kernel did; ``"hybrid"``: the current expert first, then 32 at a time). All give the
-  same tiles in the same order.
-* ``schedule`` is how persistent CTAs (stage 3 on) share the tiles: ``"static"`` (CTA ``c`` takes
-  tiles ``c, c + C, c + 2C, ...``, the default) or ``"dynamic"`` (sm_90a: after its first tile a
-  CTA claims the next free tile from a counter in global memory, so the tiles in flight stay a
-  window of about ``C`` consecutive tiles however fast each SM runs, and CTAs that share an n tile
-  of weights read it at about the same time). ``"scattered"`` (sm_90a, a control experiment) is
-  the static schedule with CTA ``c`` starting at tile ``(c * s) mod C`` for a stride ``s`` near
-  ``C / 2``, so that neighbouring tiles go to CTAs far apart. ``"lockstep"`` (sm_90a) is the
-  static schedule with each CTA waiting, before each tile, until its two neighbours have started
-  the same round (at most 64 polls), so neighbours that share a B box keep reading it together.
+  persistent kernel did). Both give the same tiles in the same order. Persistent CTAs (stage 3
+  on) share the tiles statically: CTA ``c`` of ``C`` takes tiles ``c, c + C, c + 2C, ...``.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -54,14 +45,12 @@ from dataclasses import dataclass, replace
 
 from .budget import resolve  # one way: the budget model reads configs and imports nothing of ours
 
-__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES", "SCHEDULES", "WALKS"]
+__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES", "RETIRED_FIELDS", "WALKS"]
 
 ARCHS = ("sm_100a", "sm_90a")
 EPILOGUES = ("tma_store", "direct_store")
 #: Tile-scheduler walks (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
-WALKS = ("warp-parallel", "serial", "hybrid")
-#: How persistent CTAs share the tiles (``GemmConfig.schedule``).
-SCHEDULES = ("static", "dynamic", "scattered", "lockstep")
+WALKS = ("warp-parallel", "serial")
 
 #: Field names used by measurements recorded before the course settled its vocabulary.
 LEGACY_FIELD_NAMES = {
@@ -70,6 +59,10 @@ LEGACY_FIELD_NAMES = {
     "epi_stages": "epi_buffers",
     "b_stage_k_tiles": "b_k_tiles",
 }
+
+#: Fields that recorded measurements carry but the kernels no longer have, with the one value the
+#: kernels still implement (the tile-schedule variants are studies: ``experiments/README.md``).
+RETIRED_FIELDS = {"schedule": "static"}
 
 #: Widest tcgen05 / wgmma instruction along N; wider tiles issue several instructions ("atoms").
 MAX_MMA_N = 256
@@ -100,7 +93,6 @@ class GemmConfig:
     shift_a_box: bool = False  # start A boxes early enough to end inside A (needs direct_store)
     swap_ab: bool = False  # sm_90a: weights as the 64-row wgmma operand, tokens as its N
     walk: str = "warp-parallel"  # how the tile scheduler finds a tile's expert (WALKS)
-    schedule: str = "static"  # how persistent CTAs share the tiles (SCHEDULES)
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -118,14 +110,6 @@ class GemmConfig:
             yield f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}"
         if self.walk not in WALKS:
             yield f"walk must be one of {WALKS}, got {self.walk!r}"
-        if self.schedule not in SCHEDULES:
-            yield f"schedule must be one of {SCHEDULES}, got {self.schedule!r}"
-        elif self.schedule != "static" and self.arch != "sm_90a":
-            yield (
-                f"schedule={self.schedule!r} is built for sm_90a only (Blackwell's counterparts, "
-                "cluster launch control for the dynamic schedule and clusters that share their "
-                "loads for the lockstep one, are not implemented here)"
-            )
         if self.tile_k <= 0 or self.tile_k % 16:
             yield f"tile_k must be a positive multiple of 16 (the bf16 MMA K), got {self.tile_k}"
         if self.ring_depth is not None and self.ring_depth < 2:
@@ -306,8 +290,19 @@ class GemmConfig:
     @classmethod
     def from_dict(cls, fields: dict) -> GemmConfig:
         """A config from a dict of fields (e.g. a recorded measurement); older field names such as
-        ``stages`` are accepted (:data:`LEGACY_FIELD_NAMES`)."""
-        return cls(**{LEGACY_FIELD_NAMES.get(k, k): v for k, v in fields.items()})
+        ``stages`` are accepted (:data:`LEGACY_FIELD_NAMES`), and a retired field
+        (:data:`RETIRED_FIELDS`) is dropped when it holds the value the kernels still implement."""
+        kept = {}
+        for key, value in fields.items():
+            if key in RETIRED_FIELDS:
+                if value != RETIRED_FIELDS[key]:
+                    raise ValueError(
+                        f"{key}={value!r} is a retired study variant (only "
+                        f"{RETIRED_FIELDS[key]!r} is implemented; see experiments/README.md)"
+                    )
+                continue
+            kept[LEGACY_FIELD_NAMES.get(key, key)] = value
+        return cls(**kept)
 
     def with_(self, **changes) -> GemmConfig:
         """A copy with some fields changed (validated again)."""
@@ -330,8 +325,6 @@ class GemmConfig:
             parts.append("swapAB")
         if self.walk != "warp-parallel":
             parts.append(f"{self.walk}walk")
-        if self.schedule != "static":
-            parts.append(self.schedule)
         if self.epilogue == "direct_store":
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:

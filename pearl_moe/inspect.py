@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import os
-import pkgutil
 import re
 import subprocess
 import sys
@@ -191,19 +189,18 @@ def parse_launches(host_ir: str) -> list[dict[str, int]]:
 
 # ---------------------------------------------------------------------- stage modules
 def stage_module_name(stage: int, arch: str) -> str:
-    """``pearl_moe.kernels.<sm100|sm90>.stage<N>_<name>``: the module that holds a stage's kernel."""
+    """``pearl_moe.kernels.<sm100|sm90>.<module>``: the module that holds a stage's kernel
+    (:func:`pearl_moe.kernels.ladder.kernel_module_name`; stages 3-7 share the persistent one)."""
     if arch not in _ARCH_DIRS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
-    package = f"pearl_moe.kernels.{_ARCH_DIRS[arch]}"
-    pkg = importlib.import_module(package)
-    prefix = f"stage{stage}_"
-    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith(prefix))
-    if not names:
+    from .kernels.ladder import KERNEL_STAGES, kernel_module_name
+
+    if stage not in KERNEL_STAGES:
         raise ModuleNotFoundError(
-            f"no module {package}.{prefix}* (stage {stage} for {arch} is not written yet)",
-            name=f"{package}.{prefix}",
+            f"no kernel for stage {stage} (stages are {sorted(KERNEL_STAGES)})",
+            name=f"pearl_moe.kernels.{_ARCH_DIRS[arch]}.stage{stage}",
         )
-    return f"{package}.{names[0]}"
+    return kernel_module_name(arch, stage)
 
 
 def default_shape(stage: int) -> tuple[int, int, int, int]:
@@ -427,7 +424,9 @@ def _compile_job(job: dict) -> dict:
     out = Path(job["out"])
     out.mkdir(parents=True, exist_ok=True)
     config = GemmConfig(**job["config"])
-    module = importlib.import_module(stage_module_name(job["stage"], job["arch"]))
+    from .kernels.dispatch import stage_module
+
+    module = stage_module(job["arch"], job["stage"])
     kernel = module.build(config)
     effective = getattr(kernel, "config", None) or config.resolved()
     with tempfile.TemporaryDirectory() as dump:

@@ -48,23 +48,16 @@ Bytes, counted where they come from
 * 128-bit direct stores write each 32-byte sector in two halves: twice the L2 work of the output.
 * **Neighbouring CTAs share requests.** Neighbouring CTAs of a launch run side by side, and when
   they read the same weight box at about the same time the L2 counts about one request for them.
-  In the static schedules here (CTA ``c`` takes tiles ``c, c + C, ...``) neighbouring CTAs get
-  the same n tile's next m tiles, which read one B box. The model finds the B boxes shared
-  within groups of four CTAs (:func:`_neighbour_merges`). Counting each shared box once, its row
-  segments match Nsight Compute's requests (``results/H200/schedule/``, notebook 09 section 12):
-  stage 5 at 1024 tokens issues 38 M L2 requests at GLM 5.3 (four m tiles per n tile: 38 M
-  segments; pairs alone would give 50 M) and 63 M at DeepSeek V4 Pro (two: 66 M), and handing the
-  same tiles out dynamically or scattered over the CTAs raises DeepSeek V4 Pro's count to
-  91-97 M and the single-launch time 1.3-1.6x. Neighbours stay in step only for a while: CTAs
-  drift apart over a launch (notebook 09, sections 11-12), so the L2 term charges a shared box of
-  round ``r`` (rounds of as many tiles as CTAs) ``1 - neighbour_merge * exp(-r / lockstep_rounds)``
-  of its work. The fit puts ``neighbour_merge`` at 0.86 (close to Nsight Compute's count of one
-  request) and ``lockstep_rounds`` at about 111: stage 5 at GLM 5.3 / 1024 tokens (32 rounds)
-  keeps 87% of its merging on average, at Kimi K3 / 4096 tokens (408 rounds) 27%. A boxes are not
-  shared: at 1 and 64 tokens, where neighbouring tiles read one A box, the static and the dynamic
-  schedule issue the same requests (within 0.4%). On four more tile shapes at 1024 tokens the
-  modeled row segments are 1-27% above the requests, in both schedules. The dynamic and scattered
-  schedules (``GemmConfig.schedule``) merge nothing here.
+  In the static schedule (CTA ``c`` takes tiles ``c, c + C, ...``) neighbouring CTAs get the
+  same n tile's next m tiles, which read one B box (1-CTA tiles; a 2-CTA pair already splits its
+  B). The model finds the B boxes shared within groups of four CTAs (:func:`_neighbour_merges`),
+  which is what Nsight Compute's request counts fit (``experiments/README.md``, the schedule
+  study). Neighbours stay in step only for a while: CTAs drift apart over a launch, so the L2
+  term charges a shared box of round ``r`` (rounds of as many tiles as CTAs)
+  ``1 - neighbour_merge * exp(-r / drift_rounds)`` of its work. The fit puts ``neighbour_merge``
+  at 0.86 and ``drift_rounds`` at about 111: stage 5 at GLM 5.3 / 1024 tokens (32 rounds) keeps
+  87% of its merging on average, at Kimi K3 / 4096 tokens (408 rounds) 27%. A boxes are not
+  shared (at 1 and 64 tokens, where neighbouring tiles read one A box, the requests do not drop).
 
 Kernel structure (stages)
 -------------------------
@@ -87,56 +80,29 @@ Kernel structure (stages)
   and its consumer computes the next tile before multiplying the current one, so over a launch it
   pays ``walk_steps(E)`` loads it cannot hide: E with the serial walk (one expert per step; the
   H200 runs before 2026-11-30 11:46 UTC), ``ceil(E / 32)`` with the warp-parallel walk (32
-  experts per step, the default since). :func:`predict` takes ``scheduler=`` ("serial", "warp-parallel", the
-  default, or "hybrid"); the calibration passes each record's: its configuration's ``walk`` where
-  recorded, else its run's (:func:`pearl_moe.bench.records.run_scheduler`). The model counts the
-  walk's loads only. On the H200 the serial walk measured faster than the warp-parallel one at
-  prefill with 64 x 128 tiles (``results/H200/walk.json``); with it those kernels read 2-2.5x
-  the HBM bytes at 4096 tokens (L2 reuse between CTAs lost, see below), which the model does not
-  count.
+  experts per step, the default since). :func:`predict` takes ``scheduler=`` ("serial" or
+  "warp-parallel", the default); the calibration passes each record's: its configuration's
+  ``walk`` where recorded, else its run's (:func:`pearl_moe.bench.records.run_scheduler`). The
+  model counts the walk's loads only, not the L2 reuse a walk's timing wins or loses between CTAs
+  (``results/H200/walk.json`` has the serial walk faster at prefill with 64 x 128 tiles).
 
 What the model leaves out
 -------------------------
-The H200 runs every shape measured here at its 700 W power cap (``results/H200/power/``,
-notebook 09 section 11): under back-to-back replays the SM clock settles at 1.17-1.62 GHz
-depending on the kernel, and a prefill call takes 5-22% longer than a cold one. The model has one
-clock per GPU and no power term, so the measured dense ceiling it is given stands for a clock the
-kernel itself may not reach. Shared-memory bandwidth is not a term either: Nsight Compute puts
-bank reads plus writes at 35-59% of peak for the prefill kernels, whose 128-row tiles are bound by
-the tensor pipe at the capped clock (a shared-memory term was tried and the fit turned it off).
-And every HBM byte is counted once (the paragraph above). Nsight Compute finds 0.93-1.02x that
-count at 256 and 1024 tokens, and 0.94-1.26x at 4096 for 128 x 128 to 128 x 256 and 64 x 256
-tiles and stage 7, but not for 64 x 64, 128 x 64 and 64 x 128 tiles at 4096 tokens (nor for Kimi K3's 64 x 64 tiles
-and stage 5 at 1024):
-CTAs that share an expert's rows or a weight slab drift apart, L2 loses the data between them,
-and they read up to 4.7x the bytes
-(``results/H200/power/ncu_dram_bytes.json``). The drift is the static schedule's: with the same
-tiles claimed from a counter (``schedule="dynamic"``), which keeps the tiles in flight a window of
-consecutive tiles, these kernels read 0.87-1.39x the bytes at 4096 tokens (64 x 192 ping-pong tiles
-at GLM 5.3: 2.05x) (``results/H200/schedule/ncu_schedule.json``). How far static CTAs drift
-depends on timing the model does not see (the scheduler walk changes it for stage 6), so no count
-of tiles predicts those re-reads here. At Kimi K3 / 1024 tokens stage 4, which differs from
-stage 3 only in its direct-store epilogue and the ring entry the freed buffer becomes (7 entries,
-not 6), reads 1.76x stage 3's HBM bytes, makes 1.44x as many L2 requests and takes 1.27x as long
-in one launch, while at GLM 5.3 and DeepSeek V4 Pro / 1024 tokens the two read the same bytes
-within 0.3% (``results/H200/power/ncu_store.json``). Keeping the same tiles on the same CTAs but
-making each CTA wait for its two neighbours before every tile (``schedule="lockstep"``) removes
-the re-reads: the eight static kernels that read 1.67-4.38x the counted bytes read 0.94-1.33x,
-and stage 4 at Kimi K3 / 1024 tokens 0.98x (``results/H200/schedule/ncu_lockstep.json``). So
-the re-reads are the drift's. The model treats a lockstep kernel as the static one (it counts no
-re-reads for either): it predicts the lockstep kernels of those runs within 15.6%, their static
-twins within 25.7% (notebook 09, section 12).
-How many requests the L2 merges also depends on how long CTAs stay in step: Nsight Compute counts
-0.55-0.96 of the boxes' sectors as L2 requests at GLM 5.3 / 4096 tokens
-(``results/H200/power/ncu_glm4096.csv``), fewest for wide B boxes shared by many CTAs (64 x 256),
-most where they drift apart (64 x 64). The model lets the merging fade over a launch at one rate
-for every kernel (``lockstep_rounds``); the kernels drift at different rates. Stage 7's
-ping-pong, which takes 1.05-1.16x stage 6's time at 1024 tokens in the one-call ladder run, does
-not lose there through traffic: at all three models it reads stage 6's HBM bytes (within 0.2%)
-and makes 1-3% fewer L2 requests, and still takes 1.02-1.09x as long in one launch; the model has
-no term for what it loses. Handing the mainloop over before the tile's last wgmma completes does
-not remove the loss either: with that order stage 7 still took 1.03-1.14x stage 6's time
-(:mod:`pearl_moe.kernels.sm90.pingpong`).
+* **The power cap.** The model has one clock per GPU and no power term, so the measured dense
+  ceiling it is given stands for a clock a kernel under back-to-back replays may not reach (the
+  H200 runs the prefill shapes at its power cap, with the SM clock below its maximum).
+* **Shared-memory bandwidth** is not a term (a shared-memory term was tried and the fit turned it
+  off: the prefill kernels' 128-row tiles are bound by the tensor pipe).
+* **HBM re-reads.** Every HBM byte is counted once. Static CTAs that share an expert's rows or a
+  weight slab drift apart over a long launch, L2 loses the data between them, and some tile shapes
+  at 4096 tokens read several times the counted bytes; how far CTAs drift depends on timing the
+  model does not see, so no count of tiles predicts it. The merging of neighbours' requests fades
+  at one rate for every kernel (``drift_rounds``), though kernels drift at different rates.
+* **Ping-pong's loss.** Stage 7 on sm_90a takes somewhat longer than stage 6 at 1024 tokens with
+  the same HBM bytes and L2 requests; the model has no term for it.
+
+The measurements behind each point (Nsight Compute counts, clocks under the cap, the schedule
+variants that told drift from the tiles) are studies: ``experiments/README.md``.
 
 Parameters
 ----------
@@ -200,7 +166,7 @@ class ModelParams:
     epilogue_s: float = 3.508e-6  # sm_90a: a consumer warpgroup's exposed epilogue per 128 x 128
     walk_step_s: float = 0.3596e-6  # one dependent step of the tile scheduler's walk
     neighbour_merge: float = 0.8626  # L2 work saved on a box neighbours read in step (round 0)
-    lockstep_rounds: float = 111.3  # rounds over which that saving decays (neighbours drift apart)
+    drift_rounds: float = 111.3  # rounds over which that saving decays (neighbours drift apart)
     # -- assumed (not identifiable from the committed runs)
     fill_l2_weight: float = 0.0  # L2 cost of a byte to or from HBM vs a hit (HBM and L2 in series)
     epilogue_sm100_s: float = 0.5e-6  # sm_100a epilogue warps: TMEM -> registers -> 128 x 128 out
@@ -222,20 +188,13 @@ class ModelParams:
 
 
 #: Fitted by ``python -m pearl_moe calibrate --fit --hold launch_overhead_s,walk_step_s
-#: --restarts 2 --fit-on ablation,probe,stage_sweep,stages,walk`` (2026-12-01, 00:50 UTC, with
-#: B boxes merged within groups of four neighbouring CTAs while they stay in step,
-#: ``lockstep_rounds``) on the 314 H200 records of those kinds (``tile_shapes.json`` is of kind
-#: ``probe``), with ``launch_overhead_s`` and ``walk_step_s`` held at the values of the first fit
-#: (134 records, serial walk): refitted they fall to zero without a better largest error, and the
-#: course's exercises and B200 projections read them. Two starts (``lockstep_rounds`` 30 and 100,
-#: ``neighbour_merge`` 0.9 and 0.6) reached the same merge (0.86-0.88) and lockstep (109-111
-#: rounds); this is the better one. Objective (8-norm of the log errors, see ``calibrate.py``)
-#: 0.1477; largest error 26.6%, median 5.4% on those records (before the lockstep: 0.1749, 33.8%,
-#: 6.5%), within the bounds ``calibrate`` holds it to (``calibrate.GATE``). The assumed fields
-#: keep their defaults. The one-call run of
-#: the whole ladder (``ladder.json.gz`` and ``ladder_depth.json.gz``, 2026-11-30 23:04-23:06 UTC,
-#: 158 records, 121 of its kernel-problem pairs also in the fitted runs) is not in the fit: its
-#: largest error is 25.8%, its median 4.3% (``calibrate`` prints it apart).
+#: --restarts 2 --fit-on ablation,probe,stage_sweep,stages,walk`` on the 314 H200 records of those
+#: kinds, with ``launch_overhead_s`` and ``walk_step_s`` held at an earlier fit's values (refitted,
+#: they fall to zero without a better largest error). Two starts reached the same merge
+#: (0.86-0.88) and drift (109-111 rounds). Objective (8-norm of the log errors, see
+#: ``calibrate.py``) 0.1477: largest error 26.6%, median 5.4%, within ``calibrate.GATE``. The
+#: assumed fields keep their defaults. The one-call run of the whole ladder (``ladder.json.gz``,
+#: ``ladder_depth.json.gz``) is not in the fit; ``calibrate`` prints it apart.
 CALIBRATED = ModelParams()
 
 #: The result kinds ``CALIBRATED`` was fitted on; ``calibrate`` reports the records of any other
@@ -255,7 +214,7 @@ FITTED = {
     "epilogue_s": "sm_90a: what a consumer warpgroup spends per 128 x 128 outputs between tiles",
     "walk_step_s": "one dependent step of the tile scheduler's walk over the experts (offsets load)",
     "neighbour_merge": "share of a B box's L2 work saved when neighbouring CTAs read it together",
-    "lockstep_rounds": "rounds of a launch over which neighbouring CTAs fall out of step (1/e)",
+    "drift_rounds": "rounds of a launch over which neighbouring CTAs fall out of step (1/e)",
 }
 ASSUMED = {
     "epilogue_sm100_s": "B200 only: TMEM drain + store of 128 x 128 outputs, 32 KB at ~64 B/clk",
@@ -326,7 +285,7 @@ class _Round:
     hbm_bytes: float
     out_bytes: float  # output bytes written (part of hbm_bytes)
     b_merged: float = 0.0  # tiles whose B box the L2 serves with a neighbour's, times the share of
-    # the launch's lockstep left in this round (exp(-round / lockstep_rounds))
+    # the launch's step left in this round (exp(-round / drift_rounds))
 
 
 def _expert_tiles(m: int, start: int, rows: int, cfg: GemmConfig, k: int, n: int, stage: int):
@@ -358,11 +317,8 @@ def _neighbour_merges(expert, m_idx, n_idx, linear):
 
     Neighbouring CTAs of a launch run side by side, and when they read the same weight box at about
     the same time the L2 counts one request for them. Nsight Compute's request counts
-    (``results/H200/schedule/``) fit B boxes shared within groups of four CTAs: stage 5 at 1024
-    tokens issues 38 M requests at GLM 5.3 (four m tiles per n tile: 38 M segments, pairs alone
-    would give 50 M) and 63 M at DeepSeek V4 Pro (two m tiles per n tile: 66 M segments). A boxes
-    are not shared: where neighbouring tiles read the same A box (one m tile per expert, at 64
-    tokens or 1 token), the static and the dynamic schedule issue the same number of requests.
+    fit B boxes shared within groups of four CTAs (stage 5 at 1024 tokens: 38 M requests at GLM
+    5.3, four m tiles per n tile, where pairs alone would give 50 M). A boxes are not shared.
     A tile's B box is marked merged (1.0) when an earlier tile of its group reads the same
     expert's n tile."""
     b = np.ones(len(linear))
@@ -372,13 +328,13 @@ def _neighbour_merges(expert, m_idx, n_idx, linear):
     return b
 
 
-def _rounds(oob, hbm, out, b_merged, slots: int, lockstep: float = 0.0) -> Counter:
+def _rounds(oob, hbm, out, b_merged, slots: int, drift: float = 0.0) -> Counter:
     """Tiles in launch order, cut into rounds of ``slots``; identical rounds are counted once. A
-    round's merged B boxes fade with its index (``lockstep``: rounds per 1/e, 0: never)."""
+    round's merged B boxes fade with its index (``drift``: rounds per 1/e, 0: never)."""
     rounds: Counter = Counter()
     for s in range(0, len(oob), slots):
         sl = slice(s, s + slots)
-        keep = np.exp(-(s // slots) / lockstep) if lockstep > 0 else 1.0
+        keep = np.exp(-(s // slots) / drift) if drift > 0 else 1.0
         key = _Round(
             int(len(oob[sl])),
             round(float(oob[sl].mean()), 5),
@@ -392,10 +348,10 @@ def _rounds(oob, hbm, out, b_merged, slots: int, lockstep: float = 0.0) -> Count
 
 @lru_cache(maxsize=2048)
 def _structure(
-    counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots: int, lockstep: float = 0.0
+    counts: tuple, k: int, n: int, cfg: GemmConfig, stage: int, slots: int, drift: float = 0.0
 ):
     """Launches (each a Counter of rounds), empty CTAs of stage 2 as ``(interleaved, trailing)``,
-    and real tiles of one problem. ``lockstep`` is :attr:`ModelParams.lockstep_rounds` (each
+    and real tiles of one problem. ``drift`` is :attr:`ModelParams.drift_rounds` (each
     launch starts in step).
 
     Stage 2's grid is ``(m slots, n tiles, experts)``, dispatched in linear order (m slot
@@ -415,8 +371,8 @@ def _structure(
     empties = (0, 0)
     m_slots, nt = max(1, _cdiv(rows, cfg.tile_m)), _cdiv(n, cfg.tile_n)
     # neighbouring CTAs share L2 requests: only where the launch order puts tiles that
-    # read the same B box next to each other (static and lockstep schedules of 1-CTA tiles)
-    shares = cfg.cta_group == 1 and cfg.schedule in ("static", "lockstep")
+    # read the same B box next to each other (1-CTA tiles of the static schedule)
+    shares = cfg.cta_group == 1
 
     def merges(e, m_idx, n_idx, linear):
         if not shares:
@@ -425,7 +381,7 @@ def _structure(
 
     if stage == 1:
         launches = tuple(
-            _rounds(o, h, w, merges(e, mi, ni, np.arange(len(o))), slots, lockstep)
+            _rounds(o, h, w, merges(e, mi, ni, np.arange(len(o))), slots, drift)
             for o, h, w, mi, ni, e in per_expert
         )
     else:
@@ -435,7 +391,7 @@ def _structure(
             linear = m_idx + m_slots * (n_idx + nt * expert)
         else:  # the tile index (CTA c takes c, c + C, ...: C is a multiple of 4 on the H200 and B200)
             linear = np.arange(len(oob))
-        launches = (_rounds(oob, hbm, out, merges(expert, m_idx, n_idx, linear), slots, lockstep),)
+        launches = (_rounds(oob, hbm, out, merges(expert, m_idx, n_idx, linear), slots, drift),)
         if stage == 2:
             grid = m_slots * nt * len(counts)
             last = max(e for e, m in enumerate(counts) if m)
@@ -538,22 +494,19 @@ def _combine(terms: dict, p: float) -> float:
 # ---------------------------------------------------------------------------- public API
 #: How the device tile scheduler walks the experts (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
 #: The same names as :data:`pearl_moe.config.WALKS` (``GemmConfig.walk``).
-SCHEDULERS = ("serial", "warp-parallel", "hybrid")
+SCHEDULERS = ("serial", "warp-parallel")
 
 
 def walk_steps(experts: int, scheduler: str = "warp-parallel") -> int:
     """Dependent offset loads a persistent CTA's consumer makes walking all ``experts``.
 
     ``serial``: one expert per step (the scheduler until 2026-11-30), ``experts`` steps;
-    ``warp-parallel``: the 32 lanes of a warp load 32 experts' offsets at once, ``ceil(E / 32)``;
-    ``hybrid``: the current expert first, then 32 at a time, ``1 + ceil((E - 1) / 32)``.
+    ``warp-parallel``: the 32 lanes of a warp load 32 experts' offsets at once, ``ceil(E / 32)``.
     """
     if scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
     if scheduler == "serial":
         return experts
-    if scheduler == "hybrid":
-        return 1 + _cdiv(max(experts - 1, 0), 32)
     return _cdiv(experts, 32)
 
 
@@ -600,7 +553,7 @@ def predict(
         cfg,
         stage,
         slots,
-        round(params.lockstep_rounds, 1),
+        round(params.drift_rounds, 1),
     )
     if not tiles:
         return Prediction(params.launch_overhead_s, floor, 0, 1, 0.0, "latency", stage=stage)

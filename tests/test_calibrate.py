@@ -314,7 +314,7 @@ def test_errors_by_token_count_as_notebook_04_says(capsys):
 
 
 def test_early_pingpong_hand_over_trial_as_its_docstring_says():
-    """pearl_moe.kernels.sm90.pingpong: the trial that handed the mainloop over once the last wgmma
+    """pearl_moe.kernels.sm90.split_accumulator: the trial that handed the mainloop over once the last wgmma
     was issued timed stage 7 at 1.03-1.14x stage 6 at 1024 tokens and 0.84-0.99x at 4096 (5
     interleaved rounds, its kernel code recorded), inside what four earlier runs with the order
     kept span: 1.03-1.20x and 0.81-0.99x."""

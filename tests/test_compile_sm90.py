@@ -33,12 +33,6 @@ CASES = {
     "s7-128x128-pingpong": (7, stage_config("sm_90a", 7).with_(tile_m=128, tile_n=128)),
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
-    "s6-hybridwalk": (6, stage_config("sm_90a", 6).with_(walk="hybrid")),
-    # the dynamic schedule: tiles claimed from a counter in global memory
-    "s5-dynamic": (5, stage_config("sm_90a", 5).with_(schedule="dynamic")),
-    "s7-dynamic": (7, stage_config("sm_90a", 7).with_(schedule="dynamic")),
-    # the lockstep schedule: static tiles, each round started with both neighbouring CTAs
-    "s5-lockstep": (5, stage_config("sm_90a", 5).with_(schedule="lockstep")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
     "s6-16x128-swapAB": (
         6,
@@ -92,13 +86,7 @@ def test_direct_store_uses_16_byte_stores_and_no_tma_store(reports, name):
     assert fam["UTMASTG (TMA store)"] == 0, "a direct-store kernel must not TMA-store"
     assert fam["STSM (stmatrix)"] == 0, "the direct store stages nothing in shared memory"
     assert fam["STG.E.128"] > 0, "no 16-byte global stores"
-    # the lockstep schedule's round words are the only 4-byte stores (strong, .gpu scope)
-    words = (
-        report.opcodes.get("STG.E.STRONG.GPU", 0)
-        if report.gemm_config.schedule == "lockstep"
-        else 0
-    )
-    assert fam["STG (other)"] == words, f"narrower global stores: {report.opcodes}"
+    assert fam["STG (other)"] == 0, f"narrower global stores: {report.opcodes}"
     # one quad transpose (3 butterfly shuffles) per 16-byte store; in ping-pong the compiler keeps two
     # copies of the shuffles but merges some stores, so count exactly only with one consumer
     shuffles = sum(n for op, n in report.opcodes.items() if op.startswith("SHFL.BFLY"))
@@ -178,23 +166,15 @@ def test_direct_store_refuses_tiles_it_would_not_fill(tile_n):
     assert not any("multiple of 32" in why for why in can_implement(tma, 4096, 4096, 3))
 
 
-def test_dynamic_schedule_claims_with_atomic_inc(reports):
-    """The dynamic schedule's producer claims tiles with a wrapping ``atom.inc`` (the first claim, then one per tile: the counter
-    returns to 0 by itself); the lockstep schedule counts finished CTAs with one, writes its
-    round with strong (``.gpu``) stores and reads the neighbours' with a strong load; static
-    schedules have no global atomics and no strong global accesses at all."""
-    for name, (_, cfg) in CASES.items():
+def test_the_static_schedule_needs_no_global_atomics_or_strong_accesses(reports):
+    """Persistent CTAs share the tiles statically (CTA ``c`` takes ``c, c + C, ...``): no kernel
+    claims tiles or waits for another CTA through global memory."""
+    for name in CASES:
         ops = reports[name].opcodes
         atomics = {op: n for op, n in ops.items() if op.startswith(("ATOMG", "RED"))}
         strong = {op for op in ops if op.startswith(("LDG", "STG")) and "STRONG" in op}
-        if cfg.schedule == "dynamic":
-            assert atomics == {"ATOMG.E.INC.STRONG.GPU": 2}, (name, atomics)
-        elif cfg.schedule == "lockstep":
-            assert atomics == {"ATOMG.E.INC.STRONG.GPU": 1}, (name, atomics)
-            assert strong == {"LDG.E.STRONG.GPU", "STG.E.STRONG.GPU"}, (name, strong)
-        else:
-            assert not atomics, (name, atomics)
-            assert not strong, (name, strong)
+        assert not atomics, (name, atomics)
+        assert not strong, (name, strong)
 
 
 def test_scheduler_walk_is_the_one_configured(reports):
@@ -205,16 +185,3 @@ def test_scheduler_walk_is_the_one_configured(reports):
         elif cfg.arch == "sm_90a" and name[1] in "34567":
             ups = sum(n for op, n in reports[name].opcodes.items() if op.startswith("SHFL.UP"))
             assert ups > 0 and ups % 5 == 0, (name, ups)
-
-
-def test_lockstep_refuses_grids_beyond_its_round_words():
-    """The lockstep schedule keeps one round word per CTA in the stream's counter buffer
-    (``MAX_LOCKSTEP_CTAS``): a larger grid is refused before anything is compiled."""
-    from pearl_moe.kernels.host import MAX_LOCKSTEP_CTAS
-    from pearl_moe.kernels.sm90.stage3_persistent import build
-
-    config = stage_config("sm_90a", 5).with_(schedule="lockstep")
-    assert build(config, sms=MAX_LOCKSTEP_CTAS).sms == MAX_LOCKSTEP_CTAS
-    with pytest.raises(ValueError, match=f"at most {MAX_LOCKSTEP_CTAS} CTAs"):
-        build(config, sms=MAX_LOCKSTEP_CTAS + 1)
-    assert build(config.with_(schedule="static"), sms=MAX_LOCKSTEP_CTAS + 1).sms > MAX_LOCKSTEP_CTAS

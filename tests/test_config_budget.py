@@ -162,12 +162,14 @@ def test_config_and_budget_import_one_way():
     assert "config" not in runtime_imports(root / "budget.py")
 
 
-@pytest.mark.parametrize("schedule", ["dynamic", "scattered", "lockstep"])
-def test_schedules_beyond_static_are_sm90_only(schedule):
-    """The dynamic, scattered and lockstep schedules exist in the sm_90a kernels only: an sm_100a
-    configuration asking for one is refused with the reason; an unknown schedule is refused too."""
-    assert GemmConfig(arch="sm_90a", tile_m=64, schedule=schedule).schedule == schedule
-    with pytest.raises(ValueError, match="built for sm_90a only"):
-        GemmConfig(arch="sm_100a", schedule=schedule)
-    with pytest.raises(ValueError, match="schedule must be one of"):
-        GemmConfig(arch="sm_90a", schedule="round-robin")
+def test_retired_schedule_variants_are_refused_and_recorded_static_configs_still_load():
+    """The tile-schedule variants were studies and left the kernels: a config has no schedule
+    field, and a recorded config that names one loads only when it is the static schedule."""
+    with pytest.raises(TypeError):
+        GemmConfig(arch="sm_90a", schedule="dynamic")
+    recorded = {"arch": "sm_90a", "tile_m": 64, "stages": 4, "schedule": "static"}
+    assert GemmConfig.from_dict(recorded) == GemmConfig(arch="sm_90a", tile_m=64, ring_depth=4)
+    with pytest.raises(ValueError, match="schedule='lockstep' is a retired study variant"):
+        GemmConfig.from_dict({**recorded, "schedule": "lockstep"})
+    with pytest.raises(ValueError, match="walk must be one of"):
+        GemmConfig(arch="sm_90a", walk="hybrid")

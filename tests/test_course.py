@@ -73,14 +73,14 @@ def test_source_of_a_method_without_importing_cutlass():
     import sys
 
     had = "cutlass" in sys.modules
-    code, where = get_source("pearl_moe.kernels.sm100.common:Sm100KernelBase.mma_k_loop")
+    code, where = get_source("pearl_moe.kernels.sm100.common:KernelBase.mma_k_loop")
     assert code.startswith("@cute.jit\ndef mma_k_loop(")
     assert where.startswith("pearl_moe/kernels/sm100/common.py:")
     assert ("cutlass" in sys.modules) == had
 
 
 def test_source_method_argument_and_objects():
-    a, _ = get_source("pearl_moe.kernels.sm90.common:Sm90KernelBase", "_epilogue")
+    a, _ = get_source("pearl_moe.kernels.sm90.common:KernelBase", "_epilogue")
     assert "def _epilogue(" in a
     from pearl_moe.budget import smem_budget
 
@@ -106,8 +106,8 @@ def test_views_render_html_and_text():
 
 
 def test_diff_between_stages():
-    old = "pearl_moe.kernels.sm90.stage1_gemm:Sm90DenseGemm.kernel"
-    new = "pearl_moe.kernels.sm90.stage2_grouped:Sm90GroupedGemm.kernel"
+    old = "pearl_moe.kernels.sm90.stage1_gemm:DenseGemmKernel.kernel"
+    new = "pearl_moe.kernels.sm90.stage2_grouped:GroupedGemmKernel.kernel"
     diff = source_diff(old, new)
     added, removed = diff_stats(diff)
     assert added > 0 and removed > 0

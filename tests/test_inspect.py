@@ -71,7 +71,8 @@ def test_launch_smem_from_host_ir():
 def test_stage_modules_are_found_by_number():
     assert stage_module_name(1, "sm_100a") == "pearl_moe.kernels.sm100.stage1_gemm"
     assert stage_module_name(3, "sm_100a") == "pearl_moe.kernels.sm100.stage3_persistent"
-    with pytest.raises(ModuleNotFoundError, match="stage9_"):
+    assert stage_module_name(6, "sm_90a") == "pearl_moe.kernels.sm90.stage3_persistent"
+    with pytest.raises(ModuleNotFoundError, match="no kernel for stage 9"):
         stage_module_name(9, "sm_100a")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -315,39 +317,26 @@ def test_schedule_covers_every_row_once():
     assert grouped_grid(sum(counts), n, len(counts), GemmConfig(arch="sm_90a")) == (4, 22, 8)
 
 
-def test_tile_counter_and_its_pointer_are_made_once_per_device_and_stream():
-    """A persistent launch passes the stream's tile counter as a pointer: both are made on the
-    first call and looked up afterwards, one pair per device and stream."""
-    import torch
+def test_the_stage_table_maps_every_stage_to_one_of_three_kernel_modules():
+    """Stages 4-7 are options of the persistent kernel: no module per stage, the same module
+    names on both architectures, reached through the explicit family mapping."""
+    from pearl_moe.kernels import api
+    from pearl_moe.kernels.ladder import KERNEL_STAGES, kernel_module_name
 
-    from pearl_moe.kernels import host
-
-    class Stream:  # stands for a CUstream: int() gives its handle
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __int__(self):
-            return self.handle
-
-    saved = dict(host._TILE_COUNTERS)
-    try:
-        counter = host.tile_counter("cpu", Stream(7))
-        ptr = host.tile_counter_ptr(torch.device("cpu"), Stream(7))
-        # word 0: the dynamic schedule's tile counter; then the lockstep schedule's done count
-        # and one round word per CTA (up to MAX_LOCKSTEP_CTAS), all zero
-        assert counter.dtype == torch.int32 and counter.shape == (host.COUNTER_WORDS,)
-        assert host.COUNTER_WORDS == host.LOCKSTEP_BASE + host.MAX_LOCKSTEP_CTAS
-        assert (
-            host.MAX_LOCKSTEP_CTAS >= 148 and not counter.any()
-        )  # any Hopper's SMs fit (132 on an H100 / H200)
-        assert host.tile_counter(torch.device("cpu"), Stream(7)) is counter
-        assert host.tile_counter_ptr("cpu", Stream(7)) is ptr  # the same object, not a new one
-        assert ptr._pointer == counter.data_ptr()  # the address of the counter it was made for
-        assert host.tile_counter("cpu", Stream(8)) is not counter  # one counter per stream
-        indexed = torch.device("cuda", 3)
-        host._TILE_COUNTERS[(indexed, 0)] = ("counter", "ptr")  # no GPU: a stand-in entry
-        assert host.tile_counter_ptr(indexed) == "ptr"  # a device with an index is looked up
-        assert host.tile_counter("cuda:3") == "counter"  # a string is resolved to the same key
-    finally:
-        host._TILE_COUNTERS.clear()
-        host._TILE_COUNTERS.update(saved)
+    assert {s.module for s in KERNEL_STAGES.values()} == {
+        "stage1_gemm",
+        "stage2_grouped",
+        "stage3_persistent",
+    }
+    assert all(KERNEL_STAGES[s].options for s in range(4, 8))
+    assert not any(KERNEL_STAGES[s].options for s in range(1, 4))
+    for arch, package in (("sm_90a", "sm90"), ("sm_100a", "sm100")):
+        assert kernel_module_name(arch, 6) == f"pearl_moe.kernels.{package}.stage3_persistent"
+        for stage in KERNEL_STAGES:
+            kernel = api.stage_module(arch, stage)
+            assert kernel.stage == stage and kernel.arch == arch
+            assert kernel.module.__name__ == kernel_module_name(arch, stage)
+    with pytest.raises(ValueError, match="arch must be one of"):
+        api.stage_module("sm_80", 3)
+    pkgs = [Path(api.__file__).parent / d for d in ("sm90", "sm100")]
+    assert not [f.name for d in pkgs for f in d.glob("stage[4-9]*.py")]  # no alias modules

@@ -50,25 +50,6 @@ VARIANTS = {
     # the tile scheduler's first walk (one expert per dependent load)
     "s6-serialwalk": (6, dict(walk="serial")),
     "s7-serialwalk": (7, dict(walk="serial")),
-    "s6-hybridwalk": (6, dict(walk="hybrid")),
-    # the dynamic schedule: CTAs claim tiles from a counter in global memory
-    "s3-dynamic": (3, dict(schedule="dynamic")),
-    "s5-dynamic": (5, dict(schedule="dynamic")),
-    "s6-dynamic": (6, dict(schedule="dynamic")),
-    "s7-dynamic": (7, dict(schedule="dynamic")),
-    "s7-128x128-dynamic": (7, dict(tile_m=128, tile_n=128, schedule="dynamic")),
-    "s5-scattered": (5, dict(schedule="scattered")),
-    # the lockstep schedule: static tiles, each round started with both neighbouring CTAs
-    "s3-lockstep": (3, dict(schedule="lockstep")),
-    "s4-lockstep": (4, dict(schedule="lockstep")),
-    "s5-lockstep": (5, dict(schedule="lockstep")),
-    "s6-lockstep": (6, dict(schedule="lockstep")),
-    "s7-lockstep": (7, dict(schedule="lockstep")),
-    "s7-scattered": (7, dict(schedule="scattered")),
-    "s6-16x128-swapAB-dynamic": (
-        6,
-        dict(tile_m=16, shift_a_box=True, swap_ab=True, schedule="dynamic"),
-    ),  # fmt: skip
 }
 TOKENS = (1, 16, 64, 256, 1024)
 ROUTINGS = ("balanced", "random", "skewed")
@@ -149,7 +130,7 @@ def test_option_variants(variant, counts, n, k):
     _check(stage, counts, n, k, seed=len(counts), config=config)
 
 
-@pytest.mark.parametrize("walk", ("warp-parallel", "serial", "hybrid"))
+@pytest.mark.parametrize("walk", ("warp-parallel", "serial"))
 def test_walks_over_many_ragged_experts(walk):
     """112 experts (four 32-lane steps of the warp-parallel walk), skewed routing: empty experts
     and experts that end mid-tile on both sides of each 32-expert boundary."""
@@ -158,68 +139,21 @@ def test_walks_over_many_ragged_experts(walk):
     _check(6, p.counts, p.n, p.k, seed=5, config=config)
 
 
-@pytest.mark.parametrize(
-    "stage, schedule",
-    [(3, "dynamic"), (5, "dynamic"), (7, "dynamic"), (5, "lockstep"), (7, "lockstep")],
-)
-def test_dynamic_schedule_leaves_its_counter_at_zero(stage, schedule):
-    """Every launch of the dynamic schedule claims exactly as many tiles as there are, and the
-    last CTA of a lockstep launch zeroes the arrival words, so the whole counter buffer is back at
-    0 afterwards: fewer tiles than CTAs (decode) and many tiles, each repeated; then 20 replays of
-    a CUDA graph captured on a side stream whose counter exists before the capture (so no
-    captured zero-fill resets it), each checked, the buffer still 0. (No rows at all never
-    launches: grouped_gemm returns before.)"""
-    from pearl_moe.kernels.host import cuda_stream, tile_counter
-
-    config = stage_config("sm_90a", stage).with_(schedule=schedule)
-    for counts, n, k in (((3, 0, 5, 1), 256, 256), ((900, 3, 700), 1024, 512)):
-        for seed in range(3):
-            _check(stage, counts, n, k, seed=seed, config=config)
-            assert not tile_counter("cuda", cuda_stream()).any()
-    p = make_problem("GLM 5.3", 1024, ep=8, routing="skewed", seed=2)
-    A, W, offs = random_inputs(p.counts, 1024, 768, seed=2)
-    ref = grouped_gemm(A, W, offs, stage=stage, config=config.with_(schedule="static"))
-    out = torch.full_like(ref, float("nan"))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # the side stream's counter, made and used outside the capture
-        grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
-    side.synchronize()
-    counter = tile_counter("cuda", cuda_stream())
-    with torch.cuda.stream(side):
-        assert tile_counter("cuda", cuda_stream()) is not counter  # one counter per stream
-        side_counter = tile_counter("cuda", cuda_stream())
-    assert not side_counter.any()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
-    for _ in range(20):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, ref)  # the same tiles, each computed once, in any order
-        assert not side_counter.any()
-
-
 @pytest.mark.parametrize("stage", (3, 4, 5, 6, 7))
-def test_lockstep_schedule_computes_what_the_static_one_does(stage):
-    """The lockstep schedule runs the static schedule's tiles on the same CTAs, only aligned in
-    time: on a prefill problem of many rounds (Kimi K3, 4096 tokens, skewed routing) its output
-    equals the static one's bit for bit, checked against the fp32 reference first, and the
-    counter buffer is back at 0 after each of three launches."""
-    from pearl_moe.kernels.host import cuda_stream, tile_counter
-
+def test_prefill_of_many_rounds_is_right_and_repeats_bit_for_bit(stage):
+    """A prefill problem of many rounds of the static schedule (Kimi K3, 4096 tokens, skewed
+    routing): right against the fp32 reference, and three more launches into poisoned outputs give
+    the same bits (each tile is computed by one CTA, in a fixed order of K tiles)."""
     p = make_problem("Kimi K3", 4096, ep=8, routing="skewed", seed=stage)
     config = stage_config("sm_90a", stage)
-    _check(stage, p.counts, p.n, p.k, seed=stage, config=config.with_(schedule="lockstep"))
+    _check(stage, p.counts, p.n, p.k, seed=stage, config=config)
     A, W, offs = random_inputs(p.counts, p.n, p.k, seed=stage)
     ref = grouped_gemm(A, W, offs, stage=stage, config=config)
     for _ in range(3):
         out = torch.full_like(ref, float("nan"))
-        grouped_gemm(A, W, offs, out=out, stage=stage, config=config.with_(schedule="lockstep"))
+        grouped_gemm(A, W, offs, out=out, stage=stage, config=config)
         torch.cuda.synchronize()
         assert torch.equal(out, ref)
-        assert not tile_counter("cuda", cuda_stream()).any()
 
 
 @pytest.mark.parametrize("stage", GROUPED)

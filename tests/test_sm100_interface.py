@@ -84,7 +84,7 @@ WORKER = textwrap.dedent(
         module = api.stage_module("sm_100a", stage)
         calls = []
         if stage > 1:
-            module.workspace_for = lambda device, stream, e: workspace
+            module.module.workspace_for = lambda device, stream, e: workspace
         module.launch(
             lambda *args: calls.append(args), A, W, ends, out, [3, 3, rows], cuda.CUstream(0)
         )

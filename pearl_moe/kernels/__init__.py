@@ -10,13 +10,17 @@ kernels are kept on disk (``compile_cache``), so a new process loads them instea
 (``autotune.pick``: a measured table per GPU, else a heuristic); ``stage=N`` alone runs the
 course's stage N with its own configuration.
 
-Stage-module interface (both architectures)
--------------------------------------------
-Stage ``N`` lives in ``pearl_moe.kernels.<sm90|sm100>.stage{N}_<name>`` with the names
-``stage1_gemm``, ``stage2_grouped``, ``stage3_persistent`` (see ``api.STAGE_NAMES``). It is imported
-lazily and must expose:
+Kernel-module interface (both architectures)
+--------------------------------------------
+Each architecture has three kernel modules, ``pearl_moe.kernels.<sm90|sm100>.stage1_gemm``,
+``stage2_grouped`` and ``stage3_persistent``; stages 4-7 run the persistent kernel with more options
+(the table is :data:`pearl_moe.kernels.ladder.KERNEL_STAGES`). :func:`api.stage_module` returns a
+stage's :class:`api.StageKernel`: its module, reached through the explicit
+``api.KERNEL_FAMILIES`` mapping (imported on first use), with the stage bound. A kernel module
+exposes (the persistent one takes a trailing ``stage`` argument, 3-7, that says what options a
+configuration may use):
 
-``build(config) -> kernel``
+``build(config[, sms]) -> kernel``
     The kernel object (pure-Python config in ``__init__``, host ``@cute.jit __call__``, device
     ``@cute.kernel``). Nothing is compiled.
 ``compile_kernel(config, n, k, experts, sms) -> compiled``

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-
 from ..config import GemmConfig
 from ..workloads import check_dims, check_offsets
 from . import autotune, compile_cache
+from .dispatch import KERNEL_FAMILIES, StageKernel, stage_module
 from .ladder import KERNEL_STAGES, stage_config
 from .targets import gpu_target, persistent_ctas
 
@@ -16,10 +15,13 @@ __all__ = [
     "can_implement",
     "default_config",
     "stage_module",
+    "StageKernel",
+    "KERNEL_FAMILIES",
     "STAGE_NAMES",
 ]
 
-#: Stage number -> module name inside ``pearl_moe.kernels.<arch>`` (same names for both archs).
+#: Stage number -> kernel module name inside ``pearl_moe.kernels.<arch>`` (the same names on both
+#: architectures; stages 3-7 share ``stage3_persistent``).
 STAGE_NAMES = {n: s.module for n, s in KERNEL_STAGES.items()}
 
 _COMPILED: dict = {}
@@ -29,14 +31,6 @@ def default_config(arch: str, stage: int = 3) -> GemmConfig:
     """The configuration ``stage`` runs with when the caller gives none (the course's ladder,
     :func:`pearl_moe.kernels.ladder.stage_config`, with the deepest ring that fits)."""
     return stage_config(arch, stage).resolved()
-
-
-def stage_module(arch: str, stage: int):
-    """Import ``pearl_moe.kernels.sm90.stage{N}_*`` or ``...sm100.stage{N}_*`` lazily."""
-    if stage not in STAGE_NAMES:
-        raise ValueError(f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}")
-    package = {"sm_90a": "sm90", "sm_100a": "sm100"}[arch]
-    return importlib.import_module(f"pearl_moe.kernels.{package}.{STAGE_NAMES[stage]}")
 
 
 def _arch_of(device) -> str:

@@ -35,7 +35,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..config import GemmConfig
-from .ladder import KERNEL_STAGES, LAST_STAGE, stage_config, stage_problems
+from .ladder import (
+    KERNEL_PACKAGES,
+    KERNEL_STAGES,
+    LAST_STAGE,
+    kernel_module_name,
+    stage_config,
+    stage_problems,
+)
 
 __all__ = [
     "Choice",
@@ -62,7 +69,6 @@ TABLE_DIR = Path(__file__).resolve().parent.parent / "tuning"
 ENV_TABLE = "PEARL_MOE_TUNING"
 #: Furthest a measured bucket may be from the call's bucket (octaves of rows per expert).
 MAX_BUCKET_DISTANCE = 2
-_ARCH_PACKAGES = {"sm_90a": "sm90", "sm_100a": "sm100"}
 _DEFAULT_GPU = {"sm_90a": "H200", "sm_100a": "B200"}
 
 
@@ -132,9 +138,9 @@ def default_gpu_name(arch: str) -> str:
 # ------------------------------------------------------------------------- availability
 def stage_available(arch: str, stage: int) -> bool:
     """Whether ``pearl_moe.kernels.<arch>.<stage module>`` exists here (without importing it)."""
-    if stage not in KERNEL_STAGES or arch not in _ARCH_PACKAGES:
+    if stage not in KERNEL_STAGES or arch not in KERNEL_PACKAGES:
         return False
-    name = f"pearl_moe.kernels.{_ARCH_PACKAGES[arch]}.{KERNEL_STAGES[stage].module}"
+    name = kernel_module_name(arch, stage)
     try:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:

@@ -309,13 +309,7 @@ def _worker() -> None:
     jobs = json.loads(sys.stdin.read())
     portable = platform.machine() in ("x86_64", "AMD64")
     restore = _portable_compile() if portable else None
-    import importlib
-
-    from .ladder import KERNEL_STAGES
-
-    def stage_module(arch, stage):
-        package = {"sm_90a": "sm90", "sm_100a": "sm100"}[arch]
-        return importlib.import_module(f"pearl_moe.kernels.{package}.{KERNEL_STAGES[stage].module}")
+    from .dispatch import stage_module
 
     root = cache_root()
     for job in jobs:

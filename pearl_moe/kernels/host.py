@@ -25,23 +25,7 @@ __all__ = [
     "grouped_grid",
     "schedule_tiles",
     "cuda_stream",
-    "tile_counter",
-    "tile_counter_ptr",
-    "COUNTER_WORDS",
-    "LOCKSTEP_BASE",
-    "MAX_LOCKSTEP_CTAS",
 ]
-
-#: The per-stream counter buffer (:func:`tile_counter`) in int32 words: word 0 is the dynamic
-#: schedule's tile counter, word 1 the lockstep schedule's count of CTAs that are done, and word
-#: ``LOCKSTEP_BASE + c`` the last round CTA ``c`` of a lockstep launch has reached (plus one).
-LOCKSTEP_BASE = 2
-MAX_LOCKSTEP_CTAS = 256
-COUNTER_WORDS = LOCKSTEP_BASE + MAX_LOCKSTEP_CTAS
-
-#: One tile counter per (torch device, stream handle) with its kernel argument: the dynamic
-#: schedule's (see :func:`tile_counter`).
-_TILE_COUNTERS: dict = {}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -104,49 +88,6 @@ def cuda_stream(device=None):
     import torch
 
     return cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
-
-
-def tile_counter(device, stream=None):
-    """The int32 counter buffer (:data:`COUNTER_WORDS` words) of the persistent kernels' dynamic
-    and lockstep schedules; word 0 is the tile counter the dynamic schedule claims tiles from.
-
-    Zeroed once when first asked for; every launch leaves it at 0 again
-    (:meth:`pearl_moe.kernels.scheduler.TileScheduler.claim_issue`,
-    :meth:`~pearl_moe.kernels.scheduler.TileScheduler.lockstep_done`), so it is kept, one per
-    device and stream: two launches that ran at the same time on one counter would mix their
-    tiles. A CUDA graph keeps the counter of the stream it was captured on, so two graphs captured
-    on one stream must not be replayed at the same time. (A launch that dies half-way leaves the
-    buffer elsewhere than 0: make a new one.) Static schedules are passed it too and never touch
-    it.
-    """
-    return _counter_entry(device, stream)[0]
-
-
-def tile_counter_ptr(device, stream=None):
-    """:func:`tile_counter`'s kernel argument, made once with the counter: a persistent launch
-    passes it with every schedule, and a dictionary lookup is all it then costs on the host
-    (making the counter's key and pointer anew took about 1.5 us per launch)."""
-    return _counter_entry(device, stream)[1]
-
-
-def _counter_entry(device, stream):
-    handle = int(stream) if stream is not None else 0
-    if not isinstance(device, str) and getattr(device, "index", None) is not None:
-        entry = _TILE_COUNTERS.get((device, handle))  # a torch.device with its index, as a
-        if entry is not None:  # tensor's: no device to make or resolve
-            return entry
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    entry = _TILE_COUNTERS.get((dev, handle))
-    if entry is None:
-        counter = torch.zeros(COUNTER_WORDS, dtype=torch.int32, device=dev)
-        # setdefault: a thread that raced us here keeps its entry, and nobody frees a counter
-        # that a launch or a captured graph may already use
-        entry = _TILE_COUNTERS.setdefault((dev, handle), (counter, i32_ptr(counter)))
-    return entry
 
 
 def device_end_offsets(offsets, experts: int):

@@ -1,21 +1,25 @@
 """The course's kernel stages as a ladder of configurations: each stage is the previous one plus one idea.
 
-Stages 1-3 are three kernels (plain GEMM, grouped GEMM, persistent warp-specialized grouped GEMM).
-Stages 4-7 add no new kernel: they are options of the stage-3 kernel of each architecture, switched
-on by :class:`~pearl_moe.config.GemmConfig` fields, and each option lives in its own small module
-(``kernels/<arch>/direct_store.py``, ``wide_b.py``, ...). So the course's ablation is a list of
-configurations, :func:`stage_config` ``(arch, 1..7)``, and a stage number also says which options a
-configuration may use (:func:`stage_problems`)::
+Stages 1-3 are three kernels (plain GEMM, grouped GEMM, persistent warp-specialized grouped GEMM),
+one module each per architecture (``kernels/<sm90|sm100>/stage1_gemm.py``, ``stage2_grouped.py``,
+``stage3_persistent.py``). Stages 4-7 add no new kernel: they are options of the stage-3 kernel,
+switched on by :class:`~pearl_moe.config.GemmConfig` fields, and each option's device code lives in
+a module named for it (``direct_store.py``, ``wide_b.py``, ...). So this table is the whole map
+from a stage to its code: :data:`KERNEL_STAGES` gives each stage's kernel module and options,
+:func:`stage_config` ``(arch, 1..7)`` its configuration, and :func:`stage_problems` which options a
+configuration may use at a stage::
 
-    stage  idea                                  GemmConfig field(s)
-    1      plain GEMM, one launch per expert     -
-    2      grouped GEMM, one launch              -
-    3      persistent, warp-specialized          -
-    4      direct register -> global store       epilogue="direct_store" (store_bits)
-    5      64-row tiles in 1-CTA mode            tile_m=64 (cta_group=1)
-    6      one B ring entry spans two K tiles    b_k_tiles=2
-    7      split accumulator slots               acc_slots=2 (Blackwell: 2-CTA 256 x 512 tile;
-                                                 Hopper: two consumer warpgroups in ping-pong)
+    stage  kernel module        idea                                  GemmConfig field(s)
+    1      stage1_gemm          plain GEMM, one launch per expert     -
+    2      stage2_grouped       grouped GEMM, one launch              -
+    3      stage3_persistent    persistent, warp-specialized          -
+    4      stage3_persistent    direct register -> global store       epilogue="direct_store"
+    5      stage3_persistent    64-row tiles in 1-CTA mode            tile_m=64 (cta_group=1)
+    6      stage3_persistent    one B ring entry spans two K tiles    b_k_tiles=2
+    7      stage3_persistent    split accumulator slots               acc_slots=2 (Blackwell: 2-CTA
+                                                                      256 x 512 tile; Hopper: two
+                                                                      consumer warpgroups in
+                                                                      ping-pong)
 
 On Hopper, 64-row tiles need no new code (a wgmma is 64 rows per warpgroup, so the stage-3 kernel
 already runs one consumer warpgroup at ``tile_m=64``); stage 5 there is a configuration step only.
@@ -30,7 +34,9 @@ from ..config import GemmConfig
 __all__ = [
     "KernelStage",
     "KERNEL_STAGES",
+    "KERNEL_PACKAGES",
     "LAST_STAGE",
+    "kernel_module_name",
     "stage_config",
     "stage_problems",
     "ladder",
@@ -40,9 +46,10 @@ __all__ = [
 @dataclass(frozen=True)
 class KernelStage:
     number: int
-    module: str  # pearl_moe.kernels.<sm90|sm100>.<module>
+    module: str  # the kernel's module in pearl_moe.kernels.<sm90|sm100> (KERNEL_PACKAGES)
     title: str
     idea: str
+    options: str = ""  # the GemmConfig fields the stage switches on ("" for stages 1-3)
 
 
 KERNEL_STAGES: dict[int, KernelStage] = {
@@ -51,13 +58,26 @@ KERNEL_STAGES: dict[int, KernelStage] = {
         KernelStage(1, "stage1_gemm", "plain GEMM", "one dense GEMM per expert (the naive loop)"),
         KernelStage(2, "stage2_grouped", "grouped GEMM", "CTA (x, y, z) computes tile (x, y) of expert z"),
         KernelStage(3, "stage3_persistent", "persistent, warp-specialized", "one CTA per SM walks the tile list"),
-        KernelStage(4, "stage4_direct_store", "direct store", "registers -> global memory; the epilogue buffer becomes a ring entry"),
-        KernelStage(5, "stage5_64_row_tiles", "64-row tiles", "1-CTA tile_m = 64: half the A bytes per ring entry"),
-        KernelStage(6, "stage6_wide_b", "wide B entries", "one B ring entry spans two K tiles: 256 B per weight row"),
-        KernelStage(7, "stage7_split_accumulator", "split accumulator", "the epilogue of one tile overlaps the next tile's MMA"),
+        KernelStage(4, "stage3_persistent", "direct store", "registers -> global memory; the epilogue buffer becomes a ring entry", 'epilogue="direct_store"'),
+        KernelStage(5, "stage3_persistent", "64-row tiles", "1-CTA tile_m = 64: half the A bytes per ring entry", "tile_m=64"),
+        KernelStage(6, "stage3_persistent", "wide B entries", "one B ring entry spans two K tiles: 256 B per weight row", "b_k_tiles=2"),
+        KernelStage(7, "stage3_persistent", "split accumulator", "the epilogue of one tile overlaps the next tile's MMA", "acc_slots=2"),
     )
 }  # fmt: skip
 LAST_STAGE = max(KERNEL_STAGES)
+
+#: The package of each architecture's kernels.
+KERNEL_PACKAGES = {"sm_90a": "pearl_moe.kernels.sm90", "sm_100a": "pearl_moe.kernels.sm100"}
+
+
+def kernel_module_name(arch: str, stage: int) -> str:
+    """``pearl_moe.kernels.<sm90|sm100>.<module>``: the module that holds stage ``stage``'s kernel
+    (the same module for stages 3-7). Naming it imports nothing."""
+    if arch not in KERNEL_PACKAGES:
+        raise ValueError(f"arch must be one of {sorted(KERNEL_PACKAGES)}, got {arch!r}")
+    if stage not in KERNEL_STAGES:
+        raise ValueError(f"stage must be one of {sorted(KERNEL_STAGES)}, got {stage!r}")
+    return f"{KERNEL_PACKAGES[arch]}.{KERNEL_STAGES[stage].module}"
 
 
 def _base(arch: str) -> GemmConfig:
@@ -122,6 +142,4 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
         later(7, "the split accumulator (two slots)")
     if config.arch == "sm_100a" and config.tile_n > 256:
         later(7, "a tile of two MMA atoms along N (tile_n > 256)")
-    if config.schedule != "static":
-        later(3, f"the {config.schedule} tile schedule of persistent CTAs")
     return problems

@@ -2,15 +2,9 @@
 
 The work of a grouped GEMM is a ragged list of output tiles: expert ``e`` with ``m_e`` rows has
 ``cdiv(m_e, tile_m) x cdiv(n, tile_n)`` tiles. Number them expert by expert (inside an expert the
-m tile varies fastest). A persistent CTA ``c`` of ``C`` takes tiles ``c, c + C, c + 2C, ...``.
-
-With ``GemmConfig.schedule="dynamic"`` (sm_90a) a CTA's first tile is still ``c``, and every
-later one is claimed from a counter in global memory (:meth:`TileScheduler.claim_issue`): the tiles
-in flight stay a window of about ``C`` consecutive tiles however fast each SM runs. With
-``schedule="lockstep"`` (sm_90a) the tiles are the static ones, but before each tile a CTA's
-producer waits (a bounded number of polls) until its two neighbours have reached the same round
-(:meth:`TileScheduler.lockstep_wait`), so neighbouring CTAs keep reading one B box at about the
-same time however long the launch. Either way a CTA's tile numbers only grow.
+m tile varies fastest). A persistent CTA ``c`` of ``C`` takes tiles ``c, c + C, c + 2C, ...`` (a static schedule: a
+CTA's tile numbers only grow, and CTAs that run side by side work on neighbouring tiles, which
+share their B boxes in L2).
 
 Finding the expert of tile ``t`` needs the running tile count of the experts before it. Because a
 CTA's tile numbers only grow, it keeps ``(expert, first tile of that expert)`` as state and walks
@@ -47,22 +41,7 @@ from cutlass import Int32
 from cutlass.base_dsl.typing import as_numeric
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
-from .host import LOCKSTEP_BASE
-
-#: How often a lockstep CTA reads a neighbour's round before it goes on without it (about 0.7 us
-#: each): the wait is a hint for the L2, so a neighbour that never comes costs time, never a hang.
-LOCKSTEP_MAX_POLLS = 64
-
 __all__ = ["TileScheduler", "expert_rows"]
-
-
-def _atomic_inc(ptr: cute.Pointer, wrap: Int32, sem=None) -> Int32:
-    """PTX ``atom.global.inc.u32``: ``old = *ptr; *ptr = 0 if old >= wrap else old + 1``."""
-    from cutlass.cute.arch.nvvm_wrappers import _atomic
-
-    if sem is None:
-        return Int32(_atomic(ptr, Int32(wrap), op="inc"))
-    return Int32(_atomic(ptr, Int32(wrap), op="inc", sem=sem, scope="gpu"))
 
 
 @cute.jit
@@ -85,7 +64,7 @@ class TileScheduler:
     ``offsets``: E int32 end offsets (device tensor); ``rows``: rows of A and out (run-time);
     ``experts``, ``tile_m``, ``n_tiles``: compile-time sizes; ``step``: tiles between two visits
     of one CTA (the number of persistent CTAs, or CTA pairs in 2-CTA mode); ``walk``:
-    ``"warp-parallel"``, ``"serial"`` or ``"hybrid"`` (compile-time, ``GemmConfig.walk``).
+    ``"warp-parallel"`` or ``"serial"`` (compile-time, ``GemmConfig.walk``).
     """
 
     def __init__(
@@ -145,26 +124,13 @@ class TileScheduler:
         first lane whose running count passes ``tile``. A walk over E experts costs
         ``ceil(E / 32)`` dependent loads instead of E (112 experts: 4 instead of 112 round trips
         to L2 before a CTA's first tile). With ``walk="serial"`` each lane walks the same experts
-        one at a time instead (one dependent load per expert); ``walk="hybrid"`` checks the
-        current expert first and walks 32 at a time only past it.
+        one at a time instead (one dependent load per expert, no shuffles): cheaper when the next
+        tile is nearly always in the current expert, as at prefill.
         """
         if cutlass.const_expr(self.walk == "serial"):
             expert, first = self._seek_serial(tile, expert, first)
-        elif cutlass.const_expr(self.walk == "hybrid"):
-            expert, first = self._seek_hybrid(tile, expert, first)
         else:
             expert, first = self._seek_warp(tile, expert, first)
-        return expert, first
-
-    @cute.jit
-    def _seek_hybrid(self, tile: Int32, expert: Int32, first: Int32):
-        # the current expert first (one load, no shuffles): at prefill the next tile is nearly
-        # always still in it; past it, the warp-parallel walk from the next expert on
-        count = Int32(0)
-        if expert < self.experts:
-            count = self.expert_tiles(expert)
-        if expert < self.experts and tile >= first + count:
-            expert, first = self._seek_warp(tile, expert + 1, first + count)
         return expert, first
 
     @cute.jit
@@ -220,94 +186,6 @@ class TileScheduler:
         tile = tile + self.step
         expert, first = self.seek(tile, expert, first)
         return tile, expert, first
-
-    # ---------------------------------------------------------------- dynamic schedule
-    @cute.jit
-    def total_tiles(self):
-        """Output tiles of all experts (warp-collective): a warp-parallel walk past the last tile."""
-        _, total = self._seek_warp(Int32(1 << 30), Int32(0), Int32(0))
-        return total
-
-    @cute.jit
-    def claim_issue(self, counter: cute.Pointer, total: Int32):
-        """Claim a tile from the tile counter (warp-collective, ``schedule="dynamic"``): lane 0
-        issues ``atomicInc(counter, total - 1)``; :meth:`claim_result` turns what it returns
-        into the tile. Between the two calls the atomic's round trip overlaps other work.
-
-        Tiles ``0 .. step - 1`` are the CTAs' first tiles; after that the counter hands out the
-        rest in order, a tile ``>= total`` meaning done. A CTA claims until it is told done, so
-        a launch makes exactly ``total`` claims (one per tile past the first ``step``, one "done"
-        per CTA that had a tile; ``total`` "done"s when there are fewer tiles than CTAs), and
-        ``atomicInc``, which wraps to 0 after ``total - 1``, leaves the counter at 0 for the next
-        launch: no reset kernel, and a CUDA graph replays it as it is. (A launch that dies
-        half-way would leave it elsewhere; two launches sharing one counter at the same time
-        would mix their tiles, so the host keeps one counter per stream.)
-        """
-        raw = total  # lanes other than 0 (and "done" if it were read)
-        if cute.arch.lane_idx() == 0:
-            raw = _atomic_inc(counter, total - 1)
-        return raw
-
-    @cute.jit
-    def claim_result(self, raw: Int32):
-        """The tile a :meth:`claim_issue` got (lane 0's value, for the whole warp)."""
-        return self.step + cute.arch.shuffle_sync(raw, offset=0)
-
-    # ---------------------------------------------------------------- lockstep schedule
-    @cute.jit
-    def lockstep_wait(self, words: cute.Pointer, cta: Int32, rnd: Int32, total: Int32):
-        """Round ``rnd`` of CTA ``cta`` (warp-collective, ``schedule="lockstep"``): say so, then
-        wait until CTAs ``cta - 1`` and ``cta + 1`` have reached it too.
-
-        Lane 0 writes ``rnd + 1`` into the CTA's arrival word (``words[LOCKSTEP_BASE + cta]``);
-        lanes 1 and 2 read the neighbours' words until they show ``rnd + 1`` or more (the
-        neighbour has reached round ``rnd``). A neighbour
-        without a tile in this round (its tile ``neighbour + rnd * step`` is at or past
-        ``total``) is not waited for, and a wait ends after :data:`LOCKSTEP_MAX_POLLS` reads
-        whatever it saw. Only the start of each round is aligned, and only between neighbours (CTA
-        ``step - 1`` and CTA 0, whose tiles meet across a round boundary, are not linked): a CTA
-        waits directly for the two CTAs whose tiles share its B boxes, and through them a CTA can
-        run at most about ``|c - c'|`` rounds apart from CTA ``c'``.
-        """
-        lane = cute.arch.lane_idx()
-        if lane == 0:
-            cute.arch.store(words + (cta + LOCKSTEP_BASE), rnd + 1, sem="relaxed", scope="gpu")
-        neighbour = cta - 1
-        if lane == 2:
-            neighbour = cta + 1
-        waiting = (lane == 1 or lane == 2) and neighbour >= 0 and neighbour < self.step
-        if waiting:
-            waiting = neighbour + rnd * self.step < total
-        polls = Int32(0)
-        while cute.arch.vote_ballot_sync(waiting) != 0:
-            if waiting:
-                seen = cute.arch.load(
-                    words + (neighbour + LOCKSTEP_BASE), Int32, sem="relaxed", scope="gpu"
-                )
-                polls = polls + 1
-                waiting = seen <= rnd and polls < LOCKSTEP_MAX_POLLS
-
-    @cute.jit
-    def lockstep_done(self, words: cute.Pointer):
-        """The CTA is done (warp-collective, ``schedule="lockstep"``): lane 0 counts it in
-        ``words[1]`` with a wrapping ``atomicInc`` (acquire-release), and the last CTA of the
-        launch, which sees ``step - 1``, zeroes every arrival word. Nobody reads them after that,
-        and the next launch finds the whole buffer at 0, as the dynamic schedule leaves word 0.
-        (That needs ``words[1]`` at 0 when the launch starts: a launch that died half-way would
-        leave it elsewhere, and from then on the words would be zeroed too early: slower waits,
-        the same output.)
-        """
-        lane = cute.arch.lane_idx()
-        old = Int32(0)
-        if lane == 0:
-            old = _atomic_inc(words + 1, self.step - 1, sem="acq_rel")
-        old = cute.arch.shuffle_sync(old, offset=0)
-        cute.arch.sync_warp()  # lane 0's acquire is ordered before the other lanes' stores
-        if old == self.step - 1:
-            i = lane
-            while i < self.step:
-                cute.arch.store(words + (i + LOCKSTEP_BASE), Int32(0), sem="relaxed", scope="gpu")
-                i = i + 32
 
     @cute.jit
     def decode(self, tile: Int32, expert: Int32, first: Int32):

@@ -1,18 +1,18 @@
-"""Blackwell (sm_100a) kernels of the course, one module per stage.
+"""Blackwell (sm_100a) kernels of the course: three kernels and the options of the last one.
 
-* ``common``            the pieces every stage shares (:class:`~.common.Sm100KernelBase`: SMEM layouts,
+* ``common``            the pieces every stage shares (:class:`~.common.KernelBase`: SMEM layouts,
                         TMA atoms, pipelines, K loop, TMA-store epilogue) and the config checks
 * ``stage1_gemm``       one GEMM, one tile per CTA: TMA ring -> tcgen05 UMMA (TMEM) -> TMA store
 * ``stage2_grouped``    one launch for all experts: CTA (x, y, z) = tile (x, y) of expert z
-* ``stage3_persistent`` persistent, warp-specialized grouped GEMM, 1-CTA or 2-CTA (cta_group::2)
-* ``stage4_direct_store`` ... ``stage7_split_accumulator``: the stage-3 kernel with one more option
-  each, switched on by the config; each option's device code lives in a module named for it:
-  ``direct_store`` (TMEM -> registers -> 256-bit global stores), ``row_tiles_64`` (reading a
-  64-row accumulator), ``wide_b`` (B ring entries of two K tiles), ``split_accumulator`` (two
-  independently released accumulator slots)
+* ``stage3_persistent`` persistent, warp-specialized grouped GEMM, 1-CTA or 2-CTA (cta_group::2);
+  stages 4-7 are this kernel with one more option each, switched on by the config
+  (:data:`pearl_moe.kernels.ladder.KERNEL_STAGES`); each option's device code lives in a module
+  named for it: ``direct_store`` (TMEM -> registers -> 256-bit global stores), ``row_tiles_64``
+  (reading a 64-row accumulator), ``wide_b`` (B ring entries of two K tiles),
+  ``split_accumulator`` (two independently released accumulator slots)
 * ``tmem_lanes``        which TMEM lanes each epilogue warp's ``tcgen05.ld`` reaches, from the PTX
 
-Each stage module follows the stage-module interface of :mod:`pearl_moe.kernels`: ``build(config)``,
+Each kernel module follows the kernel-module interface of :mod:`pearl_moe.kernels`: ``build(config)``,
 ``compile_kernel(config, n, k, experts, sms)``, ``compile_fake(config, m, n, k, experts)`` and
 ``launch(compiled, A, W, end_offsets, out, host_offsets, stream)``. The kernels take pointers, the
 run-time row count and compile-time ``n``, ``k``, ``experts``, as the sm_90a ones do. One

@@ -1,6 +1,6 @@
 """The Blackwell (sm_100a) pieces every kernel stage shares, as ``sm90/common.py`` is for Hopper.
 
-:class:`Sm100KernelBase` turns a :class:`~pearl_moe.config.GemmConfig` into what a tcgen05 GEMM
+:class:`KernelBase` turns a :class:`~pearl_moe.config.GemmConfig` into what a tcgen05 GEMM
 needs, one method per piece, and the stage kernels call those pieces from their own role code::
 
     TMA producer warp --(A/B ring, `ring_depth` entries, full/empty mbarriers)--> MMA warp
@@ -35,7 +35,7 @@ __all__ = [
     "BOOKKEEPING_WORDS",
     "EPILOGUE_WARPS",
     "MMA_WARP",
-    "Sm100KernelBase",
+    "KernelBase",
     "TMA_WARP",
     "can_implement",
     "check_config",
@@ -118,7 +118,7 @@ def _kernel_problems(config: GemmConfig) -> list[str]:
     if folded and (epi_n <= 0 or epi_n % 16):
         problems.append(
             f"2-CTA tile_m=128 drains each epi_tile_n slice as two halves of epi_tile_n / 2 "
-            f"columns (one per pair of warps, see Sm100KernelBase._epilogue_tile); "
+            f"columns (one per pair of warps, see KernelBase._epilogue_tile); "
             f"epi_tile_n={epi_n} must be a multiple of 16"
         )
     if config.epilogue == "direct_store":
@@ -215,7 +215,7 @@ def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
     return problems
 
 
-class Sm100KernelBase:
+class KernelBase:
     """Configuration and the shared pieces of every sm_100a kernel stage (see the module docstring).
 
     ``__init__`` holds only plain-Python configuration: the tile shapes, ring depths, warp roles and

@@ -33,10 +33,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import tcgen05
 
-__all__ = ["SplitAccumulatorMainloop"]
+__all__ = ["SplitAccumulator"]
 
 
-class SplitAccumulatorMainloop:
+class SplitAccumulator:
     """Mixed into :class:`~.stage3_persistent.PersistentGroupedGemmKernel`; used when
     ``config.acc_slots == 2``."""
 

@@ -25,8 +25,8 @@ Budget (tile 128 x 128 x 64, bf16, a ring of 6 entries), the arithmetic :mod:`pe
     TMEM      128 fp32 columns (one 128 x 128 accumulator, allocation rounded to a power of 2)
 
 The pieces every stage shares (SMEM layouts, TMA atoms, pipelines, the K loop, the epilogue)
-live in :mod:`.common` (:class:`~.common.Sm100KernelBase`). This module adds the stage-1 kernel:
-``kernel`` picks the CTA's tile from the grid and hands it to :meth:`GemmKernel.tile_roles` (the
+live in :mod:`.common` (:class:`~.common.KernelBase`). This module adds the stage-1 kernel:
+``kernel`` picks the CTA's tile from the grid and hands it to :meth:`DenseGemmKernel.tile_roles` (the
 three roles for one tile), built from ``allocate_smem``, ``tma_partition_ab``, ``mma_fragments``,
 ``load_k_tiles``, ``mma_k_loop``, ``epilogue_begin``, ``epilogue_tile`` and ``epilogue_end``.
 Stage 2 only changes where the tile comes from (and calls ``tile_roles`` unchanged); stage 3 calls
@@ -44,10 +44,10 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ...config import GemmConfig
 from ..host import launch_per_expert, placeholder_ptr
-from .common import Sm100KernelBase, can_implement, check_config, one_accumulator
+from .common import KernelBase, can_implement, check_config, one_accumulator
 
 __all__ = [
-    "GemmKernel",
+    "DenseGemmKernel",
     "build",
     "can_implement",
     "check_config",
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 
-class GemmKernel(Sm100KernelBase):
+class DenseGemmKernel(KernelBase):
     """Stage 1: ``C (m, n) = A (m, k) @ B (n, k)^T`` in bf16 with an fp32 TMEM accumulator.
 
     A and B are K-major (rows of ``k`` contiguous elements, as ``nn.Linear`` stores weights), C is
@@ -239,12 +239,12 @@ class GemmKernel(Sm100KernelBase):
 
 
 # ---------------------------------------------------------------------- module interface
-def build(config: GemmConfig) -> GemmKernel:
+def build(config: GemmConfig) -> DenseGemmKernel:
     """The stage-1 kernel object for ``config`` (validated; ``stages`` resolved)."""
-    return GemmKernel(config)
+    return DenseGemmKernel(config)
 
 
-def fake_arguments(kernel: GemmKernel, n: int, k: int):
+def fake_arguments(kernel: DenseGemmKernel, n: int, k: int):
     """``cute.compile`` arguments after the kernel: placeholder pointers, ``m``, ``n``, ``k``, stream.
 
     ``m`` (here 1) stays a run-time ``Int32``; ``n`` and ``k`` are compile-time constants.

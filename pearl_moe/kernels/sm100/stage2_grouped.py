@@ -44,7 +44,7 @@ from ..tma_descriptors import (
     write_expert_descriptor,
 )
 from .common import one_accumulator
-from .stage1_gemm import GemmKernel
+from .stage1_gemm import DenseGemmKernel
 
 __all__ = [
     "GroupedGemmKernel",
@@ -76,7 +76,7 @@ def expert_rows(mOffs: cute.Tensor, expert, total_rows):
     return start, end - start
 
 
-class GroupedGemmKernel(GemmKernel):
+class GroupedGemmKernel(DenseGemmKernel):
     """Stage 2: ``C[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``, one launch.
 
     Arguments: pointers to ``A (M, k)``, ``W (E, n, k)``, ``offs (E,)`` int32 end offsets,

@@ -26,7 +26,7 @@ Budget, tile 128 x 256 x 64, 1-CTA, acc_buffers 2 (two 128 x 256 fp32 accumulato
 Tile 256 x 256 x 64, 2-CTA: each CTA holds A 128 x 64 (16 KB) and half of B (128 x 64, 16 KB) per
 ring entry, exactly the 1-CTA 128 x 128 ring, while one MMA covers four times the output. Tile
 128 x n, 2-CTA (64 rows per CTA): the epilogue tiles its warps 2 x 2
-(:meth:`~.common.Sm100KernelBase._epilogue_tile`), each warp in its own TMEM quarter.
+(:meth:`~.common.KernelBase._epilogue_tile`), each warp in its own TMEM quarter.
 
 The work on one tile is the shared pieces of :mod:`.common` (``load_k_tiles``, ``mma_k_loop``,
 ``epilogue_tile``, with ``allocate_smem``, ``tma_partition_ab``, ``mma_fragments``,
@@ -55,7 +55,7 @@ from ...config import GemmConfig
 from ...hardware import B200
 from .. import scheduler
 from .direct_store import DirectStoreEpilogue
-from .split_accumulator import SplitAccumulatorMainloop
+from .split_accumulator import SplitAccumulator
 from .stage2_grouped import (
     GroupedGemmKernel,
     expert_descriptor_ptr,
@@ -76,7 +76,7 @@ __all__ = [
 
 
 class PersistentGroupedGemmKernel(
-    DirectStoreEpilogue, WideBEntries, SplitAccumulatorMainloop, GroupedGemmKernel
+    DirectStoreEpilogue, WideBEntries, SplitAccumulator, GroupedGemmKernel
 ):
     """Stage 3 (and, with options, 4-7): the persistent grouped GEMM. Same arguments as stage 2
     (pointers, run-time rows, compile-time ``n``, ``k``, ``experts``).
@@ -413,30 +413,3 @@ def launch(
         A.shape[0],
         stream,
     )
-
-
-def stage_interface(stage: int):
-    """The module interface of course stage ``stage`` (4-7): this kernel with the options up to
-    that stage. The output's alignment is checked by the caller from the config
-    (``GemmConfig.output_alignment``).
-
-    Returns ``(build, can_implement, compile_kernel, compile_fake, launch)``.
-    """
-    from .common import can_implement as check
-
-    def build_stage(config: GemmConfig, sms: int = B200.sms) -> PersistentGroupedGemmKernel:
-        return build(config, sms, stage)
-
-    def can_implement_stage(config: GemmConfig, n: int, k: int) -> list[str]:
-        return check(config, stage, n, k)
-
-    def compile_stage(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):
-        return compile_kernel(config, n, k, experts, sms, stage)
-
-    def compile_fake_stage(config: GemmConfig, m: int, n: int, k: int, experts: int):
-        return compile_fake(config, m, n, k, experts, stage)
-
-    def launch_stage(compiled, A, W, end_offsets, out, host_offsets, stream):
-        launch(compiled, A, W, end_offsets, out, host_offsets, stream)
-
-    return build_stage, can_implement_stage, compile_stage, compile_fake_stage, launch_stage

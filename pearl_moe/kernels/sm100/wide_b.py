@@ -83,7 +83,7 @@ class WideBEntries:
 
     @cute.jit
     def mma_k_loop_wide_b(self, tiled_mma, tCtAcc, tCrA, tCrB, ab_consumer, b_consumer, k_tile_cnt):
-        """:meth:`~.common.Sm100KernelBase.mma_k_loop` with B from entries of several K tiles.
+        """:meth:`~.common.KernelBase.mma_k_loop` with B from entries of several K tiles.
 
         ``tCrB`` (MMA, MMA_N, MMA_K x b_k_tiles, B_STAGE): K tile ``k`` uses K blocks
         ``[(k % b_k_tiles) * kblocks, + kblocks)`` of its B entry.

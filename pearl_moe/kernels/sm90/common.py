@@ -1,6 +1,6 @@
 """Pieces every sm_90a stage shares: tile shapes, shared-memory layout, TMA atoms, the epilogue.
 
-Each stage kernel subclasses :class:`Sm90KernelBase`. The base class turns a
+Each stage kernel subclasses :class:`KernelBase`. The base class turns a
 :class:`~pearl_moe.config.GemmConfig` into the objects a Hopper GEMM needs:
 
 * a tiled wgmma (one 64-row warpgroup MMA per 64 rows of the tile, bf16 x bf16 -> fp32; a tile
@@ -55,14 +55,12 @@ from ...budget import smem_budget
 from ...config import GemmConfig
 from ..ladder import stage_problems
 
-__all__ = ["Sm90KernelBase", "can_implement", "WARPGROUP_THREADS"]
+__all__ = ["KernelBase", "can_implement", "WARPGROUP_THREADS"]
 
 WARPGROUP_THREADS = 128
-#: Bytes of bookkeeping after the barriers; the budget model's BOOKKEEPING_BYTES.
+#: 32-bit words reserved after the barriers: the budget model's BOOKKEEPING_BYTES, which both
+#: architectures share (sm_100a keeps its TMEM address and 2-CTA barrier there; sm_90a uses none).
 _BOOKKEEPING_WORDS = 16
-#: Tile indices a producer may publish ahead of the consumers (``schedule="dynamic"``); their
-#: slots and mbarriers live in the bookkeeping words (2 x 8 B of mbarriers and 4 B per slot).
-TILE_SLOTS = 2
 
 
 def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[str]:
@@ -106,7 +104,7 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
     return problems
 
 
-class Sm90KernelBase:
+class KernelBase:
     """Configuration shared by the sm_90a stages (pure Python; no device code here)."""
 
     #: The last course stage whose options this kernel class implements (stage 3's persistent
@@ -207,8 +205,7 @@ class Sm90KernelBase:
 
     # ------------------------------------------------------------------ device-side helpers
     def _allocate_smem(self, a_layout, b_layout, epi_layout, a_mma_layout=None):
-        """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers,
-        (tile barriers, tile slots)).
+        """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers).
 
         ``sC`` is None with direct stores (no epilogue buffer); with wide B entries the barrier
         block also holds the B ring's full/empty pairs (``2 x b_ring_depth`` more mbarriers).
@@ -226,12 +223,9 @@ class Sm90KernelBase:
             sC = smem.allocate_tensor(self.c_dtype, epi_layout.outer, 1024, epi_layout.inner)
         count = 2 * self.ring_depth + (2 * self.b_ring_depth if self.wide_b else 0)
         barriers = smem.allocate_array(cutlass.Int64, count, byte_alignment=8)
-        # the bookkeeping words: the dynamic schedule's tile slots and their full/empty mbarriers
-        tile_barriers = smem.allocate_array(cutlass.Int64, 2 * TILE_SLOTS, byte_alignment=8)
-        tile_slots = smem.allocate_array(
-            cutlass.Int32, _BOOKKEEPING_WORDS - 4 * TILE_SLOTS, byte_alignment=4
-        )
-        return sA, sB, sC, barriers, (tile_barriers, tile_slots)
+        # the reserved bookkeeping words, so that the total is the budget model's
+        smem.allocate_array(cutlass.Int32, _BOOKKEEPING_WORDS, byte_alignment=8)
+        return sA, sB, sC, barriers
 
     def _a_box_view(self, sA, a_layout):
         """(tile_m, tile_k, ring_depth): the part of each A entry the TMA writes."""

@@ -64,7 +64,7 @@ class DirectStoreEpilogue:
     """The direct-store epilogue, mixed into the persistent sm_90a kernel (``epilogue='direct_store'``)."""
 
     @cute.jit
-    def _store_direct(self, tiled_mma, acc, mC_mn, a_row0, first, valid, n_tile, mma_tidx):
+    def store_tile_direct(self, tiled_mma, acc, mC_mn, a_row0, first, valid, n_tile, mma_tidx):
         """Store one tile's accumulator (this warpgroup's rows: 64, or 128 in a 128-row ping-pong
         tile) straight to ``out``.
 

@@ -33,12 +33,12 @@ import cutlass.pipeline as pipeline
 
 from ...config import GemmConfig
 from ..host import launch_per_expert, placeholder_ptr
-from .common import Sm90KernelBase
+from .common import KernelBase
 
-__all__ = ["Sm90DenseGemm", "build", "compile_kernel", "compile_fake", "launch"]
+__all__ = ["DenseGemmKernel", "build", "compile_kernel", "compile_fake", "launch"]
 
 
-class Sm90DenseGemm(Sm90KernelBase):
+class DenseGemmKernel(KernelBase):
     """``C (m, n) = A (m, k) @ B (n, k)^T`` for one expert; ``n`` and ``k`` fixed at compile time."""
 
     def __init__(self, config: GemmConfig):
@@ -103,7 +103,7 @@ class Sm90DenseGemm(Sm90KernelBase):
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers, _ = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
+        sA, sB, sC, barriers = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
         ab_pipeline = self._make_ab_pipeline(
             barriers, self.threads_per_cta // 32, a_smem_layout, b_smem_layout
         )
@@ -213,9 +213,9 @@ class Sm90DenseGemm(Sm90KernelBase):
 
 
 # ---------------------------------------------------------------------------- host launcher
-def build(config: GemmConfig) -> Sm90DenseGemm:
+def build(config: GemmConfig) -> DenseGemmKernel:
     """The stage-1 kernel object for ``config`` (pure Python; nothing compiled yet)."""
-    return Sm90DenseGemm(config)
+    return DenseGemmKernel(config)
 
 
 def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):

@@ -3,7 +3,7 @@
 What changed since stage 1
 --------------------------
 Only *which* tile a CTA computes and *where* its rows live. The mainloop and epilogue are stage 1's
-(:meth:`Sm90DenseGemm._tile`, unchanged).
+(:meth:`DenseGemmKernel._tile`, unchanged).
 
 * Grid (x, y, z) = (m tile, n tile, expert), with ``cdiv(rows, tile_m)`` m tiles: no expert has more
   rows than that, and the host needs no offsets (no device-to-host copy, graph-capturable).
@@ -32,12 +32,12 @@ import cutlass.cute as cute
 from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
-from .stage1_gemm import Sm90DenseGemm
+from .stage1_gemm import DenseGemmKernel
 
-__all__ = ["Sm90GroupedGemm", "build", "compile_kernel", "compile_fake", "launch"]
+__all__ = ["GroupedGemmKernel", "build", "compile_kernel", "compile_fake", "launch"]
 
 
-class Sm90GroupedGemm(Sm90DenseGemm):
+class GroupedGemmKernel(DenseGemmKernel):
     """``out[rows_e] = A[rows_e] @ W[e]^T`` for all experts ``e`` in one launch."""
 
     max_stage = 2
@@ -109,7 +109,7 @@ class Sm90GroupedGemm(Sm90DenseGemm):
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers, _ = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
+        sA, sB, sC, barriers = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
         ab_pipeline = self._make_ab_pipeline(
             barriers, self.threads_per_cta // 32, a_smem_layout, b_smem_layout
         )
@@ -140,8 +140,8 @@ class Sm90GroupedGemm(Sm90DenseGemm):
 
 
 # ---------------------------------------------------------------------------- host launcher
-def build(config: GemmConfig) -> Sm90GroupedGemm:
-    return Sm90GroupedGemm(config)
+def build(config: GemmConfig) -> GroupedGemmKernel:
+    return GroupedGemmKernel(config)
 
 
 def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | None = None):

@@ -24,14 +24,14 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-__all__ = ["WideBLoads"]
+__all__ = ["WideBEntries"]
 
 
-class WideBLoads:
+class WideBEntries:
     """Producer and consumer halves of a tile with wide B entries (``b_k_tiles=2``)."""
 
     @cute.jit
-    def _load_tile_wide_b(
+    def load_k_tiles_wide_b(
         self, a_pipeline, b_pipeline, a_state, b_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
     ):  # fmt: skip
         """TMA producer: every K tile of A into the A ring, every pair of K tiles of B into one B
@@ -54,7 +54,7 @@ class WideBLoads:
         return a_state, b_state
 
     @cute.jit
-    def _mma_tile_wide_b(
+    def mma_k_loop_wide_b(
         self, tiled_mma, acc, tCrA, tCrB, a_pipeline, b_pipeline, a_read, a_release, b_read, b_release
     ):  # fmt: skip
         """wgmma consumer of one tile: A entry per K tile, B entry per ``b_k_tiles`` K tiles."""

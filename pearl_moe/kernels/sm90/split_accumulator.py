@@ -1,4 +1,4 @@
-"""Stage 7 on sm_90a: two consumer warpgroups in ping-pong, so one stores while the other multiplies.
+"""Stage 7 on sm_90a, the split accumulator: two consumer warpgroups in ping-pong, so one stores while the other multiplies.
 
 Blackwell's stage 7 splits the TMEM accumulator into two slots so the epilogue of one tile overlaps
 the MMA of the next. Hopper has no TMEM: the accumulator lives in the registers of the warpgroup
@@ -20,14 +20,8 @@ cannot tell fill ``f`` from fill ``f - 2``: it would read the older tile's data.
 
 The turn passes after the tile's last wgmma has *completed* (``wait_group(0)``). CUTLASS's
 ping-pong passes it once the last wgmma is *issued*, which is also safe here (every entry of the
-tile has been waited for by then). A trial of that order on 2026-12-01 passed all 43 stage-7 GPU
-tests on the H200 and timed stage 7 at 1.03-1.14x stage 6 at 1024 tokens and 0.84-0.99x at 4096
-(``results/H200/history/pingpong_early_handover.json.gz``, 5 interleaved rounds). Four earlier
-runs with the order kept here span 1.03-1.20x at 1024 tokens and 0.81-0.99x at 4096
-(``walk.json``, ``ablation.json``, ``ladder.json.gz``, ``replicates/ladder_2.json.gz``): the
-trial lies inside both ranges, so it resolved no change. It was not kept, because the change also
-applies to the default call, whose ping-pong tiles (Kimi K3 at 64, 256 and 1024 tokens) could
-not be timed against the baseline libraries again in that session.
+tile has been waited for by then); timed on the H200, that order resolved no change
+(``experiments/README.md``), so the simpler one stays.
 
 Register budget: 128 producer threads at 40 registers + 256 consumer threads at 232 registers =
 64,512 of the SM's 65,536; each consumer thread keeps a tile_m x tile_n / 128 fp32 accumulator
@@ -40,13 +34,13 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-__all__ = ["PingPongTurns", "TURN_BARRIER_BASE"]
+__all__ = ["SplitAccumulator", "TURN_BARRIER_BASE"]
 
 #: Named barriers 2 and 3 ("warpgroup 0's turn", "warpgroup 1's turn"); 1 is the epilogue's.
 TURN_BARRIER_BASE = 2
 
 
-class PingPongTurns:
+class SplitAccumulator:
     """The mainloop hand-over between the two consumer warpgroups (``acc_slots=2``)."""
 
     @cute.jit

@@ -1,0 +1,78 @@
+"""Which code runs a course stage: each architecture's three kernel modules, with the stage bound.
+
+Stages 1-3 are three kernels; stages 4-7 run the persistent kernel (stage 3's module) with more
+options (:data:`pearl_moe.kernels.ladder.KERNEL_STAGES`). :data:`KERNEL_FAMILIES` maps each
+architecture to its modules with written-out imports, so the import graph shows which code an
+architecture runs; the imports run on first use, because CuTe DSL picks its compile target when
+it is imported. :func:`stage_module` gives a stage's :class:`StageKernel`, which the public call,
+the compile cache's workers and the CPU inspection all use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from ..config import GemmConfig
+from .ladder import kernel_module_name
+
+__all__ = ["KERNEL_FAMILIES", "StageKernel", "stage_module"]
+
+
+def _sm90_kernels() -> dict[str, ModuleType]:
+    from .sm90 import stage1_gemm, stage2_grouped, stage3_persistent
+
+    return {
+        m.__name__.rsplit(".", 1)[1]: m for m in (stage1_gemm, stage2_grouped, stage3_persistent)
+    }
+
+
+def _sm100_kernels() -> dict[str, ModuleType]:
+    from .sm100 import stage1_gemm, stage2_grouped, stage3_persistent
+
+    return {
+        m.__name__.rsplit(".", 1)[1]: m for m in (stage1_gemm, stage2_grouped, stage3_persistent)
+    }
+
+
+#: Architecture -> its three kernel modules by name. The imports run on first use (CuTe DSL picks
+#: its compile target when it is imported), but they are written out, so the import graph shows
+#: which code each architecture runs.
+KERNEL_FAMILIES = {"sm_90a": _sm90_kernels, "sm_100a": _sm100_kernels}
+
+
+@dataclass(frozen=True)
+class StageKernel:
+    """Course stage ``stage`` of ``arch``: its kernel module (:data:`KERNEL_FAMILIES`) with the
+    stage bound. The persistent kernel (stages 3-7) takes the stage, which says what options a
+    configuration may use (:func:`pearl_moe.kernels.ladder.stage_problems`); stages 1 and 2 are
+    kernels of their own."""
+
+    arch: str
+    stage: int
+    module: ModuleType
+
+    @property
+    def _stage(self) -> dict:
+        return {"stage": self.stage} if self.stage >= 3 else {}
+
+    def build(self, config: GemmConfig, sms: int | None = None):
+        """The kernel object (nothing is compiled)."""
+        if self.stage >= 3 and sms is not None:
+            return self.module.build(config, sms, **self._stage)
+        return self.module.build(config, **self._stage)
+
+    def compile_kernel(self, config: GemmConfig, n: int, k: int, experts: int, sms=None):
+        return self.module.compile_kernel(config, n, k, experts, sms, **self._stage)
+
+    def compile_fake(self, config: GemmConfig, m: int, n: int, k: int, experts: int):
+        return self.module.compile_fake(config, m, n, k, experts, **self._stage)
+
+    def launch(self, compiled, A, W, end_offsets, out, host_offsets, stream) -> None:
+        self.module.launch(compiled, A, W, end_offsets, out, host_offsets, stream)
+
+
+def stage_module(arch: str, stage: int) -> StageKernel:
+    """Stage ``stage``'s kernel on ``arch`` (imports the architecture's kernels on first use)."""
+    name = kernel_module_name(arch, stage)  # ValueError for an unknown arch or stage
+    return StageKernel(arch, stage, KERNEL_FAMILIES[arch]()[name.rsplit(".", 1)[1]])
