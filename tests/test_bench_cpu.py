@@ -364,8 +364,7 @@ def test_triton_kernel_indexing_in_the_interpreter(tmp_path):
 
 
 def test_bench_figures_draw_from_a_recorded_json(tmp_path, monkeypatch):
-    from pearl_moe import replay
-    from pearl_moe.bench import figures
+    from pearl_moe import figures, replay
 
     root = tmp_path / "results"
     run, _ = _fake_run()
@@ -408,8 +407,7 @@ def test_pearl_entries_are_lazy_and_say_which_stages_exist():
 
 
 def test_ablation_and_compare_figures_draw_from_the_committed_runs(tmp_path):
-    from pearl_moe import replay
-    from pearl_moe.bench import figures
+    from pearl_moe import figures, replay
 
     root = Path(__file__).resolve().parent.parent / "results"
     if (
