@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Stage:
-    number: int | str  # 0-9, or "01b" for a notebook inserted between two numbers
+    number: int | str  # 0-10, or "01b" for a notebook inserted between two numbers
     notebook: str
     title: str
     idea: str
@@ -112,6 +112,12 @@ STAGES: tuple[Stage, ...] = (
         7,
     ),
     Stage(9, "09_benchmarks", "Benchmarks", "every stage against the baselines"),
+    Stage(
+        10,
+        "10_measuring_honestly",
+        "Appendix: measuring honestly",
+        "interleaved rounds, the power cap, drift between runs, what Nsight Compute shows",
+    ),
 )
 
 
