@@ -347,8 +347,7 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
     1.03, the decode speed-up over tuned quack and the run's read ceiling beside the datasheet's.
     """
     from .bench.compare import compare_summary
-    from .bench.records import run_scheduler
-    from .replay import load_run
+    from .replay import load_run, run_scheduler
 
     root = results_root or ROOT / "results"
     try:
