@@ -133,7 +133,7 @@ STUDY = {
     "call 3, B, process 2": data("reproducibility", "design_B1.json.gz"),
     "call 3, A, process 3": data("reproducibility", "design_A2.json.gz"),
     "call 3, B, process 4": data("reproducibility", "design_B2.json.gz"),
-    "call 4, B (ladder)": RESULTS / "replicates" / "ladder_2.json.gz",
+    "call 4, B (ladder)": data("reproducibility", "ladder_2.json.gz"),
 }
 
 

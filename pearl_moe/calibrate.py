@@ -16,7 +16,8 @@ calibrated parameters (:data:`pearl_moe.perfmodel.FITTED`) on all records -- min
 8-norm of the log errors, a smooth stand-in for the largest error -- and reports the new values, so
 the calibration can be redone in one command when new runs land. Records are excluded only when the
 model cannot express them (no recorded configuration, or a configuration field this version of the
-package does not know), and each exclusion is printed with its reason.
+package does not know) or when they time a retired study variant (``config.retired_variant``: not a
+kernel of this package any more), and each exclusion is printed with its reason.
 
 Nothing here needs a GPU.
 """
@@ -27,12 +28,13 @@ import argparse
 import functools
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from .config import GemmConfig
+from .config import GemmConfig, retired_variant
 from .hardware import get_gpu
 from .perfmodel import ASSUMED, CALIBRATED, CALIBRATED_ON, FITTED, ModelParams, predict
 from .replay import SCHEDULER_CUTOVER, problem_from_entry, run_scheduler, runs
@@ -68,6 +70,8 @@ MIN_SPEARMAN = GATE["spearman"]
 #: Records whose error passes this are listed one by one in the report.
 LISTED_ERROR = 0.10
 _IMPL = re.compile(r"^pearl-s(\d)\b")
+#: The reason ``load_records`` gives a record of a study variant the kernels no longer have.
+RETIRED = "a retired study variant"
 #: The default call ``grouped_gemm(A, W, offsets)`` as the bench records it (kind ``compare``): not
 #: in the gate, which is defined on the course's stages; printed as a check on configurations the
 #: model was not fitted on (8-32-row tiles, shifted A boxes, 96- and 256-wide tiles).
@@ -119,6 +123,11 @@ def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None, f
             why = None
             if not cfg_entry:
                 why = "no gemm_config recorded: the model needs the tile and ring configuration"
+            elif retired_variant(cfg_entry):
+                why = (
+                    f"{RETIRED}: {retired_variant(cfg_entry)} (experiments/README.md), "
+                    "not a kernel of this package"
+                )
             else:
                 try:
                     config = GemmConfig.from_dict(cfg_entry)
@@ -435,8 +444,16 @@ def report(records, excluded, params: ModelParams, out=print, fitted_on=CALIBRAT
         "  walk: the tile scheduler of each run (env.scheduler, else from its date: serial "
         f"before {SCHEDULER_CUTOVER})"
     )
+    retired = Counter(why.split(": ")[1].split(" (")[0] for *_, why in excluded if RETIRED in why)
+    if retired:
+        variants = ", ".join(f"{v}: {n}" for v, n in sorted(retired.items()))
+        out(
+            f"  excluded, retired study variants the kernels no longer have: {variants} "
+            "(experiments/README.md)"
+        )
     for kind, impl, problem, why in excluded:
-        out(f"  excluded {kind} {impl} {problem}: {why}")
+        if RETIRED not in why:
+            out(f"  excluded {kind} {impl} {problem}: {why}")
     out("")
     out(
         f"{'kind':<12} {'impl':<28} {'problem':<34} {'measured':>9} {'modeled':>9} {'error':>7}  bound"

@@ -45,7 +45,16 @@ from dataclasses import dataclass, replace
 
 from .budget import resolve  # one way: the budget model reads configs and imports nothing of ours
 
-__all__ = ["ARCHS", "EPILOGUES", "GemmConfig", "LEGACY_FIELD_NAMES", "RETIRED_FIELDS", "WALKS"]
+__all__ = [
+    "ARCHS",
+    "EPILOGUES",
+    "GemmConfig",
+    "LEGACY_FIELD_NAMES",
+    "RETIRED_FIELDS",
+    "RETIRED_VALUES",
+    "WALKS",
+    "retired_variant",
+]
 
 ARCHS = ("sm_100a", "sm_90a")
 EPILOGUES = ("tma_store", "direct_store")
@@ -63,6 +72,20 @@ LEGACY_FIELD_NAMES = {
 #: Fields that recorded measurements carry but the kernels no longer have, with the one value the
 #: kernels still implement (the tile-schedule variants are studies: ``experiments/README.md``).
 RETIRED_FIELDS = {"schedule": "static"}
+#: Values of a field that recorded measurements used and the kernels no longer implement.
+RETIRED_VALUES = {"walk": ("hybrid",)}
+
+
+def retired_variant(fields: dict) -> str | None:
+    """What retired study variant a recorded config (a dict of fields) names, or None."""
+    for key, kept in RETIRED_FIELDS.items():
+        if key in fields and fields[key] != kept:
+            return f"{key}={fields[key]!r}"
+    for key, values in RETIRED_VALUES.items():
+        if fields.get(key) in values:
+            return f"{key}={fields[key]!r}"
+    return None
+
 
 #: Widest tcgen05 / wgmma instruction along N; wider tiles issue several instructions ("atoms").
 MAX_MMA_N = 256

@@ -58,9 +58,13 @@ class Stage:
     def has_kernel(self, arch: str) -> bool:
         if self.taught_stage is None:
             return False
-        pkg = "sm100" if arch == "sm_100a" else "sm90"
-        folder = Path(__file__).resolve().parent / "kernels" / pkg
-        return any(folder.glob(f"stage{self.taught_stage}_*.py"))
+        from .kernels.ladder import KERNEL_STAGES, kernel_module_name
+
+        if self.taught_stage not in KERNEL_STAGES:
+            return False
+        # the kernel module of the stage (stages 4-7 run the persistent kernel with more options)
+        parts = kernel_module_name(arch, self.taught_stage).split(".")[1:]
+        return (Path(__file__).resolve().parent.joinpath(*parts[:-1]) / f"{parts[-1]}.py").is_file()
 
 
 STAGES: tuple[Stage, ...] = (

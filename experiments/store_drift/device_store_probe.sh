@@ -24,7 +24,7 @@ for spec in "Kimi K3:1024" "GLM 5.3:1024" "DeepSeek V4 Pro:1024" "Kimi K3:4096";
     > "$OUT/ncu_${model// /_}_$tok.csv" 2>> "$OUT/ncu.err"
   echo "ncu $spec exit $?" >> "$OUT/ncu.err"
 done
-# one file, results/H200/power/ncu_store.json (the layout of scripts/ncu_export.py)
+# one file, experiments/store_drift/data/ncu_store.json (the layout of scripts/ncu_export.py)
 python3 scripts/ncu_export.py "$OUT" "$OUT/ncu_store.json" ncu_store \
   "experiments/store_drift/device_store_probe.sh: Nsight Compute, one profiled launch per kernel after two unprofiled ones, clocks left alone, caches flushed before each launch (ncu's default)" \
   pearl-s3,pearl-s4,pearl-s6,pearl-s7

@@ -40,8 +40,7 @@ def test_spreads_compare_kernels_present_in_two_runs():
 @pytest.fixture(scope="module")
 def study():
     s = load_study()
-    if s is None:
-        pytest.skip("the replicate study is not committed")
+    assert s is not None, "a file of the replicate study is missing"
     return s
 
 

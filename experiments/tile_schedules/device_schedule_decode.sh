@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Do neighbouring CTAs share A boxes at decode? bash experiments/tile_schedules/device_schedule_decode.sh
 # Nsight Compute L2 requests and time of stages 2 and 3 (static and dynamic) at 1 and 64 tokens
-# (results/H200/schedule/ncu_decode.json): with one m tile per expert, neighbouring tiles read the
+# (experiments/tile_schedules/data/ncu_decode.json): with one m tile per expert, neighbouring tiles read the
 # same A box.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Out-of-sample check of the model's request merging: bash experiments/tile_schedules/device_schedule_groups.sh
 # Nsight Compute L2 requests and time of four tile shapes beyond stage 5, static and dynamic, at
-# 1024 tokens (results/H200/schedule/ncu_groups.json): the model merges B boxes within groups of
+# 1024 tokens (experiments/tile_schedules/data/ncu_groups.json): the model merges B boxes within groups of
 # four neighbouring CTAs and A boxes within pairs of the static schedule, nothing in the dynamic one.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

@@ -3,7 +3,7 @@
 # Static, dynamic and scattered schedules (scattered: the static schedule with neighbouring tiles
 # on CTAs far apart) of stages 5 and 6 at 1024 and 4096 tokens: interleaved rounds
 # (experiments/tile_schedules/data/pairs.json.gz), then Nsight Compute L2 requests, sectors, HBM bytes and time
-# (results/H200/schedule/ncu_pairs.json).
+# (results/H200/profiles/ncu_pairs.json).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

@@ -77,7 +77,7 @@ def candidate_configs(rows_per_active_expert: float) -> list[TritonConfig]:
 
 
 @triton.jit(do_not_specialize=["num_experts", "iters"])
-def _grouped_gemm_kernel(
+def grouped_gemm_kernel(
     a_ptr,
     w_ptr,
     c_ptr,
@@ -190,7 +190,7 @@ def grouped_gemm(A, W, offsets, out, cfg: TritonConfig, sms: int | None = None):
     upper = launch_grid(rows, experts, n, cfg, sms, capped=False)
     programs = launch_grid(rows, experts, n, cfg, sms)
     grid = (programs,)
-    _grouped_gemm_kernel[grid](
+    grouped_gemm_kernel[grid](
         A,
         W,
         out,

@@ -2,7 +2,7 @@
 
 An export is the JSON file ``scripts/ncu_export.py`` gathers from the per-problem ``ncu --csv``
 output of ``scripts/ncu_kernels.py``: every implementation's metrics, per problem and per run.
-Notebook 07 reads the L2 requests of stages 5 and 6 from one (``schedule/ncu_pairs.json``); the
+Notebook 07 reads the L2 requests of stages 5 and 6 from one (``profiles/ncu_pairs.json``); the
 studies of ``experiments/`` read theirs the same way.
 """
 
@@ -22,7 +22,7 @@ REQUESTS = "lts__t_requests_srcunit_tex_op_read.sum"
 def ncu_export(name: str | Path, gpu: str = "H200", root: Path | None = None) -> dict | None:
     """``{"method": ..., "runs": {run: {"<model>|<tokens>": {impl: {metric: value}}}}}`` from a
     JSON export of ``scripts/ncu_export.py``: ``name`` under ``results/<gpu>/``
-    (``schedule/ncu_pairs.json`` ...), or a :class:`~pathlib.Path` to the file itself. None when
+    (``profiles/ncu_pairs.json`` ...), or a :class:`~pathlib.Path` to the file itself. None when
     the file is not committed."""
     path = name if isinstance(name, Path) else results_path(name, gpu, root)
     if not path.exists():

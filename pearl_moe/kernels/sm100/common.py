@@ -8,9 +8,9 @@ needs, one method per piece, and the stage kernels call those pieces from their 
     epilogue warps    --(TMEM -> registers -> SMEM buffer, `epi_buffers` deep)--> TMA store
 
 * host side (traced in ``__call__``): ``_make_tiled_mma``, ``_setup`` (SMEM layouts, TMA bytes per
-  ring entry), ``_make_tma_atoms``, ``_make_tma_store_atom``, ``_shared_storage``;
+  ring entry), ``_make_tma_atoms``, ``_make_tma_store_atom``, ``shared_storage``;
 * device side: ``allocate_smem`` (data buffers, then the barrier block, so the total equals the
-  budget model), ``_make_pipelines``, ``mma_fragments``, ``tma_partition_ab``, ``load_k_tiles``,
+  budget model), ``make_pipelines``, ``mma_fragments``, ``tma_partition_ab``, ``load_k_tiles``,
   ``mma_k_loop``, ``epilogue_begin``, ``epilogue_tile``, ``epilogue_end``;
 * checks: :func:`check_config`, :func:`can_implement` (what ``grouped_gemm`` asks before it compiles
   anything), :func:`resolve_for_stage`.
@@ -377,7 +377,7 @@ class KernelBase:
             cpasync.CopyBulkTensorTileS2GOp(), mC, epi_smem_one, self._epilogue_tile()
         )
 
-    def _shared_storage(self):
+    def shared_storage(self):
         """The mbarriers and bookkeeping words, placed after the data buffers.
 
         ``(2 x ring_depth [+ 2 x b_ring_depth] + 2 x acc_buffers x acc_slots) x 8 B`` of mbarriers
@@ -420,7 +420,7 @@ class KernelBase:
             sC = smem.allocate_tensor(
                 self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
             )
-        storage = smem.allocate(self._shared_storage())
+        storage = smem.allocate(self.shared_storage())
         return sA, sB, sC, storage
 
     def _tma_umma_ring(self, barriers, entries, tx_bytes, cluster_layout_vmnk, defer_sync):
@@ -436,7 +436,7 @@ class KernelBase:
             defer_sync=defer_sync,
         ).make_participants()
 
-    def _make_pipelines(self, storage, cluster_layout_vmnk=None, defer_sync=False):
+    def make_pipelines(self, storage, cluster_layout_vmnk=None, defer_sync=False):
         """A/B ring (TMA -> UMMA), accumulator hand-off (UMMA -> epilogue) and the TMEM allocator."""
         # One TMA thread arrives on each "full" barrier: no multicast in our (cta_group, 1) clusters;
         # in 2-CTA mode the pair's loads land on the leader's barrier, counted in tx bytes.

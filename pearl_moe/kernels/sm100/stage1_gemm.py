@@ -132,7 +132,7 @@ class DenseGemmKernel(KernelBase):
             cpasync.prefetch_descriptor(tma_atom_c)
 
         sA, sB, sC, storage = self.allocate_smem(a_smem_layout, b_smem_layout, c_smem_layout)
-        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
+        ab_producer, ab_consumer, acc_pipeline, tmem = self.make_pipelines(storage)
 
         # (bM, bK, RestK), (bN, bK, RestK), (bM, bN): this CTA's tile, stage 1 takes it from the grid
         gA = cute.local_tile(mA_mk, self.mma_tiler_mnk, (bidx, bidy, None), proj=(1, None, 1))

@@ -134,7 +134,7 @@ class GroupedGemmKernel(DenseGemmKernel):
         mOffs, mWorkspace)``.
         """
         # (rows, k), (n, k, E), (rows, n), (E,), (E * 16,)
-        mA, mB_nkl, mC, mOffs, mWorkspace = self._grouped_tensors(
+        mA, mB_nkl, mC, mOffs, mWorkspace = self.grouped_tensors(
             a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts
         )
         tiled_mma = self._setup(mA.element_type, mC.element_type, LayoutEnum.from_tensor(mC))
@@ -150,7 +150,7 @@ class GroupedGemmKernel(DenseGemmKernel):
         tma = (tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c)
         return tiled_mma, tma, mA, mC, mOffs, mWorkspace
 
-    def _grouped_tensors(self, a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts):
+    def grouped_tensors(self, a_ptr, w_ptr, offs_ptr, c_ptr, workspace_ptr, rows, n, k, experts):
         """Global views of the pointers; ``rows`` is run-time, ``n``, ``k``, ``experts`` static."""
         # (rows, k): all experts' rows, K-major
         mA = cute.make_tensor(a_ptr, cute.make_layout((rows, k), stride=(k, 1)))
@@ -201,7 +201,7 @@ class GroupedGemmKernel(DenseGemmKernel):
             cpasync.prefetch_descriptor(tma_atom_b)
 
         sA, sB, sC, storage = self.allocate_smem(a_smem_layout, b_smem_layout, c_smem_layout)
-        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(storage)
+        ab_producer, ab_consumer, acc_pipeline, tmem = self.make_pipelines(storage)
 
         # The expert's rows come from the offsets, on the device.
         start, rows = expert_rows(mOffs, expert, cute.size(mA_mk, mode=[0]))

@@ -170,7 +170,7 @@ class PersistentGroupedGemmKernel(
             cpasync.prefetch_descriptor(tma_atom_b)
 
         sA, sB, sC, storage = self.allocate_smem(a_smem_layout, b_smem_layout, c_smem_layout)
-        ab_producer, ab_consumer, acc_pipeline, tmem = self._make_pipelines(
+        ab_producer, ab_consumer, acc_pipeline, tmem = self.make_pipelines(
             storage, cluster_layout_vmnk, defer_sync=True
         )
         b_producer, b_consumer = None, None

@@ -204,7 +204,7 @@ class KernelBase:
         )
 
     # ------------------------------------------------------------------ device-side helpers
-    def _allocate_smem(self, a_layout, b_layout, epi_layout, a_mma_layout=None):
+    def allocate_smem(self, a_layout, b_layout, epi_layout, a_mma_layout=None):
         """Carve shared memory in the budget model's order; returns (sA, sB, sC, barriers).
 
         ``sC`` is None with direct stores (no epilogue buffer); with wide B entries the barrier
@@ -233,7 +233,7 @@ class KernelBase:
             return sA
         return cute.make_tensor(sA.iterator, a_layout.outer)
 
-    def _make_ab_pipeline(self, barriers, consumer_warps: int, a_layout, b_layout):
+    def make_ab_pipeline(self, barriers, consumer_warps: int, a_layout, b_layout):
         """Full/empty mbarrier ring: TMA arrives with a byte count, consumer warps release.
 
         One ring entry holds a K tile of A and of B. With wide B entries (``b_k_tiles=2``) this
@@ -271,7 +271,7 @@ class KernelBase:
         ab_pipeline.producer_commit(state)
 
     @cute.jit
-    def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, a_index, b_index=None, b_kblock0=0):
+    def mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, a_index, b_index=None, b_kblock0=0):
         """All wgmma instructions of one k tile (tile_k / 16 of them), committed as one group.
 
         ``tCrA`` / ``tCrB`` are the fragments of the A ring (tokens) and of the B ring (weights);
@@ -292,7 +292,7 @@ class KernelBase:
         cute.nvgpu.warpgroup.commit_group()
 
     @cute.jit
-    def _epilogue(
+    def epilogue_tile(
         self,
         tiled_mma,
         acc,

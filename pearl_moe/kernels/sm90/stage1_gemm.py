@@ -103,8 +103,8 @@ class DenseGemmKernel(KernelBase):
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
-        ab_pipeline = self._make_ab_pipeline(
+        sA, sB, sC, barriers = self.allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
+        ab_pipeline = self.make_ab_pipeline(
             barriers, self.threads_per_cta // 32, a_smem_layout, b_smem_layout
         )
 
@@ -114,13 +114,13 @@ class DenseGemmKernel(KernelBase):
         gB = cute.local_tile(mB_nk, (self.tile_n, self.tile_k), (n_tile, None))
         # (tile_m, tile_n)
         gC = cute.local_tile(mC_mn, (self.tile_m, self.tile_n), (m_tile, n_tile))
-        self._tile(
+        self.tile_roles(
             tidx, warp_idx, ab_pipeline, tma_atom_a, gA, tma_atom_b, gB, tma_atom_c, gC,
             tiled_mma, sA, sB, sC,
         )  # fmt: skip
 
     @cute.jit
-    def _tile(
+    def tile_roles(
         self, tidx, warp_idx, ab_pipeline, tma_atom_a, gA, tma_atom_b, gB, tma_atom_c, gC,
         tiled_mma, sA, sB, sC,
     ):  # fmt: skip
@@ -179,7 +179,7 @@ class DenseGemmKernel(KernelBase):
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         for kt in cutlass.range(k_tiles, unroll=1):
             ab_pipeline.consumer_wait(read_state)
-            self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, read_state.index)
+            self.mma_k_tile(tiled_mma, acc, tCrA, tCrB, read_state.index)
             read_state.advance()
             # Keep one k tile of wgmma in flight; the previous one is done, so release its entry.
             cute.nvgpu.warpgroup.wait_group(1)
@@ -204,7 +204,7 @@ class DenseGemmKernel(KernelBase):
         epi_barrier = pipeline.NamedBarrier(
             barrier_id=self.epilogue_barrier_id, num_threads=self.threads_per_cta
         )
-        self._epilogue(
+        self.epilogue_tile(
             tiled_mma, acc, sC, tma_atom_c, gC, tidx, store_pipeline, epi_barrier,
             warp_idx == self.load_warp, 0,
         )  # fmt: skip

@@ -3,7 +3,7 @@
 What changed since stage 1
 --------------------------
 Only *which* tile a CTA computes and *where* its rows live. The mainloop and epilogue are stage 1's
-(:meth:`DenseGemmKernel._tile`, unchanged).
+(:meth:`DenseGemmKernel.tile_roles`, unchanged).
 
 * Grid (x, y, z) = (m tile, n tile, expert), with ``cdiv(rows, tile_m)`` m tiles: no expert has more
   rows than that, and the host needs no offsets (no device-to-host copy, graph-capturable).
@@ -57,7 +57,7 @@ class GroupedGemmKernel(DenseGemmKernel):
         stream: cuda.CUstream,
     ):
         self._setup()
-        mA, mW, mOffs, mC3 = self._grouped_tensors(
+        mA, mW, mOffs, mC3 = self.grouped_tensors(
             a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts
         )
         tma_atom_a, tma_a = self._tma_load_atom(mA, self.a_smem_layout, (self.tile_m, self.tile_k))
@@ -73,7 +73,7 @@ class GroupedGemmKernel(DenseGemmKernel):
             self.tiled_mma, self.a_smem_layout, self.b_smem_layout, self.epi_smem_layout,
         ).launch(grid=grid, block=[self.threads_per_cta, 1, 1], stream=stream)  # fmt: skip
 
-    def _grouped_tensors(self, a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts):
+    def grouped_tensors(self, a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts):
         """Global views: A (rows, k), W (n, k, experts), offsets (experts,), clipped out view."""
         mA = cute.make_tensor(a_ptr, cute.make_layout((rows, k), stride=(k, 1)))
         mW = cute.make_tensor(w_ptr, cute.make_layout((n, k, experts), stride=(k, 1, n * k)))
@@ -109,8 +109,8 @@ class GroupedGemmKernel(DenseGemmKernel):
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers = self._allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
-        ab_pipeline = self._make_ab_pipeline(
+        sA, sB, sC, barriers = self.allocate_smem(a_smem_layout, b_smem_layout, epi_smem_layout)
+        ab_pipeline = self.make_ab_pipeline(
             barriers, self.threads_per_cta // 32, a_smem_layout, b_smem_layout
         )
 
@@ -133,7 +133,7 @@ class GroupedGemmKernel(DenseGemmKernel):
                 (self.tile_m, self.tile_n),
                 (0, n_tile),
             )
-            self._tile(
+            self.tile_roles(
                 tidx, warp_idx, ab_pipeline, tma_atom_a, gA, tma_atom_b, gB, tma_atom_c, gC,
                 tiled_mma, sA, sB, sC,
             )  # fmt: skip

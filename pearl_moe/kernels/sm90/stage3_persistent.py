@@ -56,8 +56,8 @@ class PersistentGroupedGemmKernel(
     """Stage 2's math and epilogue inside a persistent, warp-specialized loop.
 
     The options of stages 4-7 are switched at compile time by the config: the epilogue
-    (``_store_tile``: TMA store or :meth:`store_tile_direct`), the B ring (``_load_tile`` /
-    ``_mma_tile``: one K tile per entry or :class:`WideBEntries`), and the consumers (one tile
+    (``store_tile``: TMA store or :meth:`store_tile_direct`), the B ring (``_load_tile`` /
+    ``mma_tile``: one K tile per entry or :class:`WideBEntries`), and the consumers (one tile
     at a time, or :class:`SplitAccumulator`).
     """
 
@@ -89,7 +89,7 @@ class PersistentGroupedGemmKernel(
         stream: cuda.CUstream,
     ):
         self._setup()
-        mA, mW, mOffs, mC3 = self._grouped_tensors(
+        mA, mW, mOffs, mC3 = self.grouped_tensors(
             a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts
         )
         # (rows, n): out as it is, for the direct store
@@ -143,11 +143,11 @@ class PersistentGroupedGemmKernel(
             if cutlass.const_expr(not self.direct_store):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        sA, sB, sC, barriers = self._allocate_smem(
+        sA, sB, sC, barriers = self.allocate_smem(
             a_smem_layout, b_smem_layout, epi_smem_layout, a_mma_layout
         )
         # Each ring entry is released by the warps of the one tile that read it.
-        ab_pipeline = self._make_ab_pipeline(
+        ab_pipeline = self.make_ab_pipeline(
             barriers, self.mma_threads_per_tile // 32, a_smem_layout, b_smem_layout
         )
         b_pipeline = ab_pipeline
@@ -287,13 +287,13 @@ class PersistentGroupedGemmKernel(
                         if tiles_done > 0:
                             self._wait_turn(slot)
                     acc.fill(0.0)
-                    states = self._mma_tile(
+                    states = self.mma_tile(
                         tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline, states
                     )
                     if cutlass.const_expr(self.pingpong):
                         if next_expert < self.experts:
                             self._give_turn(slot)
-                    self._store_tile(
+                    self.store_tile(
                         tiled_mma, acc, sC, tma_atom_c, mC3, mC_mn, row0, valid, n_tile,
                         self._a_box_row(row0, sched.rows), mma_tidx, store_pipeline, epi_barrier,
                         warp_idx == self.store_warp, tiles_done,
@@ -317,7 +317,7 @@ class PersistentGroupedGemmKernel(
         return a_row0
 
     @cute.jit
-    def _mma_tile(self, tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline, states):
+    def mma_tile(self, tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline, states):
         """All K tiles of one tile into ``acc``, releasing each ring entry once its wgmma is done."""
         a_read, a_release, b_read, b_release = states
         if cutlass.const_expr(self.wide_b):
@@ -328,7 +328,7 @@ class PersistentGroupedGemmKernel(
         else:
             for kt in cutlass.range(self.k_tiles, unroll=1):
                 ab_pipeline.consumer_wait(a_read)
-                self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, a_read.index)
+                self.mma_k_tile(tiled_mma, acc, tCrA, tCrB, a_read.index)
                 a_read.advance()
                 # Keep one k tile of wgmma in flight; the previous one is done: release its entry.
                 cute.nvgpu.warpgroup.wait_group(1)
@@ -341,7 +341,7 @@ class PersistentGroupedGemmKernel(
         return a_read, a_release, b_read, b_release
 
     @cute.jit
-    def _store_tile(
+    def store_tile(
         self, tiled_mma, acc, sC, tma_atom_c, mC3, mC_mn, row0, valid, n_tile, a_row0, mma_tidx,
         store_pipeline, epi_barrier, is_store_warp, tiles_done,
     ):  # fmt: skip
@@ -365,7 +365,7 @@ class PersistentGroupedGemmKernel(
                 (self.tile_m, self.tile_n),
                 (0, n_tile),
             )
-            self._epilogue(
+            self.epilogue_tile(
                 tiled_mma, acc, sC, tma_atom_c, gC, mma_tidx, store_pipeline, epi_barrier,
                 is_store_warp, tiles_done * (self.tile_n // self.epi_tile[1]),
             )  # fmt: skip

@@ -65,7 +65,7 @@ class WideBEntries:
             half = kt % self.b_k_tiles
             if half == 0:
                 b_pipeline.consumer_wait(b_read)
-            self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, a_read.index, b_read.index, half * kblocks)
+            self.mma_k_tile(tiled_mma, acc, tCrA, tCrB, a_read.index, b_read.index, half * kblocks)
             a_read.advance()
             if half == self.b_k_tiles - 1 or kt == last:
                 b_read.advance()
