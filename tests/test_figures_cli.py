@@ -54,14 +54,6 @@ def test_registry_holds_the_course_and_the_bench_figures():
         figures._merge(figures.COURSE_FIGURES, {"tmem_maps": lambda out: []})
 
 
-def test_bench_figures_keep_their_old_address():
-    """Notebooks 00 and 09 import the benchmark figures' names from pearl_moe.bench.figures."""
-    from pearl_moe.bench import figures as old
-
-    assert old.BENCH_FIGURES is figures.BENCH_FIGURES
-    assert old.compare_rows is figures.compare_rows and old.STEP_LABELS is figures.STEP_LABELS
-
-
 def test_committed_figures_exist_and_are_small():
     """Every figure of this module has a committed PNG in figures/ under the size limit."""
     repo_figures = Path(figures.__file__).resolve().parent.parent / "figures"

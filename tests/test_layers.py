@@ -156,8 +156,6 @@ ABOVE_READER = (
 )
 #: The plots draw what they are given: they reach none of the modules that gather the data.
 ABOVE_PLOTS = ("pearl_moe.bench", "pearl_moe.course", "pearl_moe.figures", "pearl_moe.widgets")
-#: The benchmark figures' old address, kept for notebooks 00 and 09 (they import from it).
-OLD_ADDRESSES = ("pearl_moe.bench.figures",)
 
 
 def _reach(graph, name) -> set[str]:
@@ -210,7 +208,7 @@ def test_the_bench_imports_no_course_plots_or_figures():
     bad = [
         (name, dep)
         for name, deps in import_graph().items()
-        if name.startswith("pearl_moe.bench") and name not in OLD_ADDRESSES
+        if name.startswith("pearl_moe.bench")
         for dep in deps
         if dep.startswith(("pearl_moe.course", *ABOVE_PLOTS[2:], "pearl_moe.plots"))
     ]

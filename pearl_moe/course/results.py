@@ -28,7 +28,6 @@ from .machine import Machine
 
 __all__ = [
     "STAGE_IMPLS",
-    "schedule_ratios",
     "results_path",
     "load_kernel_results",
     "measured_date",
@@ -552,26 +551,4 @@ def gpu_check_lines(stage: int, gpu: str = "H200", root: Path | None = None) -> 
             heading = line.lstrip("# ").strip()
         elif line.startswith(f"stage {stage}:"):
             out.append(f"{heading}: {line}" if heading else line)
-    return out
-
-
-def schedule_ratios(run: Mapping, schedule: str) -> dict[tuple[str, str, int], float]:
-    """``{(kernel, model, tokens): time with schedule / time without}`` of a bench run that timed
-    kernels both ways (``pearl-s5`` and ``pearl-s5:schedule=lockstep``, say): medians over the
-    run's interleaved rounds, correct records only, in the run's problem order."""
-    med = {
-        (r["problem"], r["impl"]): r["time"]["median_us"]
-        for r in run["records"]
-        if r["status"] == "ok"
-    }
-    problems = {
-        p["id"]: (i, p["model"], p["tokens_per_gpu"]) for i, p in enumerate(run["problems"])
-    }
-    out = {}
-    for (pid, impl), t in sorted(med.items(), key=lambda kv: problems[kv[0][0]][0]):
-        if f"schedule={schedule}" not in impl:
-            continue
-        base = impl.replace(f":schedule={schedule}", "").replace(f"+schedule={schedule}", "")
-        if (pid, base) in med:
-            out[(base, *problems[pid][1:])] = t / med[(pid, base)]
     return out
