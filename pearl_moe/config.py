@@ -314,17 +314,19 @@ class GemmConfig:
     def from_dict(cls, fields: dict) -> GemmConfig:
         """A config from a dict of fields (e.g. a recorded measurement); older field names such as
         ``stages`` are accepted (:data:`LEGACY_FIELD_NAMES`), and a retired field
-        (:data:`RETIRED_FIELDS`) is dropped when it holds the value the kernels still implement."""
-        kept = {}
-        for key, value in fields.items():
-            if key in RETIRED_FIELDS:
-                if value != RETIRED_FIELDS[key]:
-                    raise ValueError(
-                        f"{key}={value!r} is a retired study variant (only "
-                        f"{RETIRED_FIELDS[key]!r} is implemented; see experiments/README.md)"
-                    )
-                continue
-            kept[LEGACY_FIELD_NAMES.get(key, key)] = value
+        (:data:`RETIRED_FIELDS`) is dropped when it holds the value the kernels still implement; a
+        retired study variant (:func:`retired_variant`) is a ``ValueError``."""
+        retired = retired_variant(fields)
+        if retired:
+            raise ValueError(
+                f"{retired} is a retired study variant, not a kernel of this package "
+                "(see experiments/README.md)"
+            )
+        kept = {
+            LEGACY_FIELD_NAMES.get(key, key): value
+            for key, value in fields.items()
+            if key not in RETIRED_FIELDS
+        }
         return cls(**kept)
 
     def with_(self, **changes) -> GemmConfig:

@@ -31,7 +31,7 @@ class Stage:
     notebook: str
     title: str
     idea: str
-    kernel_stage: int | None = None  # kernel module number (pearl_moe.kernels.<arch>.stage<N>_*)
+    kernel_stage: int | None = None  # kernel stage (pearl_moe.kernels.ladder.KERNEL_STAGES)
 
     @property
     def label(self) -> str:

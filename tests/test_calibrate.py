@@ -61,7 +61,7 @@ def test_the_model_ranks_the_measurements():
     # after a refit with neighbouring CTAs' shared requests on all 314 records; 6.5% since the
     # refit with B boxes merged in groups of four and A boxes not at all (Nsight Compute);
     # 6.1% with the one-call ladder run (158 records measured after that fit); 5.2% after the
-    # refit in which neighbours' merging fades as they fall out of step (lockstep_rounds)
+    # refit in which neighbours' merging fades as they fall out of step (drift_rounds)
     assert s["median_error"] <= 0.053
 
 

@@ -1,7 +1,7 @@
 """Compile every sm_90a stage on the CPU and check the SASS against the design and budget model.
 
-The sm_90a kernels live in ``pearl_moe.kernels.sm90.stage{N}_*`` (documented interface:
-``build(config)``, ``compile_fake(config, m, n, k, experts)``). Every stage exists, so a missing
+The sm_90a kernels live in three modules, ``pearl_moe.kernels.sm90.stage1_gemm``, ``stage2_grouped``
+and ``stage3_persistent`` (stages 3-7), reached through ``pearl_moe.kernels.dispatch.stage_module``. Every stage exists, so a missing
 module, an import error or a compile error fails (these kernels run on the H200; they must keep
 compiling). Stages 4-7 are compiled with the course's configuration for them
 (:func:`pearl_moe.kernels.ladder.stage_config`) plus a few variants of their options.

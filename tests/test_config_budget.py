@@ -171,5 +171,7 @@ def test_retired_schedule_variants_are_refused_and_recorded_static_configs_still
     assert GemmConfig.from_dict(recorded) == GemmConfig(arch="sm_90a", tile_m=64, ring_depth=4)
     with pytest.raises(ValueError, match="schedule='lockstep' is a retired study variant"):
         GemmConfig.from_dict({**recorded, "schedule": "lockstep"})
+    with pytest.raises(ValueError, match="walk='hybrid' is a retired study variant"):
+        GemmConfig.from_dict({**recorded, "walk": "hybrid"})
     with pytest.raises(ValueError, match="walk must be one of"):
         GemmConfig(arch="sm_90a", walk="hybrid")

@@ -25,7 +25,7 @@ What changed since stage 2
 
 Stages 4-7 add no kernel: they are options of this one (see :mod:`pearl_moe.kernels.ladder`),
 each in its own module: the direct store (:mod:`.direct_store`), B entries of two K tiles
-(:mod:`.wide_b`) and the ping-pong consumers (:mod:`.pingpong`); 64-row tiles need no new code
+(:mod:`.wide_b`) and the ping-pong consumers (:mod:`.split_accumulator`); 64-row tiles need no new code
 on Hopper. The options beyond the post that the autotuner uses, ``shift_a_box`` and tiles of 8-32
 rows, live here and in :mod:`.common` (``_a_box_row``, ``a_mma_layout``).
 """
@@ -56,7 +56,7 @@ class PersistentGroupedGemmKernel(
     """Stage 2's math and epilogue inside a persistent, warp-specialized loop.
 
     The options of stages 4-7 are switched at compile time by the config: the epilogue
-    (``store_tile``: TMA store or :meth:`store_tile_direct`), the B ring (``_load_tile`` /
+    (``store_tile``: TMA store or :meth:`store_tile_direct`), the B ring (the producer's loads /
     ``mma_tile``: one K tile per entry or :class:`WideBEntries`), and the consumers (one tile
     at a time, or :class:`SplitAccumulator`).
     """
