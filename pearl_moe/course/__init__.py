@@ -45,6 +45,7 @@ from ..plots import (
     say_model,
 )
 from ._paths import ROOT
+from .exercises import check_exercise, compile_solution, show_solution
 from .host_run import run_printing
 from .live import can_run_live, format_live_step, stage_impl, time_step_live
 from .machine import FORCE_ENV, Machine, detect_machine
@@ -87,6 +88,9 @@ from .sources import (
 )
 
 __all__ = [
+    "check_exercise",
+    "compile_solution",
+    "show_solution",
     "ROOT",
     "FORCE_ENV",
     "Machine",
