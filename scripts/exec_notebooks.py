@@ -5,7 +5,9 @@ exercised there: every code cell of each notebook runs in one namespace, in orde
 directory set to ``notebooks/`` and matplotlib off-screen. ``display`` prints a one-line summary of
 what a notebook would have shown. Where IPython or ipywidgets are missing, a minimal stand-in is
 installed so that imports succeed; widgets are not exercised this way (the CPU test suite does that
-through nbclient). Exits non-zero on the first failing cell, naming the notebook and the cell.
+through nbclient). A ``%%cute_compile`` cell is compiled as the magic would
+(:func:`pearl_moe.course.scratch.cute_compile`); other ``%`` and ``!`` lines are skipped. Exits
+non-zero on the first failing cell, naming the notebook and the cell.
 
     python scripts/exec_notebooks.py notebooks/02_plain_gemm.ipynb notebooks/03_grouped_gemm.ipynb
 """
@@ -112,8 +114,15 @@ def run(path: Path) -> float:
     cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
     for i, cell in enumerate(cells, 1):
         lines = "".join(cell["source"]).splitlines()
-        source = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
         try:
+            if lines and lines[0].startswith("%%cute_compile"):
+                # the course's cell magic: compile the cell's kernel for both targets, as
+                # IPython would (pearl_moe.course.scratch), and keep its reports in the namespace
+                from pearl_moe.course.scratch import cute_compile
+
+                cute_compile(lines[0][len("%%cute_compile") :], "\n".join(lines[1:]), namespace)
+                continue
+            source = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
             exec(compile(source, f"{path.name}[cell {i}]", "exec"), namespace)
         except Exception:
             traceback.print_exc()
