@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Stage:
-    number: int | str  # 0-10, or "01b" for a notebook inserted between two numbers
+    number: int | str  # 0-10, or "01b", "04b" for a notebook inserted between two numbers
     notebook: str
     title: str
     idea: str
@@ -35,7 +35,7 @@ class Stage:
 
     @property
     def label(self) -> str:
-        """The notebook's number as the table shows it: ``"02"``, ``"01b"``."""
+        """The notebook's number as the table shows it: ``"02"``, ``"01b"``, ``"04b"``."""
         return f"{self.number:02d}" if isinstance(self.number, int) else self.number
 
     @property
@@ -82,9 +82,16 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         4,
-        "04_bytes_in_flight",
+        "04_persistent_kernel",
+        "Persistent, warp-specialized kernel",
+        "one CTA per SM walks the tile list; TMA, MMA and epilogue warps meet at mbarriers",
+        3,
+    ),
+    Stage(
+        "04b",
+        "04b_bytes_in_flight",
         "Bytes in flight",
-        "persistent, warp-specialized; pipeline depth as a knob",
+        "ring depth and tile shape; Little's law; a latency model and how far to trust it",
         3,
     ),
     Stage(

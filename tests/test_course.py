@@ -381,7 +381,8 @@ def test_latency_bars_mark_missing_and_modeled():
     [
         "02_plain_gemm",
         "03_grouped_gemm",
-        "04_bytes_in_flight",
+        "04_persistent_kernel",
+        "04b_bytes_in_flight",
         "05_direct_store",
         "06_64_row_tiles",
         "07_wide_b_loads",

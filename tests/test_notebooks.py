@@ -64,6 +64,10 @@ WHERE_IT_RUNS = (
 )
 
 
+#: The two notebooks of kernel stage 3: the persistent, warp-specialized kernel, then the bytes it
+#: keeps in flight (ring depth, Little's law, the latency model).
+STAGE_3_NOTEBOOKS = ["04_persistent_kernel", "04b_bytes_in_flight"]
+
 #: The stage notebooks of kernel stages 4-7 (the post's four optimizations).
 STAGE_NOTEBOOKS = [
     "05_direct_store",
@@ -79,7 +83,7 @@ STAGE_NOTEBOOKS = [
         "00_setup_and_tour",
         "02_plain_gemm",
         "03_grouped_gemm",
-        "04_bytes_in_flight",
+        *STAGE_3_NOTEBOOKS,
         *STAGE_NOTEBOOKS,
         "09_benchmarks",
     ],
@@ -112,6 +116,7 @@ RING_AS_STAGE = re.compile(
         "01b_cute_primer",
         "02_plain_gemm",
         "03_grouped_gemm",
+        *STAGE_3_NOTEBOOKS,
         *STAGE_NOTEBOOKS,
         "09_benchmarks",
     ],
@@ -124,7 +129,14 @@ def test_one_vocabulary_stage_means_kernel_stage(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["01b_cute_primer", "02_plain_gemm", "03_grouped_gemm", *STAGE_NOTEBOOKS, "09_benchmarks"],
+    [
+        "01b_cute_primer",
+        "02_plain_gemm",
+        "03_grouped_gemm",
+        *STAGE_3_NOTEBOOKS,
+        *STAGE_NOTEBOOKS,
+        "09_benchmarks",
+    ],
 )
 def test_at_least_three_exercises_derive_and_check_a_number(name):
     """Hidden answers (<details>) that show the arithmetic and then check it with the package."""
@@ -164,23 +176,22 @@ def test_stage_notebooks_have_every_part(name):
     assert "**Objective.**" in text and "**Takeaway.**" in text and "## Exercises" in text
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["hopper", "blackwell"])
-@pytest.mark.parametrize("name", STAGE_NOTEBOOKS)
-def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
-    """The cells a CPU never runs (live check, live timing): every code cell, in this process, with
-    the machine, the check and the timing faked, so a live run cannot die of a name error."""
+def _run_with_a_fake_gpu(name, mode, monkeypatch):
+    """Every code cell of notebook ``name``, in this process, with the machine (``"hopper"`` or
+    ``"blackwell"``), the check and the timing faked. Returns the notebook's namespace, the impls
+    checked, the stages timed step by step (``time_step_live``) and the impls timed alone
+    (``harness.time_impl``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import pearl_moe.course as course
     from pearl_moe.bench import harness
-    from pearl_moe.bench.harness import CheckResult
+    from pearl_moe.bench.harness import CheckResult, Timing
 
     gpu = {"hopper": ("NVIDIA H200", (9, 0)), "blackwell": ("NVIDIA B200", (10, 0))}[mode]
     monkeypatch.setattr(course, "detect_machine", lambda force=None: course.Machine(mode, *gpu))
     monkeypatch.setattr(course, "can_run_live", lambda arch, stage: (True, f"fake {arch}"))
-    checked = []
+    checked, timed, timed_alone = [], [], []
 
     def check(impl, problem, device="cuda", seed=1):
         checked.append(impl.name)
@@ -192,7 +203,6 @@ def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
         "measure_ceilings",
         lambda *a, **k: {"read_bytes_per_s": 4.2e12, "bf16_flops_per_s": 8e14},
     )
-    timed = []
 
     def time_step_live(stage, problem, rounds=5, reps=5, floor_s=None):
         timed.append(stage)
@@ -200,16 +210,46 @@ def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
                 "this_us": 400.0, "status": ("ok", "ok"), "outputs_ok": True, "ratio": 0.95,
                 "lo": 0.94, "hi": 0.96, "rounds": 5, "verdict": "faster"}  # fmt: skip
 
+    def time_impl(impl, problem, *args, **kwargs):
+        timed_alone.append(impl.name)
+        return Timing.from_rounds([[400e-6]], 10, 1), {}
+
     monkeypatch.setattr(course, "time_step_live", time_step_live)
+    monkeypatch.setattr(harness, "time_impl", time_impl)
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
     namespace = {"display": lambda *a, **k: None}
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             code = "\n".join(ln for ln in cell.source.splitlines() if not ln.startswith("%"))
             exec(compile(code, f"{name} cell {i}", "exec"), namespace)  # noqa: S102
+    return namespace, checked, timed, timed_alone
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["hopper", "blackwell"])
+@pytest.mark.parametrize("name", STAGE_NOTEBOOKS)
+def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
+    """The cells a CPU never runs (live check, live timing), run with a fake GPU, so a live run
+    cannot die of a name error."""
+    namespace, checked, timed, _ = _run_with_a_fake_gpu(name, mode, monkeypatch)
     stage = namespace["STAGE"]
     assert len(checked) == 4  # two problems x stages N - 1 and N
     assert timed == ([stage] if mode == "hopper" else [])  # B200 stages are checked, not timed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["hopper", "blackwell"])
+@pytest.mark.parametrize("name", STAGE_3_NOTEBOOKS)
+def test_stage_3_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
+    """Notebooks 04 and 04b on a fake GPU: each checks stage 3 live; 04b then times its ring-depth
+    sweep on a Hopper GPU (every depth that fits, two tile heights) and only checks on a B200."""
+    _, checked, timed, timed_alone = _run_with_a_fake_gpu(name, mode, monkeypatch)
+    assert checked == ["pearl stage 3"] and timed == []
+    if name == "04b_bytes_in_flight" and mode == "hopper":
+        # ring 2-6 at 128 x 128, ring 2-8 at 64 x 128
+        assert timed_alone == ["pearl stage 3"] * (5 + 7)
+    else:
+        assert timed_alone == []
 
 
 def test_benchmarks_notebook_replays_measured_runs_and_labels_b200_as_modeled():
