@@ -57,7 +57,7 @@ def test_the_model_ranks_the_measurements():
     # 5.6% since the ablation of 2026-11-30 15:22 (warp-parallel walk) replaced the one the
     # parameters were fitted on (serial walk): the model has no term for what the walk does to
     # the kernel (notebook 09, section 9); 6.1% since tile_shapes.json (2026-11-30 17:36) added
-    # 66 records of tile shapes the fit never saw (median 11.8% on those, notebook 04); 5.9%
+    # 66 records of tile shapes the fit never saw (median 11.8% on those, notebook 04b); 5.9%
     # after a refit with neighbouring CTAs' shared requests on all 314 records; 6.5% since the
     # refit with B boxes merged in groups of four and A boxes not at all (Nsight Compute);
     # 6.1% with the one-call ladder run (158 records measured after that fit); 5.2% after the
@@ -87,7 +87,7 @@ def test_tile_shapes_run_is_modeled_as_notebook_04_says():
 
 
 def test_where_the_model_misses_as_notebook_04_says():
-    """The groups of notebook 04's "Where it misses", over every record."""
+    """The groups of notebook 04b's "Where it misses", over every record."""
     every, _ = calibrate.load_records()
     rows = calibrate.evaluate(every, CALIBRATED)
 
@@ -186,7 +186,7 @@ def test_errors_by_token_count(capsys):
 
 def test_calibration_gate(capsys):
     """The model against every committed record, within what the records support: runs of one
-    configuration differ by up to 13.5%, so the bounds are per token class (notebook 04)."""
+    configuration differ by up to 13.5%, so the bounds are per token class (notebook 04b)."""
     assert calibrate.main([]) == 0
     records, _ = calibrate.load_records()
     checks = calibrate.gate(records, calibrate.evaluate(records, CALIBRATED))
@@ -228,7 +228,7 @@ def test_error_floor_of_replicated_measurements():
 
 
 def test_committed_replicates_as_the_gate_reason_says(capsys):
-    """The gate's reason and notebook 04: runs of one configuration differ by up to 31.1%
+    """The gate's reason and notebook 04b: runs of one configuration differ by up to 31.1%
     (stage 6, DeepSeek V4 Pro / 4096 tokens: 3950, 4589, 4932, 5179 us), a floor of 13.5%; the
     model's four times for them within 0.1%; the ladder run, measured after the fit: 25.8%
     largest (stage 4 at Kimi K3 / 1024 tokens), 4.3% median error, 121 of its 158 records'

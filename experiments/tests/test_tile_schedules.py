@@ -49,7 +49,7 @@ def test_dynamic_schedule():
         for s in ("", ":schedule=dynamic", ":schedule=scattered")
     ]
     assert got == [63, 91, 97]
-    rise = []  # notebook 04: dynamic or scattered "raises the count 1.4-1.9x"
+    rise = []  # dynamic or scattered "raises the count 1.4-1.9x"
     for key in ("DeepSeek V4 Pro|1024", "GLM 5.3|1024"):
         by = pairs[key]
         for other in (":schedule=dynamic", ":schedule=scattered"):
