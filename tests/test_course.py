@@ -393,7 +393,12 @@ def test_stage_notebooks_define_no_kernel_and_label_b200_as_modeled(name):
     import nbformat
 
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    # a write-it-yourself cell (%%cute_compile) is the learner's kernel, not one of the stages
+    code = "\n".join(
+        c.source
+        for c in nb.cells
+        if c.cell_type == "code" and not c.source.startswith("%%cute_compile")
+    )
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "@cute.kernel" not in code and "@cute.jit" not in code and "import cutlass" not in code
     assert "detect_machine()" in code
@@ -510,3 +515,36 @@ def test_same_tiles_says_when_a_wave_map_would_repeat():
     with pytest.raises(ValueError, match="draw the wave maps"):
         # 256 rows per expert: 64-row tiles make twice the tiles of 128-row ones
         same_tiles(s4, s5, [make_problem("GLM 5.3", 1024)])
+
+
+def test_live_step_on_a_b200_is_labeled_as_the_sm100a_kernels_first_runs(monkeypatch):
+    """On a Blackwell GPU the stage notebooks time stage N against N - 1 with the same
+    ``time_step_live`` as on a Hopper GPU; ``live_source`` says what the numbers are."""
+    from pearl_moe.bench import harness
+    from pearl_moe.bench.harness import Timing
+    from pearl_moe.course import live
+    from pearl_moe.kernels.ladder import stage_config
+
+    h200 = Machine("hopper", "NVIDIA H200", (9, 0))
+    b200 = Machine("blackwell", "NVIDIA B200", (10, 0))
+    assert live.live_source(h200) == measurement_source(None, h200) == "live on NVIDIA H200"
+    label = live.live_source(b200)
+    assert label.startswith("live on NVIDIA B200 (first live runs of the sm_100a kernels")
+    assert "float32 reference" in label
+
+    def fake_interleaved(impls, problem, rounds, reps):
+        assert list(impls) == ["prev", "this"]
+        assert [i.name for i in impls.values()] == ["pearl stage 4", "pearl stage 5"]
+        prev = Timing.from_rounds([[50e-6]] * 5, 10, 1)
+        this = Timing.from_rounds([[45e-6]] * 5, 10, 1)
+        prev.outputs_ok = this.outputs_ok = True
+        return {
+            "prev": (prev, asdict(stage_config("sm_100a", 4).resolved())),
+            "this": (this, asdict(stage_config("sm_100a", 5).resolved())),
+        }
+
+    monkeypatch.setattr(harness, "time_interleaved", fake_interleaved)
+    row = live.time_step_live(5, make_problem("GLM 5.3", 64), floor_s=30e-6)
+    assert row["this_config"].startswith("sm_100a 64x128x64") and row["verdict"] == "faster"
+    line = live.format_live_step(row, 5, label)
+    assert line.startswith(label + ", GLM 5.3 64 tok: stage 4 50.0 us, stage 5 45.0 us")

@@ -5,14 +5,15 @@ run of it means (the sm_100a stages have never run on a GPU: a live B200 run is 
 test). :func:`stage_impl` wraps a stage as a :class:`pearl_moe.bench.harness.Implementation`, so
 the notebooks check and time it with the same harness as the baselines; :func:`time_step_live`
 times a stage against the previous one the way the recorded ablation did (interleaved rounds,
-paired ratio).
+paired ratio), on a Hopper GPU (the sm_90a twins) or a Blackwell GPU (the sm_100a kernels) alike;
+:func:`live_source` labels what it measured.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-__all__ = ["can_run_live", "stage_impl", "time_step_live", "format_live_step"]
+__all__ = ["can_run_live", "stage_impl", "time_step_live", "live_source", "format_live_step"]
 
 
 def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
@@ -22,7 +23,8 @@ def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
     been run, verified and measured on an H200. The sm_100a stages implement ``compile_kernel``
     and ``launch`` too, so on a B200 :func:`pearl_moe.kernels.grouped_gemm` launches them, but
     they have only been compile-verified (on a CPU): they have never run on any GPU, and a live
-    run on a B200 is their first test, checked against the float32 reference.
+    run on a B200 is their first test: checked against the float32 reference, then timed against
+    the previous stage (:func:`time_step_live`).
     """
     from ..kernels.api import stage_module
 
@@ -34,7 +36,7 @@ def can_run_live(arch: str, stage: int) -> tuple[bool, str]:
         return True, (
             f"stage {stage} for sm_100a has compile_kernel + launch but has never run on a GPU "
             "(compile-verified only): this live run is its first test, checked against the "
-            "float32 reference"
+            "float32 reference before it is timed"
         )
     return True, f"stage {stage} for {arch} runs here (run, verified and measured on an H200)"
 
@@ -92,6 +94,12 @@ def time_step_live(
     ``this_us``, spreads, configs, ``ratio`` / ``lo`` / ``hi`` / ``rounds``, ``verdict``), plus
     ``outputs_ok``; ``floor_us`` is ``floor_s`` when given. A stage that fails to run is reported
     in ``status`` instead of timed.
+
+    Nothing here depends on the architecture: on a Blackwell GPU the two stages are the sm_100a
+    kernels (:func:`stage_impl` launches the stage of the GPU's target). Check them first
+    (:func:`pearl_moe.bench.harness.check`, as the notebooks do): there, these are their first
+    runs, and a kernel that writes wrong rows is not worth timing. Label the row with
+    :func:`live_source`.
     """
     from ..bench import harness
     from ..bench.compare import paired_ratio
@@ -132,6 +140,22 @@ def time_step_live(
         row.update(paired_ratio(times["this"], times["prev"]))
         row["verdict"] = step_verdict(row)
     return row
+
+
+def live_source(machine) -> str:
+    """The label of a live measurement on ``machine``: ``"live on <GPU>"``
+    (:func:`~pearl_moe.course.results.measurement_source`), and on a Blackwell GPU what the
+    numbers are: the first live runs of the sm_100a kernels, timed after they passed the check
+    against the float32 reference."""
+    from .results import measurement_source
+
+    where = measurement_source(None, machine)
+    if machine is not None and machine.mode == "blackwell":
+        where += (
+            " (first live runs of the sm_100a kernels, timed after their check against the "
+            "float32 reference)"
+        )
+    return where
 
 
 def format_live_step(row, stage: int, where: str) -> str:
