@@ -76,9 +76,6 @@ STAGE_NOTEBOOKS = [
     "07_wide_b_loads",
     "08_epilogue_overlap",
 ]
-#: Stage notebooks that time stage N against N - 1 live on a B200 too (the sm_100a kernels' first
-#: timed runs), not only on a Hopper GPU.
-TIMED_ON_B200 = {"05_direct_store", "06_64_row_tiles"}
 
 
 @pytest.mark.parametrize(
@@ -218,8 +215,14 @@ def _run_with_a_fake_gpu(name, mode, monkeypatch):
         timed_alone.append(impl.name)
         return Timing.from_rounds([[400e-6]], 10, 1), {}
 
+    def time_interleaved(impls, problem, *args, **kwargs):  # several impls timed together
+        timing = Timing.from_rounds([[400e-6]] * 5, 10, 1)
+        timing.outputs_ok = True
+        return {key: (timing, {}) for key in impls}
+
     monkeypatch.setattr(course, "time_step_live", time_step_live)
     monkeypatch.setattr(harness, "time_impl", time_impl)
+    monkeypatch.setattr(harness, "time_interleaved", time_interleaved)
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
     namespace = {"display": lambda *a, **k: None}
     for i, cell in enumerate(nb.cells):
@@ -245,9 +248,8 @@ def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
     namespace, checked, timed, _ = _run_with_a_fake_gpu(name, mode, monkeypatch)
     stage = namespace["STAGE"]
     assert len(checked) == 4  # two problems x stages N - 1 and N
-    # stage N is timed against N - 1 on a Hopper GPU, and on a B200 where the notebook times the
-    # sm_100a kernels too (elsewhere B200 stages are checked, not timed)
-    assert timed == ([stage] if mode == "hopper" or name in TIMED_ON_B200 else [])
+    # stage N is timed against N - 1 on both GPUs (on a B200: the sm_100a kernels' first timed runs)
+    assert timed == [stage]
 
 
 @pytest.mark.slow
