@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ __all__ = [
     "smem_at_most",
     "expect_tx_includes",
     "sass_count_at_least",
+    "opcode_count_at_least",
+    "scratch_module",
 ]
 
 ARCHS = ("sm_100a", "sm_90a")
@@ -182,6 +185,39 @@ def sass_count_at_least(pattern: str, n: int = 1, archs=ARCHS) -> Check:
         lambda r: len(r.sass_lines(pattern)) >= n,
         archs,
     )
+
+
+def opcode_count_at_least(pattern: str, n: int = 1, archs=ARCHS) -> Check:
+    """At least ``n`` SASS instructions whose opcode (modifiers included, predicate left out)
+    matches the regex ``pattern``: ``opcode_count_at_least(r"^LDG", 2)``."""
+    return Check(
+        f"at least {n} SASS instruction(s) with an opcode matching {pattern!r}",
+        lambda r: sum(c for op, c in r.opcodes.items() if re.search(pattern, op)) >= n,
+        archs,
+    )
+
+
+def scratch_module(report):
+    """The learner's scratch module behind ``report``, imported in this process (its source is
+    kept beside the report's PTX), so a check can run its host-side functions: a ``@cute.jit``
+    helper runs on the CPU, e.g. index math compared with a NumPy replay. Importing it compiles
+    nothing."""
+    import hashlib
+    import importlib.util
+    import sys
+
+    path = Path(report.files["ptx"]).with_name("scratch_kernel.py")
+    name = "pearl_moe_scratch_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
 
 
 def _load_all() -> None:
