@@ -34,9 +34,11 @@ def row_sums(tma: cute.CopyAtom, mB: cute.Tensor, mOut: cute.Tensor, layout: cut
             cute.arch.mbarrier_init(full + i, 1)
         cute.arch.mbarrier_init_fence()
     cute.arch.barrier()
-    if tidx == 0:  # fill the ring
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    if warp == 0:  # fill the ring; a whole warp issues each copy, the TMA op elects one lane
         for e in cutlass.range(RING, unroll=1):
-            cute.arch.mbarrier_arrive_and_expect_tx(full + e, tx_bytes)
+            with cute.arch.elect_one():  # one arrival, which also announces the entry's bytes
+                cute.arch.mbarrier_arrive_and_expect_tx(full + e, tx_bytes)
             cute.copy(tma, tBgB[(None, e)], tBsB[(None, e)], tma_bar_ptr=full + e)
     acc = cutlass.Float32(0.0)
     for e in cutlass.range(entries, unroll=1):
@@ -45,8 +47,9 @@ def row_sums(tma: cute.CopyAtom, mB: cute.Tensor, mOut: cute.Tensor, layout: cut
         for c in cutlass.range(ENTRY_K, unroll=8):  # both K tiles of the entry
             acc += sB[tidx, c, slot].to(cutlass.Float32)
         cute.arch.barrier()  # every thread has read the entry: refill it
-        if tidx == 0 and e + RING < entries:
-            cute.arch.mbarrier_arrive_and_expect_tx(full + slot, tx_bytes)
+        if warp == 0 and e + RING < entries:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(full + slot, tx_bytes)
             cute.copy(tma, tBgB[(None, e + RING)], tBsB[(None, slot)], tma_bar_ptr=full + slot)
     mOut[n_tile * BN + tidx] = acc
 
