@@ -241,12 +241,8 @@ def _triton() -> Implementation:
 # ------------------------------------------------------------------------------ flashinfer
 #: Why the FlashInfer baseline is not measured on the project's lent H200 (checked 2026-11-30).
 FLASHINFER_WHY_NOT = (
-    "FlashInfer cannot be installed on the lent GPU machine: it has no network, and what a call "
-    "carries is 64 MiB, ~58 MiB of which is the CuTe DSL bundle. The flashinfer-python 0.7.4 wheel "
-    "alone is 101 MB (its Python files 25 MB zipped, the CUDA sources and CUTLASS/CCCL headers it "
-    "JIT-compiles another 54 MB), and `import flashinfer` needs packages that machine lacks (cuda-tile, "
-    "nccl4py, nccl-extensions, nvidia-cudnn-frontend, nvidia-ml-py, einops, tabulate, click, "
-    "ninja). Its bf16 grouped GEMM on sm_90 (SegmentGEMMWrapper, backend sm90) is compiled with "
+    "FlashInfer is not measured here: it could not be installed on the machine that ran the "
+    "benchmarks. Its bf16 grouped GEMM on sm_90 (SegmentGEMMWrapper, backend sm90) is compiled with "
     "nvcc on first use: a CUTLASS 3.x pointer-array grouped GEMM with one fixed 128x128x128 tile, "
     "2x1 cluster, cooperative schedule -- the same CUTLASS family as torch grouped_mm, which is "
     "measured."
