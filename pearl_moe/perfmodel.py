@@ -38,9 +38,10 @@ Bytes, counted where they come from
   it at several times the 128 bytes of a row: the L2 is limited by requests more than by bytes).
   A ring entry of A holds 128 bytes of each row (``tile_k = 64``); a B entry spanning two K tiles
   holds 256 contiguous bytes of each weight row, one segment for two K tiles (stage 6's "wide B").
-  This is a hypothesis the H200 ablation supports (wide B is 20-27% faster at 4096 tokens, where
-  the L2 binds, and within 3% at decode, where HBM binds) but no counter has confirmed: a profile
-  of ``lts__t_requests`` for stages 5 and 6 at 4096 tokens would. A box's padding rows are the
+  The term is a fitted cost, not a count of L2 requests: under Nsight Compute both stages issue
+  one L2 request per 128 bytes (``results/H200/profiles/ncu_pairs.json``, notebook 07), and much
+  of wide B's measured gain at 4096 tokens is fewer HBM re-reads, which the model does not count
+  (see below). A box's padding rows are the
   *next experts'* rows (L2 hits) or, past the end of A, zero-filled rows that cost the L2
   ``oob_l2_weight`` times an in-bounds row (TMA boxes crossing the tensor's end are slow). So at
   16 rows per expert a 16 KB A entry of a 128-row tile holds 2 KB of real rows and 14 KB served
@@ -502,7 +503,7 @@ SCHEDULERS = ("serial", "warp-parallel")
 def walk_steps(experts: int, scheduler: str = "warp-parallel") -> int:
     """Dependent offset loads a persistent CTA's consumer makes walking all ``experts``.
 
-    ``serial``: one expert per step (the scheduler until 2026-11-30), ``experts`` steps;
+    ``serial``: one expert per step (the course's first persistent kernel), ``experts`` steps;
     ``warp-parallel``: the 32 lanes of a warp load 32 experts' offsets at once, ``ceil(E / 32)``.
     """
     if scheduler not in SCHEDULERS:

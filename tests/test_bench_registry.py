@@ -80,7 +80,7 @@ def test_flashinfer_says_why_it_is_not_measured():
     try:
         import flashinfer  # noqa: F401
     except Exception:
-        with pytest.raises(registry.ImplementationUnavailable, match="64 MiB"):
+        with pytest.raises(registry.ImplementationUnavailable, match="could not be installed"):
             registry.get_impl("flashinfer")
     else:
         pytest.skip("flashinfer is installed here")

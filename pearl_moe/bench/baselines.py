@@ -12,7 +12,8 @@ Registered names:
   by timing a few candidates during ``prepare``;
 * ``flashinfer``: FlashInfer's segment GEMM (``SegmentGEMMWrapper``, sm90 backend: a CUTLASS 3.x
   pointer-array grouped GEMM, one fixed 128 x 128 x 128 tile) where FlashInfer is installed. It
-  cannot be installed on the lent GPU machine (see :data:`FLASHINFER_WHY_NOT`);
+  could not be installed on the machine that ran the committed benchmarks
+  (:data:`FLASHINFER_WHY_NOT`);
 * ``pearl``: ``pearl_moe.kernels.grouped_gemm(A, W, offsets)`` as users call it: no stage, no config,
   so the call picks both (:func:`pearl_moe.kernels.autotune.pick`); the record says what it picked;
 * ``pearl-s1`` ... ``pearl-s7``: ``grouped_gemm(..., stage=N)`` with the course's configuration of
@@ -239,7 +240,7 @@ def _triton() -> Implementation:
 
 
 # ------------------------------------------------------------------------------ flashinfer
-#: Why the FlashInfer baseline is not measured on the project's lent H200 (checked 2026-11-30).
+#: Why the FlashInfer baseline is not in the committed H200 runs.
 FLASHINFER_WHY_NOT = (
     "FlashInfer is not measured here: it could not be installed on the machine that ran the "
     "benchmarks. Its bf16 grouped GEMM on sm_90 (SegmentGEMMWrapper, backend sm90) is compiled with "
