@@ -12,11 +12,14 @@ measurement yet". :func:`baseline` replays one baseline time.
 The stage notebooks 05-08 read one step of the ablation (stage N against stage N - 1, timed in
 interleaved rounds on the same problems): :func:`ablation_step` and :func:`format_ablation_step`;
 :func:`step_latency_bars` puts that step's H200 measurement beside the B200 model, and
-:func:`gpu_check_lines` finds a stage's sanitizer lines in ``results/H200/gpu_checks.txt``.
+:func:`gpu_check_lines` finds a stage's sanitizer lines in ``results/H200/gpu_checks.txt`` and
+:func:`gpu_check_summary` says in a sentence what those runs checked and found.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
@@ -44,6 +47,7 @@ __all__ = [
     "format_ablation_step",
     "step_latency_bars",
     "gpu_check_lines",
+    "gpu_check_summary",
     "step_verdict",
     "DECODE_MAX_TOKENS",
 ]
@@ -551,4 +555,126 @@ def gpu_check_lines(stage: int, gpu: str = "H200", root: Path | None = None) -> 
             heading = line.lstrip("# ").strip()
         elif line.startswith(f"stage {stage}:"):
             out.append(f"{heading}: {line}" if heading else line)
+    return out
+
+
+_STAGE_RECORD = re.compile(r"^stage (\d+)(?::(\S+))?: (.*)$")
+_GUARD = re.compile(r"guard band intact=(True|False)")
+_ERRORS = re.compile(r"(?:ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: .*\((\d+) error)")
+
+
+def _sanitizer_runs(path: Path) -> list[dict]:
+    """The runs of a ``gpu_checks.txt`` that wrote ``stage N: ...`` records, in file order: the
+    sanitizer tool, its error count (``None`` if not recorded), and per course stage (records of
+    a stage with overrides, ``stage 7:tile_m=128: ...``, are left out) the reference check's
+    record and the guard-band results of the unchecked calls."""
+    runs, run, in_heading = [], None, False
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            if not in_heading:  # a comment block starts a new section
+                run = {"heading": "", "errors": None, "checks": {}, "guards": {}}
+                runs.append(run)
+            run["heading"] += line + "\n"
+            in_heading = True
+            continue
+        in_heading = False
+        if run is None:
+            continue
+        found = _ERRORS.search(line)
+        if found and run["errors"] is None:
+            run["errors"] = int(found.group(1) or found.group(2))
+        record = _STAGE_RECORD.match(line)
+        if not record or record.group(2):
+            continue
+        stage, text = int(record.group(1)), record.group(3)
+        guard = _GUARD.search(text)
+        if guard:
+            run["guards"].setdefault(stage, []).append(guard.group(1) == "True")
+        elif text.startswith("{"):
+            try:
+                run["checks"][stage] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                pass
+    for run in runs:
+        tool = re.search(r"--tool (\w+)", run["heading"])
+        run["tool"] = tool.group(1) if tool else None
+    return [r for r in runs if r["checks"] or r["guards"]]
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _stage_list(stages: Sequence[int]) -> str:
+    names = [str(s) for s in stages]
+    joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"stage{'s' if len(names) > 1 else ''} {joined}"
+
+
+def gpu_check_summary(
+    stages: int | Sequence[int], gpu: str = "H200", root: Path | None = None
+) -> list[str]:
+    """What the sanitizer runs of ``results/<gpu>/gpu_checks.txt`` found for kernel stage(s)
+    ``stages``, one sentence per run, for a reader rather than the raw records of
+    :func:`gpu_check_lines`. Each stage is taken from the first run in the file that recorded it
+    (the log is kept newest first). Empty when no run recorded any of the stages."""
+    wanted = [stages] if isinstance(stages, int) else list(stages)
+    path = results_path("gpu_checks.txt", gpu, root)
+    if not path.exists():
+        return []
+    runs = _sanitizer_runs(path)
+    chosen: dict[int, list[int]] = {}  # run index -> its stages
+    for stage in wanted:
+        hit = next(
+            (i for i, r in enumerate(runs) if stage in r["checks"] or stage in r["guards"]), None
+        )
+        if hit is not None:
+            chosen.setdefault(hit, []).append(stage)
+    out = []
+    for i, covered in sorted(chosen.items()):
+        run = runs[i]
+        n = run["errors"]
+        found = "no error count recorded" if n is None else _plural(n, "error")
+        tool = f"compute-sanitizer {run['tool']}" if run["tool"] else "A compute-sanitizer run"
+        text = f"{tool} on the {gpu}, {_stage_list(covered)}: {found}."
+        checks = [run["checks"][s] for s in covered if s in run["checks"]]
+        if checks:
+            ok = all(c.get("ok") for c in checks)
+            errs = [float(c["err"]) for c in checks if "err" in c]
+            torch_errs = [float(c["torch_err"]) for c in checks if "torch_err" in c]
+            unwritten = sum(int(c.get("unwritten", 0)) for c in checks)
+            how = ""
+            if errs and torch_errs:
+                how = (
+                    f" (largest error {max(errs):.4f}, PyTorch's own bf16 error "
+                    f"{max(torch_errs):.4f})"
+                )
+            text += (
+                f" {'Each' if len(checks) > 1 else 'It'} ran a ragged problem with empty experts and "
+                + ("matched" if ok else "did NOT match")
+                + f" the float32 reference{how}, "
+                + (
+                    "every row written."
+                    if not unwritten
+                    else f"{_plural(unwritten, 'row')} left unwritten."
+                )
+            )
+        guarded = [s for s in covered if run["guards"].get(s)]
+        if guarded:
+            calls = len(run["guards"][guarded[0]])
+            broken = sum(not g for s in guarded for g in run["guards"][s])
+            if len(covered) == 1:
+                who = _plural(calls, "unchecked call")
+            elif guarded == covered:
+                who = f"{_plural(calls, 'unchecked call')} per stage"
+            else:
+                who = (
+                    f"{_stage_list(guarded).capitalize()}: {_plural(calls, 'unchecked call')} each"
+                )
+            text += f" {who} with offsets that break the contract " + (
+                "wrote nothing outside the output."
+                if not broken
+                else f"wrote outside the output ({_plural(broken, 'call')})."
+            )
+        out.append(text)
     return out
