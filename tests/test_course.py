@@ -554,3 +554,24 @@ def test_live_step_on_a_b200_is_labeled_as_the_sm100a_kernels_first_runs(monkeyp
     assert row["this_config"].startswith("sm_100a 64x128x64") and row["verdict"] == "faster"
     line = live.format_live_step(row, 5, label)
     assert line.startswith(label + ", GLM 5.3 64 tok: stage 4 50.0 us, stage 5 45.0 us")
+
+
+def test_gpu_check_summary_says_what_the_sanitizer_runs_found(tmp_path):
+    """One sentence per sanitizer run for the notebooks, from the records of gpu_checks.txt; a
+    failed reference check or an error count is said, and a stage no run recorded gives none."""
+    from pearl_moe.course.results import gpu_check_summary
+
+    committed = gpu_check_summary((3, 4))
+    assert len(committed) == 1 and "memcheck" in committed[0] and ": 0 errors." in committed[0]
+    assert "matched the float32 reference" in committed[0]
+    folder = tmp_path / "H200"
+    folder.mkdir()
+    (folder / "gpu_checks.txt").write_text(
+        "# compute-sanitizer --tool memcheck python3 scripts/memcheck_kernels.py\n"
+        "stage 5: {'ok': False, 'err': 0.5, 'torch_err': 0.001, 'unwritten': 3}\n"
+        "========= ERROR SUMMARY: 2 errors\n"
+    )
+    (line,) = gpu_check_summary(5, root=tmp_path)
+    assert "stage 5: 2 errors." in line and "did NOT match" in line and "3 rows left" in line
+    assert gpu_check_summary(6, root=tmp_path) == []
+    assert gpu_check_summary(5, root=tmp_path / "nowhere") == []
