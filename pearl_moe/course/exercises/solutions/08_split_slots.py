@@ -179,6 +179,12 @@ def gemm(
             tGC = transform_partitioned_tensor_layout(thr_mma.partition_C(gC))
             tTR_gC = thr_t2r.partition_D(cute.flat_divide(tGC, (BM, EPI_N)))
             tTR_gC = cute.group_modes(tTR_gC, 3, cute.rank(tTR_gC))
+            # the same partition of the output's (row, column) coordinates: rows at or past m
+            # (the last tile of a row count that is not a multiple of BM) are not stored
+            cC = cute.local_tile(cute.make_identity_tensor(mC.shape), (BM, BN), (tile, 0))
+            tGcC = transform_partitioned_tensor_layout(thr_mma.partition_C(cC))
+            tTR_cC = thr_t2r.partition_D(cute.flat_divide(tGcC, (BM, EPI_N)))
+            tTR_cC = cute.group_modes(tTR_cC, 3, cute.rank(tTR_cC))
             rAcc = cute.make_rmem_tensor(tTR_gC[(None, None, None, 0)].shape, cutlass.Float32)
             rC = cute.make_rmem_tensor(rAcc.shape, cutlass.BFloat16)
             for slot in cutlass.range_constexpr(SLOTS):
@@ -193,7 +199,9 @@ def gemm(
                             acc_pipeline.consumer_release(acc_state)
                         acc_state.advance()
                     rC.store(rAcc.load().to(cutlass.BFloat16))
-                    cute.autovec_copy(rC, tTR_gC[(None, None, None, step)])
+                    # 32x32b: each thread holds one row, so one check guards its whole store
+                    if tTR_cC[(None, None, None, step)][0][0] < cute.size(mC, mode=[0]):
+                        cute.autovec_copy(rC, tTR_gC[(None, None, None, step)])
         pipeline.NamedBarrier(barrier_id=1, num_threads=32 * len(EPI_WARPS)).arrive_and_wait()
         tmem.relinquish_alloc_permit()
         tmem.free(tmem_ptr)
@@ -208,6 +216,7 @@ def host(
     k: cutlass.Constexpr,
     stream: cuda.CUstream,
 ):
+    assert k % BK == 0 and k >= BK, "k must be a positive multiple of BK (no K tail)"
     mA = cute.make_tensor(a, cute.make_layout((m, k), stride=(k, 1)))
     mB = cute.make_tensor(b, cute.make_layout((BN, k), stride=(k, 1)))
     mC = cute.make_tensor(c, cute.make_layout((m, BN), stride=(BN, 1)))
