@@ -492,8 +492,10 @@ class KernelBase:
     ):
         """TMA views of one tile's A and B K tiles and of the rings they land in.
 
-        Without a cluster (stages 1, 2) each CTA loads its whole tile; with one (stage 3) the
-        coordinates in ``cluster_layout_vmnk`` pick this CTA's part of the multicast.
+        Without a cluster (stages 1, 2) each CTA loads its whole tile. The stage-3 kernel (stages
+        3-7) passes its cluster: of one CTA unless the tile is 2-CTA (``cta_group=2``: the course's
+        stage 7; stage 3 only when configured so), where the coordinates in
+        ``cluster_layout_vmnk`` pick this CTA's part of the pair's loads.
         """
         a_cta, a_cta_layout = 0, cute.make_layout(1)
         b_cta, b_cta_layout = 0, cute.make_layout(1)
@@ -536,8 +538,9 @@ class KernelBase:
     ):
         """TMA-load every K tile of one output tile into the A/B ring (one thread of the TMA warp).
 
-        Each ring entry's "full" barrier counts the bytes of both loads; the masks (stage 3,
-        2-CTA) make the pair's loads signal the leader CTA's barrier. Returns ``ab_producer``, whose
+        Each ring entry's "full" barrier counts the bytes of both loads. The masks, set only for a
+        2-CTA tile (``cta_group=2``: the course's stage 7; stage 3 only when configured so), make
+        the pair's loads signal the leader CTA's barrier. Returns ``ab_producer``, whose
         ring position the caller must carry to its next tile (see :meth:`mma_k_loop`).
         """
         for k_tile in cutlass.range(k_tile_cnt, unroll=1):

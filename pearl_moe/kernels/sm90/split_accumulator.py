@@ -18,10 +18,10 @@ after the other has consumed every entry of the tile before. Without this hand-o
 could wait for an entry two fills ahead of the producer, and an mbarrier's phase bit (parity)
 cannot tell fill ``f`` from fill ``f - 2``: it would read the older tile's data.
 
-The turn passes after the tile's last wgmma has *completed* (``wait_group(0)``). CUTLASS's
-ping-pong passes it once the last wgmma is *issued*, which is also safe here (every entry of the
-tile has been waited for by then); timed on the H200, that order resolved no change
-(``experiments/README.md``), so the simpler one stays.
+The turn passes after the tile's last wgmma has *completed* (``wait_group(0)``). Passing it once
+the last wgmma is *issued*, as CUTLASS's ping-pong does, would also be safe (every entry of the
+tile has been waited for by then); on the H200 the two orders show no resolved difference
+(``experiments/README.md``, pingpong_handover).
 
 Register budget: 128 producer threads at 40 registers + 256 consumer threads at 232 registers =
 64,512 of the SM's 65,536; each consumer thread keeps a tile_m x tile_n / 128 fp32 accumulator
