@@ -34,6 +34,7 @@ __all__ = [
     "results_path",
     "load_kernel_results",
     "measured_date",
+    "current_names",
     "describe_run",
     "measurement_source",
     "kernel_rows",
@@ -94,6 +95,17 @@ def measured_date(run: Mapping | None) -> str | None:
     return str(date)[:10] if date else None
 
 
+def _clock_label(source: str | None) -> str:
+    """A few words for how a run's clocks were read (``env.clocks.source``): nvidia-smi before any
+    GPU work reads the idle clock, not the one the kernels ran at; under a matmul loop, the busy one."""
+    text = (source or "").lower()
+    if "busy" in text or "while" in text:
+        return "busy clock (nvidia-smi under load):"
+    if "start" in text or "idle" in text:
+        return "idle clock at start:"
+    return f"clocks ({source}):" if source else "clocks (unrecorded source):"
+
+
 def describe_run(run: Mapping | None) -> str:
     """What a recorded run was measured on, from its ``env`` and ``ceilings``: GPU, date, clocks
     (as nvidia-smi read them at the start of the run), driver, CUDA, library versions, ceilings."""
@@ -111,7 +123,7 @@ def describe_run(run: Mapping | None) -> str:
             mem = f", memory {clocks['mem_clock_mhz']} MHz"
             if clocks.get("mem_clock_max_mhz"):
                 mem += f" (max {clocks['mem_clock_max_mhz']})"
-        parts.append(f"clocks {sm}{mem}, read by {clocks.get('source', 'an unrecorded method')}")
+        parts.append(f"{_clock_label(clocks.get('source'))} {sm}{mem}")
     versions = [
         f"{label} {env[key]}"
         for key, label in (
@@ -150,6 +162,16 @@ def measurement_source(
         return f"replayed from {rel(data.get('_path', '?'))} (measured {when} on {gpu})"
     expected = expected or results_path()
     return f"no recorded measurement yet ({rel(expected)} is missing)"
+
+
+_LEGACY_NAME = re.compile(r"(?<![\w])(" + "|".join(map(re.escape, LEGACY_FIELD_NAMES)) + r")=")
+
+
+def current_names(text: str) -> str:
+    """``text`` (an impl name such as ``pearl-s3:tile_m=64+stages=7``, or a sentence holding one)
+    with the field names of older measurements replaced by the current ones
+    (:data:`pearl_moe.config.LEGACY_FIELD_NAMES`: ``stages=7`` is ring depth 7, ``ring_depth=7``)."""
+    return _LEGACY_NAME.sub(lambda m: LEGACY_FIELD_NAMES[m.group(1)] + "=", str(text))
 
 
 def _impl_name(stage_or_impl) -> str:
