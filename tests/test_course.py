@@ -575,3 +575,22 @@ def test_gpu_check_summary_says_what_the_sanitizer_runs_found(tmp_path):
     assert "stage 5: 2 errors." in line and "did NOT match" in line and "3 rows left" in line
     assert gpu_check_summary(6, root=tmp_path) == []
     assert gpu_check_summary(5, root=tmp_path / "nowhere") == []
+
+
+def test_recorded_impl_names_print_with_current_field_names():
+    from pearl_moe.course.results import current_names
+
+    assert current_names("pearl-s3:tile_m=64+stages=7") == "pearl-s3:tile_m=64+ring_depth=7"
+    assert current_names("raised to pearl-s5:acc_stages=2 on x") == (
+        "raised to pearl-s5:acc_buffers=2 on x"
+    )
+    assert current_names("stages of the course") == "stages of the course"  # a word, not a field
+
+
+def test_describe_run_says_the_clock_was_idle_in_a_few_words():
+    """The committed compare run recorded its clock before any GPU work: the line says so briefly."""
+    from pearl_moe.course.results import describe_run, load_kernel_results
+
+    text = describe_run(load_kernel_results(kind="compare"))
+    assert "idle clock at start: SM 345 MHz (max 1980)" in text
+    assert "not the clock the kernels ran at" not in text
