@@ -42,14 +42,18 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _type_checking_nodes(tree) -> set[int]:
-    """ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
+def _import_nodes(path: Path):
+    """The ``import`` / ``from ... import`` statements of ``path`` (anywhere in its source), those
+    inside ``if TYPE_CHECKING:`` blocks left out."""
+    tree = ast.parse(path.read_text())
     skip = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.body:
                 skip.update(id(n) for n in ast.walk(child))
-    return skip
+    for node in ast.walk(tree):
+        if id(node) not in skip and isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -58,15 +62,11 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in mods.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        tree = ast.parse(path.read_text())
-        skip = _type_checking_nodes(tree)
         deps = set()
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
+        for node in _import_nodes(path):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 base = (
                     ".".join(package[: len(package) - node.level + 1] + [node.module or ""])
                     if node.level
@@ -75,8 +75,6 @@ def import_graph() -> dict[str, set[str]]:
                 # "from x import y" imports x.y when y is a module, else x
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
                            for a in node.names]  # fmt: skip
-            else:
-                continue
             deps.update(t for t in targets if t in mods and t != name)
         graph[name] = deps
     return graph
@@ -170,12 +168,8 @@ def _reach(graph, name) -> set[str]:
 
 def _external_imports(path: Path) -> set[str]:
     """Top-level names of the absolute imports in ``path`` (``if TYPE_CHECKING:`` left out)."""
-    tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
     names = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in _import_nodes(path):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
