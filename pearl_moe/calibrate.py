@@ -123,11 +123,8 @@ def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None, f
             why = None
             if not cfg_entry:
                 why = "no gemm_config recorded: the model needs the tile and ring configuration"
-            elif retired_variant(cfg_entry):
-                why = (
-                    f"{RETIRED}: {retired_variant(cfg_entry)} (experiments/README.md), "
-                    "not a kernel of this package"
-                )
+            elif retired := retired_variant(cfg_entry):
+                why = f"{RETIRED}: {retired} (experiments/README.md), not a kernel of this package"
             else:
                 try:
                     config = GemmConfig.from_dict(cfg_entry)
