@@ -24,3 +24,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def wheel_nvdisasm_on_path(monkeypatch):
+    """Put the ``nvidia-cuda-nvdisasm`` wheel's nvdisasm first on PATH (the disassembler a machine
+    uses when the DSL refuses to dump SASS itself); skips where the wheel is not installed."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("nvidia")
+    for root in spec.submodule_search_locations if spec else []:
+        for found in Path(root).glob("*/bin/nvdisasm"):
+            monkeypatch.setenv("PATH", f"{found.parent}{os.pathsep}{os.environ['PATH']}")
+            return found.parent
+    pytest.skip("the nvidia-cuda-nvdisasm wheel is not installed")

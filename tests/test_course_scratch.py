@@ -117,3 +117,34 @@ def test_extension_registers_the_cell_magic():
 
     load_ipython_extension(FakeIPython())
     assert registered["cute_compile"][1] == "cell"
+
+
+def test_a_refused_sass_dump_falls_back_to_disassembling_the_cubin(
+    tmp_path, monkeypatch, wheel_nvdisasm_on_path
+):
+    """A GPU machine's CUDA 13.0 nvdisasm is too old for the DSL's own SASS dump: the scratch
+    compile runs again keeping PTX and cubin only, and still reports the kernel's SASS."""
+    from pearl_moe.course import scratch
+
+    monkeypatch.setenv("PEARL_MOE_CACHE", str(tmp_path))
+    keeps = []
+    start, wait = scratch._start_worker, scratch._wait_worker
+
+    def start_spy(*args, keep="ptx,cubin,sass"):
+        keeps.append(keep)
+        return start(*args, keep=keep)
+
+    def wait_refusing_sass(arch, proc, tmp, timeout):
+        if keeps[-1].endswith("sass"):
+            proc.kill()
+            proc.communicate()
+            tmp.cleanup()
+            raise RuntimeError("nvdisasm at '/usr/local/cuda/bin/nvdisasm' reports version 13.0")
+        return wait(arch, proc, tmp, timeout)
+
+    monkeypatch.setattr(scratch, "_start_worker", start_spy)
+    monkeypatch.setattr(scratch, "_wait_worker", wait_refusing_sass)
+    report = scratch.compile_scratch(SOURCE, "sm_90a", use_cache=False)["sm_90a"]
+    assert keeps == ["ptx,cubin,sass", "ptx,cubin"]
+    assert report.sass_tool == "nvdisasm"
+    assert report.families["UTMALDG (TMA load)"] == 2

@@ -255,6 +255,18 @@ def test_time_step_live_times_both_stages_interleaved(monkeypatch):
     assert line.startswith("live on H200X, GLM 5.3 64 tok: stage 4 100.0 us, stage 5 90.0 us")
     assert "(faster)" in line and line.endswith("ok")
 
+    # Stage 2 against the stage-1 loop, whose config also counts its launches.
+    def loop_and_grouped(impls, problem, rounds, reps):
+        prev = Timing.from_rounds([[100e-6]] * 5, 10, 1)
+        this = Timing.from_rounds([[50e-6]] * 5, 10, 1)
+        cfg = asdict(stage_config("sm_90a", 2).resolved())
+        return {"prev": (prev, {**cfg, "launches": 32}), "this": (this, cfg)}
+
+    monkeypatch.setattr(harness, "time_interleaved", loop_and_grouped)
+    row = live.time_step_live(2, make_problem("GLM 5.3", 64))
+    assert row["prev_config"].endswith(", 32 launches") and "launches" not in row["this_config"]
+    assert row["ratio"] == pytest.approx(0.5, abs=1e-3)
+
     def failing(impls, problem, rounds, reps):
         good = Timing.from_rounds([[1e-4]] * 5, 10, 1)
         return {"prev": (good, {}), "this": (RuntimeError("boom"), {})}

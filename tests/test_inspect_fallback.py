@@ -4,7 +4,6 @@ an older toolkit), inspect disassembles the cubin itself and must report the sam
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -12,20 +11,9 @@ from pearl_moe import inspect as ins
 from pearl_moe.config import GemmConfig
 
 
-def _wheel_nvdisasm_dir() -> Path | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec("nvidia")
-    for root in spec.submodule_search_locations if spec else []:
-        for found in Path(root).glob("*/bin/nvdisasm"):
-            return found.parent
-    return None
-
-
-def test_fallback_disassembly_reports_the_same_families(tmp_path, monkeypatch):
-    bin_dir = _wheel_nvdisasm_dir()
-    if bin_dir is None:
-        pytest.skip("the nvidia-cuda-nvdisasm wheel is not installed")
+def test_fallback_disassembly_reports_the_same_families(
+    tmp_path, monkeypatch, wheel_nvdisasm_on_path
+):
     monkeypatch.setenv("PEARL_MOE_CACHE", str(tmp_path / "dsl"))
     requests = [(1, GemmConfig(arch="sm_90a"), None, None, None, None)]
     (dsl,) = ins.compile_many(requests, use_cache=False)
@@ -33,7 +21,6 @@ def test_fallback_disassembly_reports_the_same_families(tmp_path, monkeypatch):
 
     # The DSL may not dump SASS: the worker keeps PTX and cubin only; nvdisasm on PATH reads it.
     monkeypatch.setenv("PEARL_MOE_CACHE", str(tmp_path / "fallback"))
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     once = ins._run_worker_once
     monkeypatch.setattr(
         ins,

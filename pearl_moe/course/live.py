@@ -83,6 +83,20 @@ def stage_impl(stage: int, config=None):
     return Implementation(f"pearl stage {stage}", prepare, {}, f"pearl-moe stage {stage}")
 
 
+def _describe_config(config: dict | None) -> str | None:
+    """A timed side's config in one line; the stage-1 loop adds its number of launches."""
+    from dataclasses import fields
+
+    from ..config import GemmConfig
+
+    if not config:
+        return None
+    names = {f.name for f in fields(GemmConfig)}
+    text = GemmConfig.from_dict({k: v for k, v in config.items() if k in names}).describe()
+    launches = config.get("launches")
+    return f"{text}, {launches} launches" if launches is not None else text
+
+
 def time_step_live(
     stage: int, problem, rounds: int = 5, reps: int = 5, floor_s: float | None = None
 ):
@@ -103,7 +117,6 @@ def time_step_live(
     """
     from ..bench import harness
     from ..bench.compare import paired_ratio
-    from ..config import GemmConfig
     from .results import step_verdict
 
     got = harness.time_interleaved(
@@ -130,7 +143,7 @@ def time_step_live(
         times[side] = {"time": timing.as_dict()}
         row[f"{side}_us"] = timing.median_s * 1e6
         row[f"{side}_spread_pct"] = timing.spread.get("range_pct")
-        row[f"{side}_config"] = GemmConfig.from_dict(config).describe() if config else None
+        row[f"{side}_config"] = _describe_config(config)
         outputs.append(timing.outputs_ok)
         if floor_s:
             row[f"{side}_pct_floor"] = 100.0 * floor_s / timing.median_s

@@ -177,19 +177,35 @@ def compile_scratch(
             reports[arch] = ScratchReport(**{**json.loads(report_path.read_text()), "cached": True})
             continue
         running[arch] = _start_worker(arch, source, entry, args, out)
-    for arch, (proc, scratch) in running.items():
+    for arch, started in running.items():
         try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        finally:
-            scratch.cleanup()
-        reports[arch] = ScratchReport(**_read_worker(arch, proc.returncode, stdout, stderr))
+            reports[arch] = ScratchReport(**_wait_worker(arch, *started, timeout))
+        except RuntimeError as exc:
+            # The DSL refuses an nvdisasm older than its toolchain (the CUDA 13.0 one on a GPU
+            # machine, say): compile again without its SASS dump; write_artifacts then
+            # disassembles the cubin with whatever tool the machine has.
+            if "nvdisasm" not in str(exc):
+                raise
+            out = _cache_root() / _key(source, arch, entry, args)
+            retry = _start_worker(arch, source, entry, args, out, keep="ptx,cubin")
+            reports[arch] = ScratchReport(**_wait_worker(arch, *retry, timeout))
     return {arch: reports[arch] for arch in archs}
 
 
-def _start_worker(arch: str, source: str, entry: str, args: str, out: Path):
+def _wait_worker(arch: str, proc, scratch, timeout: float) -> dict:
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        scratch.cleanup()
+    return _read_worker(arch, proc.returncode, stdout, stderr)
+
+
+def _start_worker(
+    arch: str, source: str, entry: str, args: str, out: Path, keep: str = "ptx,cubin,sass"
+):
     env = dict(os.environ)
     env["CUTE_DSL_ARCH"] = arch
-    env["CUTE_DSL_KEEP"] = "ptx,cubin,sass"
+    env["CUTE_DSL_KEEP"] = keep
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     scratch = tempfile.TemporaryDirectory(prefix="pearl-moe-scratch-")
