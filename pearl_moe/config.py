@@ -333,6 +333,46 @@ class GemmConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
+    @classmethod
+    def from_label(cls, label: str) -> GemmConfig:
+        """The config a :meth:`describe` label names (e.g. a tuning table's candidate,
+        ``sm_90a 16x128x64 1cta r12 B2 shiftA direct``); the epilogue tile and its buffers, which
+        labels leave out, take their defaults. ``ValueError`` on a label it cannot read."""
+        words = label.split()
+        if len(words) < 5:
+            raise ValueError(f"not a config label: {label!r}")
+        try:
+            arch, tile, cta, ring, *rest = words
+            tile_m, tile_n, tile_k = (int(v) for v in tile.split("x"))
+            fields: dict = dict(
+                arch=arch, tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
+                cta_group=int(cta.removesuffix("cta")),
+                ring_depth=None if ring == "r*" else int(ring.removeprefix("r")),
+            )  # fmt: skip
+            for word in rest:
+                if word.startswith("B") and word[1:].isdigit():
+                    fields["b_k_tiles"] = int(word[1:])
+                elif word == "shiftA":
+                    fields["shift_a_box"] = True
+                elif word == "swapAB":
+                    fields["swap_ab"] = True
+                elif word.endswith("walk"):
+                    fields["walk"] = word.removesuffix("walk")
+                elif word.startswith("direct"):
+                    fields["epilogue"] = "direct_store"
+                    fields["store_bits"] = int(word[6:]) if word[6:] else None
+                elif word == "tma":
+                    fields["epilogue"] = "tma_store"
+                elif word.startswith("acc"):
+                    fields["acc_buffers"] = None if word == "acc*" else int(word[3:])
+                elif word in ("split", "pingpong"):
+                    fields["acc_slots"] = 2
+                else:
+                    raise ValueError(f"unknown word {word!r}")
+        except ValueError as err:
+            raise ValueError(f"not a config label: {label!r} ({err})") from None
+        return cls(**fields)
+
     def describe(self) -> str:
         """Short human-readable label, e.g. ``sm_100a 128x128x64 1cta r7 B2 direct``
         (``r7``: a ring of 7 entries; ``B2``: B entries of two K tiles)."""

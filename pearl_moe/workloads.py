@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "MoEModel",
     "MODELS",
+    "PUBLIC_MODELS",
     "ROUTINGS",
     "get_model",
     "GroupedProblem",
@@ -81,6 +82,40 @@ MODELS: dict[str, MoEModel] = {
     )
 }
 
+#: Other public MoE models, by the shapes of their released configs (``config.json`` on Hugging
+#: Face: hidden size, the routed experts' intermediate size, routed experts, experts per token,
+#: shared experts). Not the course's subjects: :mod:`pearl_moe.shape_sets` splits them into the
+#: layers the default configuration is tuned on and the layers it is judged on.
+PUBLIC_MODELS: dict[str, MoEModel] = {
+    m.name: m
+    for m in (
+        MoEModel("Qwen3-30B-A3B", 2048, 768, 128, 8, 0, "Qwen/Qwen3-30B-A3B", "config.json"),
+        MoEModel("DeepSeek-V3", 7168, 2048, 256, 8, 1, "deepseek-ai/DeepSeek-V3", "config.json"),
+        MoEModel(
+            "Mixtral-8x7B", 4096, 14336, 8, 2, 0, "mistralai/Mixtral-8x7B-v0.1", "config.json"
+        ),
+        MoEModel("gpt-oss-120b", 2880, 2880, 128, 4, 0, "openai/gpt-oss-120b", "config.json"),
+        MoEModel("OLMoE-1B-7B", 2048, 1024, 64, 8, 0, "allenai/OLMoE-1B-7B-0924", "config.json"),
+        MoEModel("DBRX", 6144, 10752, 16, 4, 0, "databricks/dbrx-base", "config.json"),
+        MoEModel("Qwen3-235B-A22B", 4096, 1536, 128, 8, 0, "Qwen/Qwen3-235B-A22B", "config.json"),
+        MoEModel(
+            "Mixtral-8x22B", 6144, 16384, 8, 2, 0, "mistralai/Mixtral-8x22B-v0.1", "config.json"
+        ),
+        MoEModel("GLM-4.5-Air", 4096, 1408, 128, 8, 1, "zai-org/GLM-4.5-Air", "config.json"),
+        MoEModel(
+            "Phi-3.5-MoE", 4096, 6400, 16, 2, 0, "microsoft/Phi-3.5-MoE-instruct", "config.json"
+        ),
+        MoEModel("MiniMax-M2", 3072, 1536, 256, 8, 0, "MiniMaxAI/MiniMax-M2", "config.json"),
+        MoEModel(
+            "Llama-4-Scout", 5120, 8192, 16, 1, 1, "meta-llama/Llama-4-Scout-17B-16E", "config.json"
+        ),
+        MoEModel("Qwen2-57B-A14B", 3584, 2560, 64, 8, 1, "Qwen/Qwen2-57B-A14B", "config.json"),
+        MoEModel(
+            "DeepSeek-V2-Lite", 2048, 1408, 64, 6, 2, "deepseek-ai/DeepSeek-V2-Lite", "config.json"
+        ),
+    )
+}
+
 ROUTINGS = ("balanced", "random", "skewed")
 
 
@@ -107,18 +142,31 @@ def shape_model(n: int, k: int, experts: int, top_k: int = 8, ep: int = 8) -> Mo
 
 
 def get_model(name: str | MoEModel) -> MoEModel:
-    """Look a model up by name, forgiving case, spaces and dashes ("glm", "v4-pro", "kimi k3"),
-    or a layer made by :func:`shape_model` by its exact name."""
+    """Look a model up by name, forgiving case, spaces and dashes ("glm", "v4-pro", "kimi k3"):
+    the course's :data:`MODELS` first, then :data:`PUBLIC_MODELS` (an exact name there, else a
+    unique partial match), or a layer made by :func:`shape_model` by its exact name."""
     if isinstance(name, MoEModel):
         return name
     if name in SHAPE_MODELS:
         return SHAPE_MODELS[name]
     key = "".join(ch for ch in name.lower() if ch.isalnum())
+
+    def squash(model: MoEModel) -> str:
+        return "".join(ch for ch in model.name.lower() if ch.isalnum())
+
     for model in MODELS.values():
-        full = "".join(ch for ch in model.name.lower() if ch.isalnum())
+        full = squash(model)
         if key == full or (key and full.startswith(key)) or (key and key in full):
             return model
-    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    exact = [m for m in PUBLIC_MODELS.values() if squash(m) == key]
+    partial = [m for m in PUBLIC_MODELS.values() if key and key in squash(m)]
+    if exact or len(partial) == 1:
+        return (exact or partial)[0]
+    known = ", ".join([*MODELS, *PUBLIC_MODELS])
+    if len(partial) > 1:
+        names = ", ".join(m.name for m in partial)
+        raise ValueError(f"model {name!r} is ambiguous: {names}")
+    raise ValueError(f"unknown model {name!r}; known: {known}")
 
 
 # ---------------------------------------------------------------------------- offsets

@@ -69,7 +69,7 @@ def test_heuristic_follows_the_h200_measurements():
     )
 
 
-def test_table_entry_wins_then_nearest_bucket_then_heuristic(tmp_path, monkeypatch):
+def test_table_entry_wins_then_the_neighbours_vote_then_heuristic(tmp_path, monkeypatch):
     wide = GemmConfig(arch="sm_90a", tile_m=64, tile_n=256, tile_k=64, ring_depth=4)
     path = tmp_path / "H200.json"
     path.write_text(json.dumps(_table([_entry(4, wide)])))
@@ -78,11 +78,13 @@ def test_table_entry_wins_then_nearest_bucket_then_heuristic(tmp_path, monkeypat
     exact = autotune.pick("sm_90a", *GLM, rows=512)
     assert exact.config == wide and exact.source.startswith("table H200")
     near = autotune.pick("sm_90a", *GLM, rows=2048)  # bucket 6: two octaves away
-    assert near.config == wide and "nearest bucket" in near.source
-    far = autotune.pick("sm_90a", *GLM, rows=4096 * 8)  # bucket 10: too far
+    assert near.config == wide and "vote of 1 nearest" in near.source
+    far = autotune.pick("sm_90a", *GLM, rows=4096 * 8)  # bucket 10: beyond MAX_DISTANCE
     assert far.source.startswith("heuristic")
-    other = autotune.pick("sm_90a", 6144, 7168, 48, rows=384)  # shape not in the table
-    assert other.source.startswith("heuristic")
+    other = autotune.pick("sm_90a", 6144, 7168, 48, rows=384)  # a shape near the entry's
+    assert other.config == wide and "vote" in other.source
+    tiny = autotune.pick("sm_90a", 256, 512, 4, rows=4096)  # nothing measured near it
+    assert tiny.source.startswith("heuristic")
     assert autotune.pick("sm_90a", *GLM, rows=512, gpu="H100").source.startswith("heuristic")
     monkeypatch.setenv(autotune.ENV_TABLE, "off")
     autotune.clear_cache()
@@ -100,7 +102,75 @@ def test_entries_the_kernels_cannot_run_are_skipped():
     ]
     autotune.use_table(_table(entries))
     choice = autotune.pick("sm_90a", *GLM, rows=512)
-    assert choice.config == good.resolved() and "nearest bucket" in choice.source
+    assert choice.config == good.resolved() and "vote" in choice.source
+
+
+def _timed(shape, rpe, times, skewed=None):
+    """A table entry as the tuner writes it: every candidate's time by label ("s<stage> ...")."""
+    n, k, e = shape
+    best = min(times, key=times.get)
+    stage, label = best.split(" ", 1)
+    entry = {
+        "n": n, "k": k, "experts": e, "bucket": autotune.rows_bucket(round(rpe * e), e),
+        "rows_per_expert": rpe, "stage": int(stage[1:]), "label": label,
+        "config": asdict(GemmConfig.from_label(label)), "candidates": times,
+    }  # fmt: skip
+    if skewed:
+        entry["skewed_candidates"] = skewed
+    return entry
+
+
+A = "s6 sm_90a 16x128x64 1cta r12 B2 shiftA direct"
+B = "s6 sm_90a 32x256x64 1cta r6 B2 shiftA direct"
+C = "s5 sm_90a 64x128x64 1cta r9 shiftA direct"
+
+
+def test_the_vote_picks_what_is_fast_across_the_neighbours_not_one_neighbours_winner():
+    # The nearest entry prefers A by 1%; its two neighbours find A 20% slower than B.
+    entries = [
+        _timed((4096, 4096, 32), 2, {A: 100.0, B: 101.0, C: 130.0}),
+        _timed((4096, 4096, 32), 8, {A: 120.0, B: 100.0, C: 110.0}),
+        _timed((8192, 4096, 32), 4, {A: 120.0, B: 100.0, C: 140.0}),
+    ]
+    autotune.use_table(_table(entries))
+    choice = autotune.pick("sm_90a", 4096, 4096, 32, rows=32 * 3)  # 3 rows per expert
+    assert choice.config.describe() == B.split(" ", 1)[1] and choice.stage == 6
+    assert "vote of 3 nearest" in choice.source
+    near = autotune.neighbours(autotune.load_table("H200"), 4096, 4096, 32, 32 * 3)
+    assert [e["rows_per_expert"] for _, e in near] == [2, 4, 8]
+    scores = {c.describe(): s for s, _, c in autotune.vote(near, "sm_90a", 4096, 4096)}
+    assert scores[B.split(" ", 1)[1]] < scores[A.split(" ", 1)[1]] < scores[C.split(" ", 1)[1]]
+    assert min(scores.values()) >= 1.0
+    # a measured shape keeps its own pick
+    assert autotune.pick("sm_90a", 4096, 4096, 32, rows=64).config.describe() == A.split(" ", 1)[1]
+
+
+def test_the_vote_charges_untimed_candidates_and_asks_for_the_skewed_worst_case():
+    # B was timed only at the far entry; skewed routing makes A 30% slower at the near one.
+    entries = [
+        _timed((4096, 4096, 32), 16, {A: 100.0, C: 102.0}, skewed={A: 130.0, C: 101.0}),
+        _timed((4096, 4096, 32), 64, {B: 90.0, C: 100.0}),
+    ]
+    autotune.use_table(_table(entries))
+    near = autotune.neighbours(autotune.load_table("H200"), 4096, 4096, 32, 32 * 16)
+    scores = {c.describe(): s for s, _, c in autotune.vote(near, "sm_90a", 4096, 4096)}
+    label = {x: x.split(" ", 1)[1] for x in (A, B, C)}
+    # C: 1.02 (skewed 1.01, balanced 1.02) near, 1.11 far; A: 1.30 near, untimed (1.10) far
+    assert scores[label[C]] < scores[label[A]]
+    w_near, w_far = 1 / 0.5, 1 / (2 + 0.5)
+    expect_b = (autotune.UNTIMED**w_near * 1.0**w_far) ** (1 / (w_near + w_far))
+    assert scores[label[B]] == pytest.approx(expect_b)
+
+
+def test_config_labels_read_back_into_configs():
+    table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
+    labels = {lb.split(" ", 1)[1] for e in table["entries"] for lb in e["candidates"]}
+    labels |= {"sm_100a 256x512x64 2cta r* direct256 acc1 split", "sm_90a 64x128x64 1cta r4 tma"}
+    for label in labels:
+        assert GemmConfig.from_label(label).describe() == label
+    for bad in ("sm_90a 64x128 1cta r4 tma", "sm_90a 64x128x64 1cta r4 tma wobble", "x"):
+        with pytest.raises(ValueError, match="not a config label"):
+            GemmConfig.from_label(bad)
 
 
 def test_missing_stage_modules_are_skipped(monkeypatch):

@@ -187,3 +187,29 @@ def test_refine_finalists_are_the_close_ones_fastest_first():
     assert tune.refine_finalists(measured, 0.05) == ["b", "d", "a"]
     assert tune.refine_finalists(measured, 0.0) == []
     assert tune.refine_finalists(measured, 0.5, most=2) == ["b", "d"]
+
+
+def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(monkeypatch):
+    args = tune.parse_args(["--model", "Mixtral-8x22B", "--ep", "1", "--projection", "both",
+                            "--tokens", "1,4096"])  # fmt: skip
+    problems = tune.build_problems(args)
+    assert [(p.meta["projection"], p.n, p.k, p.experts, p.rows) for p in problems] == [
+        ("gate_up", 32768, 6144, 8, 2), ("gate_up", 32768, 6144, 8, 8192),
+        ("down", 6144, 16384, 8, 2), ("down", 6144, 16384, 8, 8192),
+    ]  # fmt: skip
+    assert tune.held_out_problems(problems) == [p.name for p in problems]
+    tuning = tune.build_problems(tune.parse_args(["--set", "tuning", "--tokens", "16"]))
+    assert len(tuning) == 14 and not tune.held_out_problems(tuning)
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--set", "held-out"])
+    # writing the package's own table from a held-out layer is refused before any GPU work
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr("pearl_moe.kernels.api._arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr("pearl_moe.kernels.autotune.gpu_name", lambda device=None: "H200")
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: type("P", (), {"multi_processor_count": 132})
+    )
+    rc = tune.main(["--model", "GLM-4.5-Air", "--tokens", "1"])
+    assert rc == 2

@@ -33,6 +33,12 @@ def test_model_lookup_and_shapes():
     assert get_model("v4 pro").name == "DeepSeek V4 Pro"
     assert MODELS["Kimi K3"].shape("down") == (3072, 3584)
     with pytest.raises(ValueError, match="unknown model"):
+        get_model("switch-transformer")
+    # the public models of the shape sets, by exact or unique partial name
+    assert get_model("mixtral-8x22b").name == "Mixtral-8x22B"
+    assert get_model("qwen3 235b").shape("gate_up") == (4096, 3072)
+    assert get_model("GLM-4.5-Air").shape("down") == (1408, 4096)
+    with pytest.raises(ValueError, match="ambiguous: Mixtral-8x7B, Mixtral-8x22B"):
         get_model("mixtral")
     with pytest.raises(ValueError, match="EP degree"):
         MODELS["GLM 5.3"].local_experts(7)

@@ -15,6 +15,9 @@ rewritten after every problem, so an interrupted run keeps what it finished.
     python -m pearl_moe bench --impls pearl,triton,grouped_mm,loop,quack-tuned \
         --impl-tokens quack-tuned=64,4096 --tokens 1,16,64,256,1024,4096 --skewed-tokens 64 \
         --kind compare --compare
+    # the default on layers it was never tuned on, beside the course's (compare_general.json)
+    python -m pearl_moe bench --set held-out,course --impls pearl,triton,grouped_mm,quack,quack-tuned \
+        --kind compare_general --compare
     # the course's ablation: every stage 3..7 against the previous one
     python -m pearl_moe bench --kind ablation
     # the summaries of a recorded run, on any machine
@@ -50,6 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Check, then time, grouped-GEMM implementations on this machine's CUDA GPU.",
     )
     p.add_argument("--models", default="all", help="comma list of model names, or 'all'")
+    p.add_argument(
+        "--set",
+        default=None,
+        help="instead of --models: the layers of these shape sets, comma list of course, "
+        "tuning, held-out (pearl_moe.shape_sets), at --tokens or each set's own counts",
+    )
     p.add_argument(
         "--tokens",
         default=None,
@@ -129,7 +138,7 @@ def apply_kind_defaults(args: argparse.Namespace) -> argparse.Namespace:
     ablation = args.kind == "ablation"
     if args.impls is None:
         args.impls = ABLATION_IMPLS if ablation else "loop,grouped_mm,quack,triton"
-    if args.tokens is None:
+    if args.tokens is None and not args.set:
         args.tokens = ABLATION_TOKENS if ablation else "1,4,16,64,256,1024,4096"
     return args
 
@@ -146,6 +155,11 @@ def impl_token_limits(specs: list[str]) -> dict[str, set[int]]:
 
 
 def build_problems(args: argparse.Namespace):
+    if getattr(args, "set", None):
+        from .. import shape_sets
+
+        tokens = _ints(args.tokens) if args.tokens else None
+        return [p for name in _csv(args.set) for p in shape_sets.problems(name, tokens)]
     names = list(MODELS) if args.models == "all" else [get_model(m).name for m in _csv(args.models)]
     cases = [(t, r) for r in _csv(args.routing) for t in _ints(args.tokens)]
     cases += [(t, "skewed") for t in _ints(args.skewed_tokens)]

@@ -132,6 +132,8 @@ def compare_summary(
         row = {
             "problem": pid,
             "model": p.get("model"),
+            "projection": p.get("projection", "gate_up"),
+            "set": _set_of(p.get("model")),
             "tokens": p.get("tokens_per_gpu"),
             "routing": p.get("routing"),
             "floor_us": p.get("floor_us"),
@@ -179,9 +181,39 @@ def compare_summary(
             "shapes": len(decode),
             "geomean_speedup": geomean(decode),
         },
+        "by_set": _by_set(rows, tie),
         "ceilings": _ceilings(run),
         "scheduler": _scheduler(run),
     }
+
+
+def _set_of(model: str | None) -> str:
+    """The shape set of a problem's model (:mod:`pearl_moe.shape_sets`): "course", "tuning",
+    "held-out", or "other" (a layer given by its shape, or a model no set names)."""
+    from ..shape_sets import set_of
+
+    try:
+        return (set_of(model) if model else None) or "other"
+    except ValueError:
+        return "other"
+
+
+def _by_set(rows: list[dict], tie: float) -> dict:
+    """Geomean and worst ratio per shape set, so that a run over course and held-out shapes
+    reports each on its own (a default tuned on one set is judged on the other)."""
+    out = {}
+    for name in dict.fromkeys(r["set"] for r in rows):
+        ratios = [r for r in rows if r["set"] == name and "ratio" in r]
+        if not ratios:
+            continue
+        worst = max(ratios, key=lambda r: r["ratio"])
+        out[name] = {
+            "compared": len(ratios),
+            "geomean_ratio": geomean([r["ratio"] for r in ratios]),
+            "worst": {"problem": worst["problem"], "ratio": worst["ratio"], "best": worst["best"]},
+            "above_tie": [r["problem"] for r in ratios if r["ratio"] > tie],
+        }
+    return out
 
 
 def _scheduler(run: dict) -> str:
@@ -194,23 +226,25 @@ def _scheduler(run: dict) -> str:
     return f"{walk} walk ({why})"
 
 
-def _short(model: str | None) -> str:
-    return {"GLM 5.3": "GLM 5.3", "DeepSeek V4 Pro": "V4 Pro", "Kimi K3": "Kimi K3"}.get(
-        model or "", (model or "?")[:14]
+def _short(model: str | None, projection: str | None = None) -> str:
+    name = {"GLM 5.3": "GLM 5.3", "DeepSeek V4 Pro": "V4 Pro", "Kimi K3": "Kimi K3"}.get(
+        model or "", (model or "?")[:15]
     )
+    return f"{name} down" if projection == "down" else name
 
 
 def format_compare(summary: dict) -> str:
     """The ratio table: one line per shape, then the totals and the ceilings."""
     ours = summary["ours"]
     head = (
-        f"{'model':<9}{'tok':>5} {'routing':<9}{'floor':>8}{ours + ' us':>12}{'%fl':>5}"
+        f"{'model':<21}{'tok':>5} {'routing':<9}{'floor':>8}{ours + ' us':>12}{'%fl':>5}"
         f"{'best baseline':>24}{'%fl':>5}{'ratio':>7}  {'rounds lo-hi':<13}{'vs quack-t':>10}"
     )
     lines = [f"ratio = {ours} / best baseline, same run (paired per round); <1: ours faster", head]
     lines.append("-" * len(head))
     for r in summary["rows"]:
-        line = f"{_short(r['model']):<9}{r['tokens'] or 0:>5} {r['routing'] or '':<9}"
+        line = f"{_short(r['model'], r.get('projection')):<21}{r['tokens'] or 0:>5} "
+        line += f"{r['routing'] or '':<9}"
         line += f"{r['floor_us'] or float('nan'):>8.1f}"
         line += (
             f"{r['ours_us']:>12.1f}{r['ours_pct_floor']:>5.0f}" if "ours_us" in r else f"{'-':>17}"
@@ -239,6 +273,14 @@ def format_compare(summary: dict) -> str:
         )
         + f"; above {summary['tie']:.2f}: {len(summary['above_tie'])}"
     )
+    by_set = summary.get("by_set") or {}
+    if len(by_set) > 1:
+        for name, g in by_set.items():
+            lines.append(
+                f"  {name}: {g['compared']} shapes, geomean {g['geomean_ratio']:.3f}, worst "
+                f"{g['worst']['ratio']:.3f} ({g['worst']['problem']}); above "
+                f"{summary['tie']:.2f}: {len(g['above_tie'])}"
+            )
     if summary.get("missing"):
         lines.append(
             f"not compared ({ours} or every baseline failed or did not run): "

@@ -4,6 +4,8 @@ table that :func:`pearl_moe.kernels.autotune.pick` reads.
     python -m pearl_moe tune                                  # 3 models x 6 token counts, H200
     python -m pearl_moe tune --models glm --tokens 1,64 --out /tmp/H200.json
     python -m pearl_moe tune --shape 2816,2048,16 --shape 4096,7168,32,8   # your own layers
+    python -m pearl_moe tune --model Mixtral-8x22B --ep 1 --projection both --out my_H200.json
+    python -m pearl_moe tune --set tuning        # the public layers the default learns from
     python -m pearl_moe tune --precompile-only --arch sm_90a --sms 132   # on a CPU, no GPU
 
 For every (model, tokens) shape: the pruned candidates of :func:`autotune.candidates` (about 10-16;
@@ -56,9 +58,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a layer by the grouped GEMM one GPU runs: n (gate+up width), k (hidden), local "
         "experts, top-k (default 8); repeatable; tuned at every --tokens count",
     )
-    p.add_argument("--tokens", default=DEFAULT_TOKENS, help="tokens per GPU, comma list")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a model by name: the course's three or the public ones of pearl_moe.workloads "
+        "(e.g. Mixtral-8x22B); repeatable",
+    )
+    p.add_argument(
+        "--set",
+        default=None,
+        choices=("tuning", "course"),
+        help="the layers of a shape set (pearl_moe.shape_sets; the held-out set is never tuned)",
+    )
+    p.add_argument(
+        "--tokens",
+        default=None,
+        help=f"tokens per GPU, comma list (default {DEFAULT_TOKENS}; with --set, the set's own)",
+    )
     p.add_argument("--ep", type=int, default=8, help="expert-parallel degree")
-    p.add_argument("--projection", default="gate_up", choices=("gate_up", "down"))
+    p.add_argument(
+        "--projection",
+        default="gate_up",
+        choices=("gate_up", "down", "both"),
+        help="which projection of --models / --model / --shape layers (--set has both)",
+    )
     p.add_argument("--limit", type=int, default=28, help="most candidates per shape")
     p.add_argument(
         "--skew-tokens",
@@ -116,15 +141,35 @@ def parse_shape(text: str, ep: int = 8):
 
 
 def build_problems(args) -> list:
-    """The problems to tune: every named model (``--models``; all three course models unless only
-    ``--shape`` is given) and every ``--shape``, at each ``--tokens`` count."""
-    models = args.models if args.models is not None else ("" if args.shape else "all")
+    """The problems to tune: the layers of ``--set``, every named model (``--models``,
+    ``--model``; all three course models unless only ``--shape`` or ``--set`` is given) and every
+    ``--shape``, at each ``--tokens`` count (with ``--set`` alone, the set's own counts)."""
+    from .. import shape_sets
+
+    given = args.models is not None or args.model or args.shape or args.set
+    models = args.models if args.models is not None else ("" if given else "all")
     names = list(MODELS) if models == "all" else [get_model(m).name for m in _csv(models)]
+    names += [get_model(m).name for m in args.model]
     layers = [*names, *(parse_shape(s, args.ep) for s in args.shape)]
-    tokens = [int(t) for t in _csv(args.tokens)]
-    return [
-        make_problem(m, t, args.ep, "balanced", args.projection) for m in layers for t in tokens
+    tokens = [int(t) for t in _csv(args.tokens)] if args.tokens else None
+    problems = shape_sets.problems(args.set, tokens) if args.set else []
+    projections = ("gate_up", "down") if args.projection == "both" else (args.projection,)
+    problems += [
+        make_problem(m, t, args.ep, "balanced", proj)
+        for m in layers
+        for proj in projections
+        for t in tokens or [int(t) for t in _csv(DEFAULT_TOKENS)]
     ]
+    return problems
+
+
+def held_out_problems(problems) -> list[str]:
+    """Names of ``problems`` whose layer belongs to the held-out set: the package's own table must
+    never be tuned on them (the compare run judges the default there)."""
+    from ..shape_sets import cases
+
+    held = {c.shape() for c in cases("held-out", tokens=(1,))}
+    return [p.name for p in problems if (p.n, p.k, p.experts) in held]
 
 
 def _shape(problem) -> tuple[int, int, int, int]:
@@ -515,6 +560,15 @@ def main(argv: list[str] | None = None) -> int:
     gpu = gpu_name("cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = Path(args.out) if args.out else TABLE_DIR / f"{gpu}.json"
+    held = held_out_problems(problems)
+    if held and out.resolve().parent == TABLE_DIR.resolve():
+        print(
+            f"error: {held[0]} is a held-out layer (pearl_moe.shape_sets): the package's own "
+            "tables are never tuned on it. Write your table elsewhere with --out and point "
+            "PEARL_MOE_TUNING at it.",
+            file=sys.stderr,
+        )
+        return 2
     t_start = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe tune", *(argv or sys.argv[1:])]))
     info = precompile_with_progress(

@@ -67,8 +67,6 @@ __all__ = [
 TABLE_SCHEMA = "pearl-moe-tuning/1"
 TABLE_DIR = Path(__file__).resolve().parent.parent / "tuning"
 ENV_TABLE = "PEARL_MOE_TUNING"
-#: Furthest a measured bucket may be from the call's bucket (octaves of rows per expert).
-MAX_BUCKET_DISTANCE = 2
 _DEFAULT_GPU = {"sm_90a": "H200", "sm_100a": "B200"}
 
 
@@ -283,32 +281,132 @@ def _from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
     table = load_table(gpu)
     if not table or table.get("arch") != arch:
         return None
-    same_shape = [e for e in table["entries"] if (e["n"], e["k"], e["experts"]) == (n, k, experts)]
-    # nearest measured bucket first; on a tie the smaller one
-    same_shape.sort(key=lambda e: (abs(e["bucket"] - bucket), e["bucket"]))
-    for entry in same_shape:
-        if abs(entry["bucket"] - bucket) > MAX_BUCKET_DISTANCE:
-            break
-        choice = _entry_choice(entry, arch, n, k, gpu)
-        if choice is not None:
-            if entry["bucket"] != bucket:
-                choice = Choice(
-                    choice.stage, choice.config, f"{choice.source} (nearest bucket to {bucket})"
-                )
-            return choice
+    for entry in table["entries"]:
+        if (entry["n"], entry["k"], entry["experts"], entry["bucket"]) == (n, k, experts, bucket):
+            choice = _entry_choice(entry, arch, n, k, gpu)
+            if choice is not None:
+                return choice
     return None
 
 
+# ---------------------------------------------------------------------------- neighbours
+#: How many measured shapes vote on a shape the table does not hold.
+NEIGHBOURS = 4
+#: An octave of n, k or the expert count counts this much against an octave of rows per expert.
+SHAPE_WEIGHT = 0.5
+#: Entries further than this (in the distance of :func:`shape_distance`) do not vote.
+MAX_DISTANCE = 3.0
+#: The relative time charged to a candidate at a neighbour that did not time it.
+UNTIMED = 1.10
+#: Rows per expert below this count as this (1, 2 or 4 active experts look alike below it).
+MIN_ROWS_PER_EXPERT = 1 / 8
+
+
+def shape_point(n: int, k: int, experts: int, rows_per_expert: float) -> tuple[float, ...]:
+    """A shape as a point: log2 of rows per expert, and log2 of n, k and experts scaled by
+    :data:`SHAPE_WEIGHT` (rows per expert decides the tile height, the rest the finer choices)."""
+    rpe = max(rows_per_expert, MIN_ROWS_PER_EXPERT)
+    w = SHAPE_WEIGHT
+    return (math.log2(rpe), w * math.log2(n), w * math.log2(k), w * math.log2(experts))
+
+
+def shape_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    return math.dist(a, b)
+
+
+def _entry_point(entry: dict) -> tuple[float, ...]:
+    rpe = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
+    return shape_point(entry["n"], entry["k"], entry["experts"], rpe)
+
+
+def _relative_times(entry: dict) -> dict[str, float]:
+    """Each timed candidate's time over the entry's fastest (label -> ratio >= 1); where the entry
+    was also timed under skewed routing, the worse of the two ratios (its pick was the best worst
+    case, and a vote should ask the same)."""
+    rel: dict[str, float] = {}
+    for key in ("candidates", "skewed_candidates"):
+        times = entry.get(key) or {}
+        if not times:
+            continue
+        best = min(times.values())
+        for label, t in times.items():
+            rel[label] = max(rel.get(label, 0.0), t / best)
+    if not rel:  # an entry with its pick only
+        rel[
+            f"s{entry['stage']} {entry.get('label') or GemmConfig.from_dict(entry['config']).describe()}"
+        ] = 1.0
+    return rel
+
+
+def neighbours(table: dict, n: int, k: int, experts: int, rows: int) -> list[tuple[float, dict]]:
+    """The :data:`NEIGHBOURS` table entries nearest this shape (within :data:`MAX_DISTANCE`),
+    nearest first, as ``(distance, entry)``."""
+    here = shape_point(n, k, experts, rows / experts)
+    near = sorted(
+        ((shape_distance(here, _entry_point(e)), i, e) for i, e in enumerate(table["entries"])),
+        key=lambda t: t[:2],
+    )
+    return [(d, e) for d, _, e in near[:NEIGHBOURS] if d <= MAX_DISTANCE]
+
+
+def vote(
+    near: list[tuple[float, dict]], arch: str, n: int, k: int
+) -> list[tuple[float, int, GemmConfig]]:
+    """Score every candidate the neighbours timed: the weighted geometric mean of its relative
+    time over them (weight ``1 / (distance + 0.5)``; :data:`UNTIMED` where a neighbour did not
+    time it). ``[(score, stage, config)]``, best first; candidates this shape's kernel cannot
+    run are left out."""
+    rels = [(1.0 / (d + 0.5), _relative_times(e)) for d, e in near]
+    total = sum(w for w, _ in rels)
+    labels = dict.fromkeys(lb for _, rel in rels for lb in rel)
+    scored = []
+    for label in labels:
+        stage_word, _, described = label.partition(" ")
+        try:
+            stage, config = int(stage_word.removeprefix("s")), GemmConfig.from_label(described)
+            config = config.resolved()
+        except ValueError:
+            continue
+        if config.arch != arch or stage_problems(config, stage):
+            continue
+        if _kernel_problems(arch, stage, config, n, k):
+            continue
+        log_score = sum(w * math.log(rel.get(label, UNTIMED)) for w, rel in rels) / total
+        scored.append((math.exp(log_score), stage, config))
+    scored.sort(key=lambda t: (t[0], t[2].describe()))
+    return scored
+
+
+def _from_neighbours(arch, n, k, experts, rows, gpu) -> Choice | None:
+    table = load_table(gpu)
+    if not table or table.get("arch") != arch or not table["entries"]:
+        return None
+    near = neighbours(table, n, k, experts, rows)
+    scored = vote(near, arch, n, k) if near else []
+    if not scored:
+        return None
+    score, stage, config = scored[0]
+    return Choice(
+        stage,
+        config,
+        f"table {gpu}: vote of {len(near)} nearest measured shapes (score {score:.3f})",
+    )
+
+
 def pick(arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None) -> Choice:
-    """The stage and configuration for this call: the GPU's table, else :func:`heuristic`.
-    Memoized per (arch, gpu, n, k, experts, bucket): after the first call it is a dict lookup."""
+    """The stage and configuration for this call, from the GPU's table: its entry for this very
+    shape and rows-per-expert bucket, else the vote of the nearest measured shapes
+    (:func:`vote`); without a table (or a vote), :func:`heuristic`. Memoized per
+    (arch, gpu, n, k, experts, bucket): after the first call it is a dict lookup."""
     gpu = gpu or default_gpu_name(arch)
     bucket = rows_bucket(rows, experts)
     key = (arch, gpu, n, k, experts, bucket)
     choice = _PICKS.get(key)
     if choice is None:
-        choice = _from_table(arch, n, k, experts, bucket, gpu) or heuristic(
-            arch, n, k, experts, rows
+        choice = (
+            _from_table(arch, n, k, experts, bucket, gpu)
+            or _from_neighbours(arch, n, k, experts, rows, gpu)
+            or heuristic(arch, n, k, experts, rows)
         )
         _PICKS[key] = choice
     return choice

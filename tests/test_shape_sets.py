@@ -1,0 +1,75 @@
+"""The shape sets: tuned and held-out layers never overlap, and both cover the space of public MoE
+layers that the default must serve."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pearl_moe import shape_sets
+from pearl_moe.workloads import MODELS, PUBLIC_MODELS
+
+
+def test_the_held_out_set_shares_no_model_and_no_shape_with_the_tuning_set():
+    tuning, held = shape_sets.cases("tuning"), shape_sets.cases("held-out")
+    assert not {c.model for c in tuning} & {c.model for c in held}
+    assert not {c.shape() for c in tuning} & {c.shape() for c in held}
+    course = {c.shape() for c in shape_sets.cases("course")}
+    assert not course & {c.shape() for c in held}
+    assert {shape_sets.set_of(m) for m in MODELS} == {"course"}
+    assert shape_sets.set_of("Mixtral-8x22B") == "held-out"
+    assert shape_sets.set_of("qwen3-30b") == "tuning"
+    assert set(shape_sets.TUNING_MODELS) | set(shape_sets.HELD_OUT_MODELS) == set(PUBLIC_MODELS)
+
+
+def test_sets_cover_the_space_the_issue_names():
+    for name in ("tuning", "held-out"):
+        cases = shape_sets.cases(name)
+        shapes = [c.shape() for c in cases]
+        ns, ks, es = zip(*shapes, strict=True)
+        assert min(ns) <= 2048 and max(ns) >= 20000, name
+        assert min(ks) <= 1536 and max(ks) >= 8192, name
+        assert min(es) == 8 and max(es) == 128, name
+        assert {c.projection for c in cases} == {"gate_up", "down"}
+        assert {c.ep for c in cases} == {1, 8}
+        assert min(c.tokens for c in cases) == 1 and max(c.tokens for c in cases) == 4096
+    assert len(shape_sets.cases("held-out")) >= 24
+    assert len(shape_sets.cases("course")) == 21
+
+
+def test_every_held_out_layer_has_tuned_neighbours():
+    """Log-distance from each held-out layer's (n, k, experts) to the nearest tuned one: within
+    about 1.2 octaves in every dimension, so the picker interpolates rather than extrapolates."""
+    tuned = {c.shape() for c in shape_sets.cases("tuning")} | {
+        c.shape() for c in shape_sets.cases("course")
+    }
+    for case in shape_sets.cases("held-out", tokens=(1,)):
+        here = [math.log2(v) for v in case.shape()]
+        nearest = min(
+            max(abs(a - math.log2(b)) for a, b in zip(here, t, strict=True)) for t in tuned
+        )
+        assert nearest <= 1.25, (case, nearest)
+
+
+def test_cases_are_ordered_by_token_count_and_build_problems():
+    cases = shape_sets.cases("held-out", tokens=(16, 1))
+    assert [c.tokens for c in cases[:2]] == [16, 16] and cases[-1].tokens == 1
+    problem = cases[0].problem()
+    assert problem.meta["model"] == cases[0].model and problem.rows == 16 * 8
+    assert cases[0].id == "Qwen3-235B-A22B|gate_up|16|EP8|balanced"
+    with pytest.raises(ValueError, match="unknown shape set"):
+        shape_sets.cases("test")
+
+
+def test_no_committed_tuning_table_holds_a_held_out_layer():
+    import json
+
+    from pearl_moe.kernels.autotune import TABLE_DIR
+
+    held = {c.shape() for c in shape_sets.cases("held-out", tokens=(1,))}
+    tables = sorted(TABLE_DIR.glob("*.json"))
+    assert tables
+    for path in tables:
+        for e in json.loads(path.read_text())["entries"]:
+            assert (e["n"], e["k"], e["experts"]) not in held, (path.name, e["measured_at"])
