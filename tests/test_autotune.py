@@ -302,3 +302,13 @@ def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
         assert choice.config.describe() == r["config"]["config"], r["problem"]
         assert choice.stage == r["config"]["stage"]
         assert not api.can_implement("sm_90a", choice.stage, choice.config, p.n, p.k)
+
+
+def test_decode_candidates_include_the_width_that_fills_the_waves():
+    # Qwen3-30B-A3B gate+up at 16 tokens, EP=8: 16 experts x 1536 / 128 = 192 tiles (1.45 waves
+    # of 132 SMs); 1536 / 192 = 8 tiles per expert: 128 tiles, one wave 97% busy.
+    assert autotune.wave_width(1536, 16) == 192
+    assert autotune.wave_width(1536, 8) == 96  # 128 tiles instead of 96
+    assert autotune.wave_width(4096, 32) == 256  # 512 tiles: 3.9 waves at any width
+    widths = {c.tile_n for _, c in autotune.candidates("sm_90a", 1536, 2048, 16, 128, limit=40)}
+    assert 192 in widths

@@ -436,3 +436,37 @@ def test_runs_record_the_kernels_source_hash():
     h = kernel_sources()
     assert len(h) == 12 and int(h, 16) >= 0 and kernel_sources() == h
     assert environment("test")["kernel_sources"] == h
+
+
+def test_a_run_resumed_in_parts_skips_recorded_problems_and_lists_each_part(tmp_path, monkeypatch):
+    """One command may not fit one sitting on a lent GPU: ``--resume`` continues the file."""
+    from pearl_moe.bench import cli
+
+    run, p = _fake_run()
+    path = write_run(run, tmp_path / "compare.json")
+    part_env = {"gpu": "NVIDIA H200", "date": "2026-12-02T00:00:00+00:00", "command": "part 2"}
+    part = new_run("baselines", dict(part_env, clocks_under_load=[]), CEIL)
+    other = make_problem("GLM 5.3", 16, ep=8)
+    resumed, todo = cli.resume_run(path, part, [p, other])
+    assert todo == [other] and len(resumed["problems"]) == 1
+    parts = resumed["env"]["parts"]
+    assert [x["date"] for x in parts] == ["2026-11-29T00:00:00+00:00", part_env["date"]]
+    assert parts[0]["problems"] == [problem_id(p)] and parts[1]["problems"] == []
+
+    def fake_bench(impls, problem, ceilings, args, device):
+        floor = problem.floor_seconds(CEIL["read_bytes_per_s"], CEIL["bf16_flops_per_s"])
+        rec = dict(run["records"][0], problem=problem_id(problem))
+        rec["time"] = {"median_us": 2e6 * floor, "min_us": 1.9e6 * floor, "max_us": 2.1e6 * floor}
+        rec["metrics"] = harness.metrics(problem, 2 * floor, CEIL)
+        return [rec]
+
+    monkeypatch.setattr(cli, "bench_problem", fake_bench)
+    monkeypatch.setattr("torch.cuda.empty_cache", lambda: None)
+    cli.run_problems(resumed, todo, {}, CEIL, parse_args([]), path, device="cpu")
+    back = read_run(path)
+    assert [q["id"] for q in back["problems"]] == [problem_id(p), problem_id(other)]
+    assert back["env"]["parts"][1]["problems"] == [problem_id(other)]
+    with pytest.raises(ValueError, match="measured on"):
+        cli.resume_run(path, new_run("baselines", {"gpu": "NVIDIA B200"}, CEIL), [])
+    with pytest.raises(ValueError, match="'baselines' run"):
+        cli.resume_run(path, new_run("compare", part_env, CEIL), [])

@@ -120,6 +120,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--out", default=None, help="output .json file or folder (results/<gpu>/)")
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out: skip its problems, add the others (one command may "
+        "not fit in one sitting); each part's command, clocks and ceilings go to env.parts",
+    )
+    p.add_argument(
         "--deadline-s",
         type=float,
         default=None,
@@ -402,6 +408,8 @@ def run_problems(
             continue
         bar.set_postfix_str(problem.name[:48])
         run["problems"].append(problem_entry(problem, ceilings))
+        if run["env"].get("parts"):
+            run["env"]["parts"][-1]["problems"].append(run["problems"][-1]["id"])
         try:
             recs = bench_problem(impls, problem, ceilings, args, device)
         except Exception as exc:  # e.g. out of memory making the inputs: every impl an error
@@ -421,6 +429,45 @@ def run_problems(
         write_run(raise_read_ceiling(run), out)
     bar.close()
     return run
+
+
+def resume_run(path: Path, part: dict, problems) -> tuple[dict, list]:
+    """The recorded run at ``path`` continued by ``part`` (a new run's head: this command's env
+    and probed ceilings), and the ``problems`` it has not recorded yet.
+
+    The run's env becomes this part's, with ``env.parts`` listing every part (date, command,
+    clocks, probed ceilings, problems); its ceilings stay the first part's probes, raised over
+    all records as always (:func:`~pearl_moe.bench.records.raise_read_ceiling`). Ratios are
+    paired within a problem, all of whose implementations one part times, so parts taken on one
+    GPU compare as one run."""
+    run = read_run(path)
+    if run["kind"] != part["kind"]:
+        raise ValueError(f"--resume: {path} is a {run['kind']!r} run, not {part['kind']!r}")
+    if run["env"].get("gpu") != part["env"].get("gpu"):
+        raise ValueError(
+            f"--resume: {path} was measured on {run['env'].get('gpu')}, this GPU is "
+            f"{part['env'].get('gpu')}"
+        )
+    parts = run["env"].get("parts") or [
+        {**_part_env(run["env"]), "ceilings": dict(run["ceilings"]),
+         "problems": [p["id"] for p in run["problems"]]}
+    ]  # fmt: skip
+    env = part["env"]
+    env["parts"] = [*parts, {**_part_env(env), "ceilings": dict(part["ceilings"]), "problems": []}]
+    run["env"] = env
+    done = {p["id"] for p in run["problems"]}
+    return run, [p for p in problems if _problem_id(p) not in done]
+
+
+def _part_env(env: dict) -> dict:
+    keep = ("date", "command", "clocks", "clocks_under_load", "elapsed_s", "skipped_problems")
+    return {k: env[k] for k in keep if k in env}
+
+
+def _problem_id(problem) -> str:
+    from .records import problem_id
+
+    return problem_id(problem)
 
 
 def summaries(run: dict, ours: str = "pearl") -> str:
@@ -486,11 +533,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"clocks under load: {env['clocks_under_load'][0]}", flush=True)
     run = new_run(args.kind, env, ceilings)
     run["method"] = method_text(args)
+    if args.resume and out.exists():
+        run, problems = resume_run(out, run, problems)
+        print(f"resuming {out}: {len(run['problems'])} problems done, {len(problems)} to go")
     impls = load_impls(_csv(args.impls))
     deadline = t_start + args.deadline_s if args.deadline_s is not None else None
     run_problems(run, problems, impls, ceilings, args, out, deadline, t_start)
     run["env"]["clocks_under_load"].append(load_clocks("after the last problem"))
     run["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    if run["env"].get("parts"):
+        run["env"]["parts"][-1].update(_part_env(run["env"]))
     if args.compare:
         raise_read_ceiling(run)
         run["compare"] = compare_summary(run, ours=args.ours)

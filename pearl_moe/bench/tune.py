@@ -197,7 +197,7 @@ def compile_requests(
     for p in problems:
         n, k, experts, rows = _shape(p)
         if limit > 0:
-            for stage, config in autotune.candidates(arch, n, k, experts, rows, limit):
+            for stage, config in autotune.candidates(arch, n, k, experts, rows, limit, sms):
                 requests.append(request(stage, config))
         if ablation:
             for stage in range(3, LAST_STAGE + 1):
@@ -257,7 +257,8 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
     from .compare import paired_ratio
 
     n, k, experts, rows = _shape(problem)
-    cands = autotune.candidates(arch, n, k, experts, rows, args.limit)
+    sms = _sm_count(device)
+    cands = autotune.candidates(arch, n, k, experts, rows, args.limit, sms)
     heuristic = autotune.heuristic(arch, n, k, experts, rows)
     impls = {}
     for stage, config in cands:
@@ -337,6 +338,15 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
     if rejected:
         entry["rejected"] = rejected
     return entry
+
+
+def _sm_count(device) -> int:
+    """SMs of ``device`` (the candidates' wave arithmetic); 132, the H200's, off a CUDA GPU."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _timed_correctly(times: dict, rejected: dict, when: str = "") -> dict:

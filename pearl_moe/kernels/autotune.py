@@ -441,7 +441,26 @@ def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
     return [(m, t) for m, t in shapes if t <= max(n, 64) and (t != 192 or n % 192 == 0)]
 
 
-def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[GemmConfig]:
+def wave_width(n: int, active_experts: int, sms: int = 132) -> int:
+    """The tile width (a multiple of 32 up to 256) whose decode tiles fill the SMs' waves best.
+
+    At a few rows per expert a tile is one ``tile_n``-wide slice of one active expert's weights, so
+    the work is ``active x ceil(n / tile_n)`` equal tiles. With fewer tiles than SMs some SMs idle
+    (Qwen3-30B-A3B at 1 token: 8 experts x 1536 / 128 = 96 tiles on 132 SMs); just past a
+    multiple of the SM count, a whole wave runs a few tiles. The pick maximizes the busy fraction
+    ``tiles / (waves x sms)``, then the width (fewer, longer weight streams)."""
+
+    def busy(width: int) -> float:
+        tiles = active_experts * -(-n // width)
+        return tiles / (-(-tiles // sms) * sms)
+
+    widths = [w for w in range(32, 257, 32) if w <= max(n, 32)]
+    return max(widths, key=lambda w: (round(busy(w), 3), w))
+
+
+def _small_tile_candidates(
+    base: GemmConfig, per_expert: float, n: int, experts: int = 1, sms: int = 132
+) -> list[GemmConfig]:
     """sm_90a options beyond the post, first at decode: A boxes that end inside A
     (``shift_a_box``) and tiles of fewer rows than the 64-row wgmma (``tile_m`` 8-32: smaller A
     entries, more of them in flight).
@@ -450,7 +469,9 @@ def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[
       32 rows (the pick must also suit skewed routing, where some experts get many rows);
     * tile widths: 128 and 256, and at most one row per expert also 96 (only the experts some
       token picked are active, e.g. 6 for DeepSeek V4 Pro at 1 token: 6 x 6144 / 128 = 288
-      tiles are 2.2 waves of 132 SMs, 6 x 6144 / 96 = 384 tiles are 2.9);
+      tiles are 2.2 waves of 132 SMs, 6 x 6144 / 96 = 384 tiles are 2.9); at decode also the
+      width whose tiles fill the waves best (:func:`wave_width`), for layers whose few active
+      experts give fewer tiles than SMs;
     * options in the order the H200 ablation ranked them: plain, wide B entries, ping-pong;
       before them, at decode, the same heights with swapped operands (``swap_ab``: the weights
       as the wgmma's 64-row M, the tile's tokens as its N), which compute no padding rows.
@@ -463,7 +484,12 @@ def _small_tile_candidates(base: GemmConfig, per_expert: float, n: int) -> list[
         heights = [64, 128]
     else:
         return []
-    widths = (128, 96, 256) if per_expert <= 1 else (128, 256)
+    widths = [128, 96, 256] if per_expert <= 1 else [128, 256]
+    if per_expert <= 64:
+        active = min(experts, max(1, round(per_expert * experts)))
+        wave = wave_width(n, active, sms)
+        if wave not in widths:
+            widths.insert(1, wave)
     widths = [w for w in widths if w <= max(n, 64)]
     direct = {"epilogue": "direct_store", "shift_a_box": True}
     out = []
@@ -495,7 +521,7 @@ SERIAL_WALK_ROWS = 512
 
 
 def candidates(
-    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 28
+    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 28, sms: int = 132
 ) -> list[tuple[int, GemmConfig]]:
     """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
 
@@ -530,7 +556,7 @@ def candidates(
     ordered += [stage_config(arch, s) for s in range(3, LAST_STAGE + 1)]
     base = stage_config(arch, 3)
     if arch == "sm_90a":
-        ordered += _small_tile_candidates(base, per_expert, n)
+        ordered += _small_tile_candidates(base, per_expert, n, experts, sms)
     shapes = _tile_shapes(per_expert, n) if arch == "sm_90a" else [(128, 128), (128, 256)]
     for first, last in ((0, 2), (2, len(OPTIONS))):  # tma and direct everywhere, then the rest
         for tile_m, tile_n in shapes:
