@@ -138,7 +138,7 @@ def test_the_vote_picks_what_is_fast_across_the_neighbours_not_one_neighbours_wi
     assert "vote of 3 nearest" in choice.source
     near = autotune.neighbours(autotune.load_table("H200"), 4096, 4096, 32, 32 * 3)
     assert [e["rows_per_expert"] for _, e in near] == [2, 4, 8]
-    scores = {c.describe(): s for s, _, c in autotune.vote(near, "sm_90a", 4096, 4096)}
+    scores = {c.describe(): s for s, _, c in autotune.vote(near, "sm_90a", 4096, 4096, 3)}
     assert scores[B.split(" ", 1)[1]] < scores[A.split(" ", 1)[1]] < scores[C.split(" ", 1)[1]]
     assert min(scores.values()) >= 1.0
     # a measured shape keeps its own pick
@@ -153,13 +153,45 @@ def test_the_vote_charges_untimed_candidates_and_asks_for_the_skewed_worst_case(
     ]
     autotune.use_table(_table(entries))
     near = autotune.neighbours(autotune.load_table("H200"), 4096, 4096, 32, 32 * 16)
-    scores = {c.describe(): s for s, _, c in autotune.vote(near, "sm_90a", 4096, 4096)}
+    scores = {c.describe(): s for s, _, c in autotune.vote(near, "sm_90a", 4096, 4096, 16)}
     label = {x: x.split(" ", 1)[1] for x in (A, B, C)}
     # C: 1.02 (skewed 1.01, balanced 1.02) near, 1.11 far; A: 1.30 near, untimed (1.10) far
     assert scores[label[C]] < scores[label[A]]
     w_near, w_far = 1 / 0.5, 1 / (2 + 0.5)
-    expect_b = (autotune.UNTIMED**w_near * 1.0**w_far) ** (1 / (w_near + w_far))
+    # B's 32-row tile takes 2 m tiles at 64 rows per expert and 1 here: its time there scales
+    shorter = (1 / 2) ** autotune.M_TILE_EXPONENT
+    expect_b = (autotune.UNTIMED**w_near * shorter**w_far) ** (1 / (w_near + w_far))
     assert scores[label[B]] == pytest.approx(expect_b)
+
+
+def test_a_tile_that_needs_more_m_tiles_here_is_charged_for_them():
+    # At 32 rows per expert the 32-row tile B is best; at 48 it needs two m tiles per expert.
+    entries = [_timed((4096, 4096, 32), 32, {B: 100.0, C: 104.0})]
+    autotune.use_table(_table(entries))
+    near = autotune.neighbours(autotune.load_table("H200"), 4096, 4096, 32, 32 * 48)
+    scores = {c.tile_m: s for s, _, c in autotune.vote(near, "sm_90a", 4096, 4096, 48)}
+    assert scores[32] == pytest.approx(2**autotune.M_TILE_EXPONENT) and scores[64] == 1.04
+    assert autotune.pick("sm_90a", 4096, 4096, 32, rows=32 * 48).config.tile_m == 64
+
+
+def test_the_vote_beats_the_heuristic_on_layers_it_has_not_seen():
+    """Leave one layer out of the committed H200 table, let the others vote, and look the pick up
+    among the hidden entry's own measurements: the vote must lose less than the heuristic."""
+    import math
+
+    table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
+    rows = autotune.leave_one_layer_out(table)
+    assert len(rows) == len(table["entries"])
+    paired = [r for r in rows if r["regret"] and r["heuristic_regret"]]
+    assert len(paired) >= 0.8 * len(rows)
+
+    def geomean(values):
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    voted = geomean([r["regret"] for r in paired])
+    guessed = geomean([r["heuristic_regret"] for r in paired])
+    assert voted < guessed and voted <= 1.05, (voted, guessed)
+    assert all(r["regret"] >= 1.0 for r in paired)
 
 
 def test_config_labels_read_back_into_configs():

@@ -320,12 +320,13 @@ def _entry_point(entry: dict) -> tuple[float, ...]:
 
 
 def _relative_times(entry: dict) -> dict[str, float]:
-    """Each timed candidate's time over the entry's fastest (label -> ratio >= 1); where the entry
-    was also timed under skewed routing, the worse of the two ratios (its pick was the best worst
-    case, and a vote should ask the same)."""
+    """Each timed candidate's time over the entry's fastest (label -> ratio >= 1), from the pass
+    that timed every candidate together; where the entry was also timed under skewed routing, the
+    worse of the two ratios (its pick was the best worst case, and a vote should ask the same)."""
     rel: dict[str, float] = {}
-    for key in ("candidates", "skewed_candidates"):
-        times = entry.get(key) or {}
+    # every candidate was timed in the first pass; a second pass re-times only the finalists
+    balanced = (entry.get("refined") or {}).get("first_pass") or entry.get("candidates")
+    for times in (balanced, entry.get("skewed_candidates")):
         if not times:
             continue
         best = min(times.values())
@@ -349,16 +350,37 @@ def neighbours(table: dict, n: int, k: int, experts: int, rows: int) -> list[tup
     return [(d, e) for d, _, e in near[:NEIGHBOURS] if d <= MAX_DISTANCE]
 
 
+#: How a neighbour's time carries over when a candidate needs more (or fewer) m tiles per expert
+#: here than there: times scale by the ratio of m tiles to this power (see :func:`vote`).
+M_TILE_EXPONENT = 0.5
+
+
+def m_tiles(rows_per_expert: float, tile_m: int) -> int:
+    """m tiles an average expert's rows take (at least one)."""
+    return max(1, math.ceil(rows_per_expert / tile_m))
+
+
 def vote(
-    near: list[tuple[float, dict]], arch: str, n: int, k: int
+    near: list[tuple[float, dict]], arch: str, n: int, k: int, rows_per_expert: float
 ) -> list[tuple[float, int, GemmConfig]]:
     """Score every candidate the neighbours timed: the weighted geometric mean of its relative
     time over them (weight ``1 / (distance + 0.5)``; :data:`UNTIMED` where a neighbour did not
     time it). ``[(score, stage, config)]``, best first; candidates this shape's kernel cannot
-    run are left out."""
-    rels = [(1.0 / (d + 0.5), _relative_times(e)) for d, e in near]
-    total = sum(w for w, _ in rels)
-    labels = dict.fromkeys(lb for _, rel in rels for lb in rel)
+    run are left out.
+
+    A neighbour's relative time is carried over as measured when the candidate's tile takes as
+    many m tiles per expert here as there. When it takes more here (a 32-row tile at 37 rows per
+    expert needs two, at 32 rows one), every expert's weight tile is streamed again and another
+    mostly padded tile computed, so the time is scaled by the ratio of m tiles to the power
+    :data:`M_TILE_EXPONENT` (0.5: the second stream is partly served from L2). Without the
+    scaling, a leave-one-layer-out test on the committed H200 table picked a 32-row tile for Kimi
+    K3 at 256 tokens (37 rows per expert) that measured 1.37x the best there."""
+    rels = []
+    for d, entry in near:
+        there = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
+        rels.append((1.0 / (d + 0.5), _relative_times(entry), there))
+    total = sum(w for w, _, _ in rels)
+    labels = dict.fromkeys(lb for _, rel, _ in rels for lb in rel)
     scored = []
     for label in labels:
         stage_word, _, described = label.partition(" ")
@@ -371,8 +393,15 @@ def vote(
             continue
         if _kernel_problems(arch, stage, config, n, k):
             continue
-        log_score = sum(w * math.log(rel.get(label, UNTIMED)) for w, rel in rels) / total
-        scored.append((math.exp(log_score), stage, config))
+        here = m_tiles(rows_per_expert, config.tile_m)
+        log_score = 0.0
+        for w, rel, there in rels:
+            if label in rel:
+                scale = (here / m_tiles(there, config.tile_m)) ** M_TILE_EXPONENT
+                log_score += w * math.log(rel[label] * scale)
+            else:
+                log_score += w * math.log(UNTIMED)
+        scored.append((math.exp(log_score / total), stage, config))
     scored.sort(key=lambda t: (t[0], t[2].describe()))
     return scored
 
@@ -382,7 +411,7 @@ def _from_neighbours(arch, n, k, experts, rows, gpu) -> Choice | None:
     if not table or table.get("arch") != arch or not table["entries"]:
         return None
     near = neighbours(table, n, k, experts, rows)
-    scored = vote(near, arch, n, k) if near else []
+    scored = vote(near, arch, n, k, rows / experts) if near else []
     if not scored:
         return None
     score, stage, config = scored[0]
@@ -391,6 +420,44 @@ def _from_neighbours(arch, n, k, experts, rows, gpu) -> Choice | None:
         config,
         f"table {gpu}: vote of {len(near)} nearest measured shapes (score {score:.3f})",
     )
+
+
+def leave_one_layer_out(table: dict) -> list[dict]:
+    """How the vote does on shapes it has not seen, judged with the table's own measurements.
+
+    For every entry: hide every entry of its layer (same ``n``, ``k``, experts), let the rest
+    vote (:func:`neighbours`, :func:`vote`), and look the winner up among the times the hidden
+    entry measured. ``regret`` is that time over the entry's fastest (1.0: the vote found the
+    best; None: the vote chose a candidate this entry did not time). The heuristic's regret is
+    given the same way, where its pick was timed. Runs on a CPU: no GPU, no kernel."""
+    rows = []
+    for entry in table["entries"]:
+        layer = (entry["n"], entry["k"], entry["experts"])
+        rest = {**table, "entries": [e for e in table["entries"]
+                                      if (e["n"], e["k"], e["experts"]) != layer]}  # fmt: skip
+        n, k, experts = layer
+        rpe = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
+        rows_ = max(1, round(rpe * experts))
+        near = neighbours(rest, n, k, experts, rows_)
+        scored = vote(near, table["arch"], n, k, rpe) if near else []
+        rel = _relative_times(entry)
+        voted = f"s{scored[0][1]} {scored[0][2].describe()}" if scored else None
+        guess = heuristic(table["arch"], n, k, experts, rows_)
+        h = f"s{guess.stage} {guess.config.describe()}"
+        rows.append(
+            {
+                "layer": layer,
+                "rows_per_expert": rpe,
+                "measured_at": entry.get("measured_at"),
+                "best": f"s{entry['stage']} {entry.get('label', '')}",
+                "voted": voted,
+                "neighbours": len(near),
+                "regret": rel.get(voted) if voted else None,
+                "heuristic": h,
+                "heuristic_regret": rel.get(h),
+            }
+        )
+    return rows
 
 
 def pick(arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None) -> Choice:
