@@ -372,35 +372,45 @@ def vote(
     many m tiles per expert here as there. When it takes more here (a 32-row tile at 37 rows per
     expert needs two, at 32 rows one), every expert's weight tile is streamed again and another
     mostly padded tile computed, so the time is scaled by the ratio of m tiles to the power
-    :data:`M_TILE_EXPONENT` (0.5: the second stream is partly served from L2). Without the
+    :data:`M_TILE_EXPONENT` (0.5: the second stream is partly served from L2); each neighbour's
+    carried-over times are then taken relative to their fastest again. Without the
     scaling, a leave-one-layer-out test on the committed H200 table picked a 32-row tile for Kimi
     K3 at 256 tokens (37 rows per expert) that measured 1.37x the best there."""
+    runnable: dict[str, tuple[int, GemmConfig]] = {}
+    for _, entry in near:
+        for label in _relative_times(entry):
+            if label in runnable:
+                continue
+            stage_word, _, described = label.partition(" ")
+            try:
+                stage = int(stage_word.removeprefix("s"))
+                config = GemmConfig.from_label(described).resolved()
+            except ValueError:
+                continue
+            if config.arch != arch or stage_problems(config, stage):
+                continue
+            if not _kernel_problems(arch, stage, config, n, k):
+                runnable[label] = (stage, config)
     rels = []
     for d, entry in near:
         there = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
-        rels.append((1.0 / (d + 0.5), _relative_times(entry), there))
-    total = sum(w for w, _, _ in rels)
-    labels = dict.fromkeys(lb for _, rel, _ in rels for lb in rel)
+        carried = {
+            label: rel
+            * (
+                m_tiles(rows_per_expert, runnable[label][1].tile_m)
+                / m_tiles(there, runnable[label][1].tile_m)
+            )
+            ** M_TILE_EXPONENT
+            for label, rel in _relative_times(entry).items()
+            if label in runnable
+        }
+        if carried:  # relative to the best carried-over time at this neighbour
+            best = min(carried.values())
+            rels.append((1.0 / (d + 0.5), {lb: t / best for lb, t in carried.items()}))
+    total = sum(w for w, _ in rels)
     scored = []
-    for label in labels:
-        stage_word, _, described = label.partition(" ")
-        try:
-            stage, config = int(stage_word.removeprefix("s")), GemmConfig.from_label(described)
-            config = config.resolved()
-        except ValueError:
-            continue
-        if config.arch != arch or stage_problems(config, stage):
-            continue
-        if _kernel_problems(arch, stage, config, n, k):
-            continue
-        here = m_tiles(rows_per_expert, config.tile_m)
-        log_score = 0.0
-        for w, rel, there in rels:
-            if label in rel:
-                scale = (here / m_tiles(there, config.tile_m)) ** M_TILE_EXPONENT
-                log_score += w * math.log(rel[label] * scale)
-            else:
-                log_score += w * math.log(UNTIMED)
+    for label, (stage, config) in runnable.items():
+        log_score = sum(w * math.log(rel.get(label, UNTIMED)) for w, rel in rels)
         scored.append((math.exp(log_score / total), stage, config))
     scored.sort(key=lambda t: (t[0], t[2].describe()))
     return scored
