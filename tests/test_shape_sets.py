@@ -73,3 +73,13 @@ def test_no_committed_tuning_table_holds_a_held_out_layer():
     for path in tables:
         for e in json.loads(path.read_text())["entries"]:
             assert (e["n"], e["k"], e["experts"]) not in held, (path.name, e["measured_at"])
+
+
+def test_every_held_out_shape_is_served_by_the_vote_not_the_heuristic():
+    from pearl_moe.kernels import autotune
+
+    autotune.use_table(None)
+    for case in shape_sets.cases("held-out"):
+        n, k, experts = case.shape()
+        choice = autotune.pick("sm_90a", n, k, experts, case.problem().rows, gpu="H200")
+        assert "vote of" in choice.source, (case.id, choice.source)
