@@ -213,3 +213,12 @@ def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
     )
     rc = tune.main(["--model", "GLM-4.5-Air", "--tokens", "1"])
     assert rc == 2
+
+
+def test_a_tuning_cut_short_continues_with_the_shapes_the_table_lacks():
+    problems = tune.build_problems(tune.parse_args(["--models", "glm", "--tokens", "1,16,64"]))
+    table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
+    assert tune.untuned(problems, table) == []  # the committed table holds GLM 5.3 at all three
+    table["entries"] = [e for e in table["entries"] if e["bucket"] != 2]  # drop 16 tokens
+    assert [p.meta["tokens_per_gpu"] for p in tune.untuned(problems, table)] == [16]
+    assert tune.parse_args(["--skip-tuned"]).skip_tuned

@@ -108,6 +108,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--out", default=None, help="table file (default pearl_moe/tuning/<GPU>.json)")
     p.add_argument("--no-merge", action="store_true", help="replace the file instead of merging")
+    p.add_argument(
+        "--skip-tuned",
+        action="store_true",
+        help="leave out shapes the --out table already holds (continue a tuning cut by a deadline)",
+    )
     p.add_argument("--deadline-s", type=float, default=None, help="start no shape after this")
     p.add_argument(
         "--cache-dir", default=None, help="kernel disk cache folder ($PEARL_MOE_KERNEL_CACHE)"
@@ -430,6 +435,16 @@ def harness_sync(device) -> None:
     _sync(device)
 
 
+def untuned(problems, table: dict) -> list:
+    """``problems`` whose (n, k, experts, rows-per-expert bucket) ``table`` holds no entry for."""
+    from ..kernels.autotune import rows_bucket
+
+    held = {(e["n"], e["k"], e["experts"], e["bucket"]) for e in table.get("entries", [])}
+    return [
+        p for p in problems if (p.n, p.k, p.experts, rows_bucket(p.rows, p.experts)) not in held
+    ]
+
+
 def merge_entries(old: list[dict], new: list[dict]) -> list[dict]:
     """``old`` with every entry of the same (n, k, experts, bucket) as one in ``new`` replaced."""
     key = lambda e: (e["n"], e["k"], e["experts"], e["bucket"])  # noqa: E731
@@ -579,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.skip_tuned and out.is_file():
+        problems, held = untuned(problems, json.loads(out.read_text())), len(problems)
+        print(f"{held - len(problems)} of {held} shapes are in {out} already; tuning the rest")
     t_start = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe tune", *(argv or sys.argv[1:])]))
     info = precompile_with_progress(

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The H200 runs behind the shape-general default, each sized for one device call (10 minutes).
+# Each continues where the previous call stopped; repeat a step until it reports nothing left.
+#
+#   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/H200.json
+#   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
+#
+# Between calls, copy $OUT/H200.json over pearl_moe/tuning/H200.json and $OUT/compare_general.json
+# to results/H200/ (and commit them): the next call starts from the files in the working tree.
+# The tuner never sees the held-out set (tune refuses it for the package's table).
+set -euo pipefail
+: "${OUT:?run on the device machine, where \$OUT is set}"
+DEADLINE_S=${DEADLINE_S:-470}
+case "${1:-}" in
+  tune)
+    cp pearl_moe/tuning/H200.json "$OUT/H200.json"
+    python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \
+      --limit 20 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
+      --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
+    ;;
+  compare)
+    if [ -f results/H200/compare_general.json ]; then
+      cp results/H200/compare_general.json "$OUT/compare_general.json"
+    fi
+    python3 -m pearl_moe bench --set held-out,course \
+      --impls pearl,triton,grouped_mm,quack,quack-tuned --kind compare_general --compare \
+      --resume --deadline-s "$DEADLINE_S" --out "$OUT/compare_general.json"
+    ;;
+  *)
+    echo "usage: scripts/general_runs.sh tune|compare" >&2
+    exit 2
+    ;;
+esac
