@@ -11,6 +11,18 @@ from .workloads import MODELS, GroupedProblem, get_model, make_problem, route
 
 __version__ = "0.1.0"
 
+#: Loaded on first use (they import torch): ``pearl_moe.MoE``, ``pearl_moe.moe_forward``.
+_LAZY = {"MoE": "pearl_moe.moe", "moe_forward": "pearl_moe.moe"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pearl_moe' has no attribute {name!r}")
+
+
 __all__ = [
     "B200",
     "GPUS",
@@ -20,11 +32,13 @@ __all__ = [
     "GpuSpec",
     "GroupedProblem",
     "MODELS",
+    "MoE",
     "detect_gpu",
     "get_gpu",
     "get_model",
     "make_problem",
     "max_ring_depth",
+    "moe_forward",
     "route",
     "smem_budget",
     "tmem_columns",

@@ -1,0 +1,88 @@
+"""Two MoE layers to check ours against, written the plainest way.
+
+* :func:`reference_moe`: float32, token by token and choice by choice, sharing no code with the
+  layer (not its routing, not its GEMMs): the truth a test compares with.
+* :func:`torch_composition`: the bf16 layer a user composes today from torch operations
+  (``index_select``, a grouped GEMM, ``silu * mul``, a grouped GEMM, a weighted ``index_add_``).
+  Its distance from the reference sets a test's tolerance, and it is the torch baseline of the
+  layer's benchmark.
+"""
+
+from __future__ import annotations
+
+__all__ = ["reference_moe", "torch_composition", "gated", "ACTIVATIONS"]
+
+#: The gated activations of a gate+up projection: ``act(gate) * up``.
+ACTIVATIONS = ("swiglu", "geglu")
+
+
+def gated(h, activation: str = "swiglu"):
+    """``act(gate) * up`` of ``h = [gate | up]`` (last dimension split in halves), in float32.
+
+    SwiGLU's ``act`` is SiLU; GeGLU's is GELU (tanh approximation)."""
+    import torch
+
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    gate, up = h.float().chunk(2, dim=-1)
+    if activation == "swiglu":
+        return torch.nn.functional.silu(gate) * up
+    return torch.nn.functional.gelu(gate, approximate="tanh") * up
+
+
+def reference_moe(x, w_gate_up, w_down, topk_ids, topk_weights, activation: str = "swiglu"):
+    """The layer in float32: for every token and each of its choices, ``weight * W_down[e] @
+    act(W_gate_up[e] @ x)``, summed over the choices. Slow and plain on purpose."""
+    import torch
+
+    out = torch.zeros(x.shape[0], w_down.shape[1], dtype=torch.float32, device=x.device)
+    ids, weights = topk_ids.tolist(), topk_weights.float()
+    for t, choices in enumerate(ids):
+        xt = x[t].float()
+        for j, e in enumerate(choices):
+            h = w_gate_up[e].float() @ xt
+            out[t] += weights[t, j] * (w_down[e].float() @ gated(h, activation))
+    return out
+
+
+def _grouped_loop(A, W, offsets):
+    """Per-expert ``A[rows_e] @ W[e]^T`` in A's dtype (offsets read on the host)."""
+    import torch
+
+    out = torch.empty(A.shape[0], W.shape[1], dtype=A.dtype, device=A.device)
+    start = 0
+    for e, end in enumerate(offsets.tolist()):
+        if end > start:
+            out[start:end] = A[start:end] @ W[e].T
+        start = end
+    return out
+
+
+def torch_composition(x, w_gate_up, w_down, topk_ids, topk_weights, activation: str = "swiglu"):
+    """The bf16 layer from torch operations, as a user writes it today: sort the routed rows by
+    expert, ``index_select`` them, grouped GEMM (``torch._grouped_mm`` on a GPU that has its fast
+    path, else a loop over experts), activation, grouped GEMM, and a weighted ``index_add_`` into
+    the output (on a GPU its atomic adds make the sum's order, and its last bits, vary)."""
+    import torch
+
+    tokens, top_k = topk_ids.shape
+    flat = topk_ids.reshape(-1).long()
+    order = torch.sort(flat, stable=True).indices
+    counts = torch.bincount(flat, minlength=w_gate_up.shape[0])
+    offsets = torch.cumsum(counts, 0).to(torch.int32)
+    token = torch.div(order, top_k, rounding_mode="floor")
+    A = x.index_select(0, token)
+    fast = x.is_cuda and torch.cuda.get_device_capability(x.device)[0] in (9, 10)
+    if fast:
+        h = torch._grouped_mm(A, w_gate_up.transpose(-2, -1), offs=offsets)
+    else:
+        h = _grouped_loop(A, w_gate_up, offsets)
+    a = gated(h, activation).to(x.dtype)
+    if fast:
+        y = torch._grouped_mm(a, w_down.transpose(-2, -1), offs=offsets)
+    else:
+        y = _grouped_loop(a, w_down, offsets)
+    y = y.float() * topk_weights.reshape(-1)[order].float().unsqueeze(1)
+    out = torch.zeros(tokens, w_down.shape[1], dtype=torch.float32, device=x.device)
+    out.index_add_(0, token, y)
+    return out.to(x.dtype)

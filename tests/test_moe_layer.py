@@ -1,0 +1,189 @@
+"""The MoE layer on the CPU (the loop backend): routing metadata, the forward pass against a
+float32 reference layer at token level, determinism, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pearl_moe.moe import (  # noqa: E402
+    MoE,
+    moe_forward,
+    reference_moe,
+    route_topk,
+    select_experts,
+    torch_composition,
+)
+
+
+def _weights(experts, hidden, inter, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w13 = (torch.randn(experts, 2 * inter, hidden, generator=g) * hidden**-0.5).bfloat16()
+    w2 = (torch.randn(experts, hidden, inter, generator=g) * inter**-0.5).bfloat16()
+    return w13, w2
+
+
+def _rel(out, ref):
+    return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _check_layer(x, w13, w2, ids, weights, activation="swiglu"):
+    """Ours within 2x torch's own bf16 error of the float32 reference (plus a small floor), every
+    token checked: no NaN (the output is a fresh tensor, so a missed token would be garbage)."""
+    out = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, activation=activation,
+                      backend="loop")  # fmt: skip
+    ref = reference_moe(x, w13, w2, ids, weights, activation)
+    base = torch_composition(x, w13, w2, ids, weights, activation)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16
+    assert torch.isfinite(out).all()
+    assert _rel(out, ref) <= 2 * _rel(base, ref) + 1e-3
+    per_token = (out.float() - ref).norm(dim=1) / ref.norm(dim=1).clamp_min(1e-6)
+    assert per_token.max().item() < 0.05  # every token, not only on average
+    return out
+
+
+def test_routing_metadata_matches_a_plain_python_sort():
+    g = torch.Generator().manual_seed(1)
+    tokens, top_k, experts = 11, 3, 9
+    # experts 7 and 8 get no token
+    ids = torch.stack([torch.randperm(experts - 2, generator=g)[:top_k] for _ in range(tokens)])
+    ids[:, 0] = 2  # skewed: expert 2 takes every token's first choice
+    weights = torch.rand(tokens, top_k, generator=g)
+    r = route_topk(ids, weights, experts)
+    flat = [(e, t, j) for t in range(tokens) for j, e in enumerate(ids[t].tolist())]
+    order = sorted(range(len(flat)), key=lambda i: (flat[i][0], i))  # stable by expert
+    assert r.token_of_row.tolist() == [flat[i][1] for i in order]
+    counts = [sum(1 for e, _, _ in flat if e == x) for x in range(experts)]
+    assert r.counts.tolist() == counts and 0 in counts  # some expert has no tokens
+    assert r.offsets.tolist() == torch.tensor(counts).cumsum(0).tolist()
+    for t in range(tokens):
+        for j in range(top_k):
+            row = r.row_of_slot[t, j].item()
+            assert r.token_of_row[row].item() == t
+            assert r.weight_of_row[row].item() == pytest.approx(weights[t, j].item())
+    assert (r.tokens, r.top_k, r.experts, r.rows) == (tokens, top_k, experts, tokens * top_k)
+
+
+def test_select_experts_is_softmax_top_k_renormalized():
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    w, ids = select_experts(logits, 2)
+    assert ids.tolist() == [[3, 2]]
+    assert w.sum().item() == pytest.approx(1.0)
+    raw, _ = select_experts(logits, 2, renormalize=False)
+    assert raw[0, 0].item() == pytest.approx(torch.softmax(logits, -1)[0, 3].item())
+    with pytest.raises(ValueError, match="top_k"):
+        select_experts(logits, 5)
+
+
+@pytest.mark.parametrize(
+    "tokens, experts, top_k, skew",
+    [
+        (16, 8, 2, False),  # balanced-ish random routing
+        (24, 8, 2, True),  # skewed: two experts take most rows
+        (3, 16, 2, False),  # most experts get no token
+        (12, 6, 1, False),  # top-1
+        (1, 4, 4, False),  # one token, every expert
+    ],
+)
+def test_the_layer_matches_the_float32_reference_token_by_token(tokens, experts, top_k, skew):
+    hidden, inter = 64, 48
+    w13, w2 = _weights(experts, hidden, inter, seed=tokens)
+    g = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, hidden, generator=g).bfloat16()
+    logits = torch.randn(tokens, experts, generator=g)
+    if skew:
+        logits[:, :2] += 4.0
+    weights, ids = select_experts(logits, top_k)
+    _check_layer(x, w13, w2, ids, weights)
+    out = moe_forward(x, w13, w2, router_logits=logits, top_k=top_k, backend="loop")
+    assert torch.equal(out, moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights,
+                                        backend="loop"))  # fmt: skip
+
+
+def test_geglu_and_unnormalized_weights():
+    w13, w2 = _weights(5, 32, 16)
+    x = torch.randn(7, 32).bfloat16()
+    weights, ids = select_experts(torch.randn(7, 5), 2, renormalize=False)
+    _check_layer(x, w13, w2, ids, weights, activation="geglu")
+
+
+def test_the_combine_is_deterministic_and_zero_tokens_give_an_empty_output():
+    w13, w2 = _weights(8, 64, 32)
+    x = torch.randn(32, 64).bfloat16()
+    weights, ids = select_experts(torch.randn(32, 8), 3)
+    runs = [moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop")
+            for _ in range(3)]  # fmt: skip
+    assert all(torch.equal(runs[0], r) for r in runs[1:])
+    empty = moe_forward(x[:0], w13, w2, topk_ids=ids[:0], topk_weights=weights[:0])
+    assert empty.shape == (0, 64)
+
+
+def test_the_module_from_a_checkpoints_tensors():
+    experts, hidden, inter = 6, 32, 24
+    w13, w2 = _weights(experts, hidden, inter)
+    router = torch.randn(experts, hidden) * hidden**-0.5
+    gate, up = w13[:, :inter], w13[:, inter:]
+    a = MoE.from_weights(router, w2, w_gate=gate, w_up=up, top_k=2, backend="loop")
+    b = MoE.from_weights(router, w2, w_gate_up=w13, top_k=2, backend="loop")
+    x = torch.randn(2, 5, hidden).bfloat16()  # (batch, sequence, hidden)
+    ya, yb = a(x), b(x)
+    assert ya.shape == x.shape and torch.equal(ya, yb)
+    logits = x.reshape(-1, hidden).float() @ router.bfloat16().float().T
+    weights, ids = select_experts(logits, 2)
+    ref = reference_moe(x.reshape(-1, hidden), w13, w2, ids, weights)
+    assert _rel(ya.reshape(-1, hidden), ref) < 0.02
+    fresh = MoE(hidden, inter, experts, top_k=2)
+    assert fresh.w_gate_up.shape == (experts, 2 * inter, hidden)
+    assert not any(p.requires_grad for p in fresh.parameters())
+
+
+def test_bad_input_is_a_clear_error_before_any_work():
+    w13, w2 = _weights(4, 32, 16)
+    x = torch.randn(5, 32).bfloat16()
+    weights, ids = select_experts(torch.randn(5, 4), 2)
+
+    def run(**changes):
+        args = dict(x=x, w_gate_up=w13, w_down=w2, topk_ids=ids, topk_weights=weights)
+        args.update(changes)
+        moe_forward(args.pop("x"), args.pop("w_gate_up"), args.pop("w_down"), **args)
+
+    cases = {
+        "must be bfloat16": dict(x=x.float()),
+        "hidden size 32 differs": dict(x=torch.randn(5, 16).bfloat16()),
+        "w_down must be": dict(w_down=w2[:, :, :8]),
+        "even count": dict(w_gate_up=w13[:, :31]),
+        "expert id 7 is out of range": dict(topk_ids=ids.clone().fill_(7)),
+        "expert id -1 is out of range": dict(topk_ids=ids.clone().fill_(-1)),
+        "either router_logits": dict(router_logits=torch.randn(5, 4), top_k=2),
+        "topk_ids has 4 tokens": dict(topk_ids=ids[:4], topk_weights=weights[:4]),
+        "topk_weights must be": dict(topk_weights=weights[:, :1]),
+        "activation": dict(activation="relu"),
+        "backend": dict(backend="cutlass"),
+        "needs tensors on a CUDA GPU": dict(backend="pearl"),
+    }
+    for message, change in cases.items():
+        with pytest.raises(ValueError, match=message):
+            run(**change)
+    with pytest.raises(ValueError, match="top_k"):
+        moe_forward(x, w13, w2, router_logits=torch.randn(5, 4), top_k=5)
+    with pytest.raises(ValueError, match="router_logits must be"):
+        moe_forward(x, w13, w2, router_logits=torch.randn(5, 3), top_k=2)
+    with pytest.raises(ValueError, match="top_k"):
+        MoE(32, 16, 4, top_k=5)
+    with pytest.raises(ValueError, match="w_gate and w_up must both be"):
+        MoE.from_weights(torch.randn(4, 32), w2, w_gate=w13[:, :16], top_k=2)
+    with pytest.raises(ValueError, match="either w_gate_up or both"):
+        MoE.from_weights(torch.randn(4, 32), w2, top_k=2)
+    # unchecked (as in a CUDA graph), an id out of range belongs to no expert: no row reads it
+    r = route_topk(ids.clone().fill_(9), weights, 4, check=False)
+    assert r.counts.tolist() == [0, 0, 0, 0]
+
+
+def test_the_package_exports_the_layer_without_importing_torch_up_front():
+    import subprocess
+    import sys
+
+    code = "import sys, pearl_moe; assert 'torch' not in sys.modules; print(pearl_moe.MoE.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "MoE"
