@@ -62,6 +62,7 @@ __all__ = [
     "capture",
     "queue_turn",
     "time_interleaved",
+    "run_rounds",
     "turn_seconds",
     "time_impl",
     "spread_of",
@@ -601,6 +602,30 @@ def time_interleaved(
     names = list(timers)
     if first_round is None:
         first_round = zlib.crc32(problem.name.encode())
+    timings = run_rounds(timers, rounds, reps, warmup_replays, first_round, device)
+    refs: dict = {}
+    for name in names:
+        timer, timing = timers[name], timings[name]
+        if verify:
+            timing.outputs_ok, timing.outputs_message = verify_outputs(
+                problem, inputs, timer.outputs, refs
+            )
+        results[name] = (timing, timer.config)
+    del timers, refs
+    return {name: results[name] for name in impls}
+
+
+def run_rounds(
+    timers: dict, rounds: int, reps: int, warmup_replays: int, first_round: int, device
+) -> dict:
+    """The interleaved rounds over captured graphs (``{name: GraphTimer}``): in round ``r`` every
+    graph takes its turn in the order ``round_orders(names, rounds, first_round)[r]`` (untimed
+    replays, then ``reps`` timed ones), the round's events read after one sync. Returns
+    ``{name: Timing}`` (with ``after``, the graph timed just before in each round). Shared by the
+    grouped-GEMM harness and the MoE layer's (:mod:`pearl_moe.bench.layer`)."""
+    import torch
+
+    names = list(timers)
     orders = round_orders(names, rounds, first_round)
     before = None
     for r in range(rounds):
@@ -613,18 +638,13 @@ def time_interleaved(
         torch.cuda.synchronize(device)
         for timer, events in marks:
             timer.rounds.append(turn_seconds(timer, events))
-    refs: dict = {}
+    out = {}
     for name in names:
         timer = timers[name]
         timing = Timing.from_rounds(timer.rounds, timer.launches, timer.sets)
         timing.after = list(timer.after)
-        if verify:
-            timing.outputs_ok, timing.outputs_message = verify_outputs(
-                problem, inputs, timer.outputs, refs
-            )
-        results[name] = (timing, timer.config)
-    del timers, refs
-    return {name: results[name] for name in impls}
+        out[name] = timing
+    return out
 
 
 def time_impl(

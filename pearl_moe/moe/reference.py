@@ -68,8 +68,11 @@ def torch_composition(x, w_gate_up, w_down, topk_ids, topk_weights, activation: 
     tokens, top_k = topk_ids.shape
     flat = topk_ids.reshape(-1).long()
     order = torch.sort(flat, stable=True).indices
-    counts = torch.bincount(flat, minlength=w_gate_up.shape[0])
-    offsets = torch.cumsum(counts, 0).to(torch.int32)
+    # rows per expert by scatter_add: torch.bincount would size its output on the host (a sync,
+    # which a CUDA graph cannot capture)
+    counts = torch.zeros(w_gate_up.shape[0], dtype=torch.int32, device=x.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    offsets = torch.cumsum(counts, 0, dtype=torch.int32)
     token = torch.div(order, top_k, rounding_mode="floor")
     A = x.index_select(0, token)
     fast = x.is_cuda and torch.cuda.get_device_capability(x.device)[0] in (9, 10)
