@@ -1,4 +1,5 @@
-"""Command line: ``python -m pearl_moe figures | bench | tune | selftest | inspect | calibrate``.
+"""Command line: ``python -m pearl_moe figures | bench | layer | tune | selftest | inspect |
+calibrate``.
 
 Each subcommand lives in its own module, imported only when that subcommand runs, so the CLI starts
 quickly and a machine without a GPU can still draw figures and inspect compiled kernels.
@@ -12,6 +13,7 @@ import sys
 SUBCOMMANDS = {
     "figures": ("pearl_moe.figures", "regenerate every figure in figures/ (no GPU needed)"),
     "bench": ("pearl_moe.bench.cli", "time implementations on this machine's CUDA GPU"),
+    "layer": ("pearl_moe.bench.layer", "check, then time, whole MoE layers on this CUDA GPU"),
     "tune": (
         "pearl_moe.bench.tune",
         "measure kernel configurations on this GPU; write the default's table",

@@ -27,6 +27,7 @@ __all__ = [
     "GroupedProblem",
     "make_problem",
     "route",
+    "token_choices",
     "counts_to_offsets",
     "counts_to_cu_seqlens",
     "offsets_to_counts",
@@ -263,10 +264,13 @@ def check_dims(k: int, n: int) -> None:
 
 
 # ---------------------------------------------------------------------------- routing
-def route(tokens: int, experts: int, top_k: int, routing: str = "balanced", seed: int = 0):
-    """Rows per expert when ``tokens`` tokens each pick ``top_k`` of ``experts`` experts.
+def token_choices(
+    tokens: int, experts: int, top_k: int, routing: str = "balanced", seed: int = 0
+) -> np.ndarray:
+    """The ``top_k`` distinct experts each of ``tokens`` tokens picks: ``(tokens, top_k)`` ints.
 
-    * ``balanced``: ``tokens * top_k`` rows spread as evenly as possible;
+    * ``balanced``: token ``t`` takes experts ``t * top_k + j`` (mod ``experts``), so the
+      ``tokens * top_k`` rows spread as evenly as possible;
     * ``random``: every token picks ``top_k`` distinct experts uniformly at random;
     * ``skewed``: expert popularity follows a Zipf-like law (a few hot experts, many cold ones,
       some with no rows), each token picking ``top_k`` distinct experts by popularity.
@@ -279,10 +283,8 @@ def route(tokens: int, experts: int, top_k: int, routing: str = "balanced", seed
         raise ValueError(f"top_k must be between 1 and the {experts} experts, got {top_k}")
     if routing not in ROUTINGS:
         raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
-    rows = tokens * top_k
     if routing == "balanced":
-        base, extra = divmod(rows, experts)
-        return [base + (1 if e < extra else 0) for e in range(experts)]
+        return (np.arange(tokens * top_k).reshape(tokens, top_k) % experts).astype(np.int64)
     rng = np.random.default_rng(seed)
     if routing == "random":
         logits = np.zeros(experts)
@@ -291,7 +293,13 @@ def route(tokens: int, experts: int, top_k: int, routing: str = "balanced", seed
         logits = -1.2 * np.log(ranks)  # popularity ~ rank^-1.2
     # Gumbel top-k draws top_k distinct experts per token with the given popularity.
     gumbel = rng.gumbel(size=(tokens, experts))
-    chosen = np.argsort(-(logits + gumbel), axis=1)[:, :top_k]
+    return np.argsort(-(logits + gumbel), axis=1)[:, :top_k].astype(np.int64)
+
+
+def route(tokens: int, experts: int, top_k: int, routing: str = "balanced", seed: int = 0):
+    """Rows per expert when ``tokens`` tokens each pick ``top_k`` of ``experts`` experts
+    (:func:`token_choices`; balanced: as even as possible, the first experts one row more)."""
+    chosen = token_choices(tokens, experts, top_k, routing, seed)
     return np.bincount(chosen.ravel(), minlength=experts).astype(int).tolist()
 
 

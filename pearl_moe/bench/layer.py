@@ -1,0 +1,470 @@
+"""The whole MoE layer, checked and then timed like the grouped GEMMs.
+
+    python -m pearl_moe layer --models all --tokens 1,16,64,256,1024,4096 --skewed-tokens 64 \\
+        --impls pearl,torch,quack --out results/H200/moe_layer.json
+
+A layer problem (:class:`LayerProblem`) is one model's routed experts on one GPU under EP: ``x``
+``(tokens, hidden)``, each token's ``top_k`` choices among the local experts and their router
+weights, and both weight sets, ``w_gate_up`` ``(experts, 2 x intermediate, hidden)`` as ``[gate;
+up]`` and ``w_down`` ``(experts, hidden, intermediate)``. Every implementation computes the layer's
+output ``(tokens, hidden)`` from them (the router's own GEMM is the same for all and left out):
+
+* ``pearl``: :func:`pearl_moe.moe.moe_forward` on this package's grouped GEMMs;
+* ``torch``: the composition a user writes today (:func:`pearl_moe.moe.torch_composition`);
+* ``quack``: quack's pieces composed as SonicMoE composes them: its gated GEMM reading the routed
+  rows of ``x`` through an index (``A_idx``) and storing ``silu(gate) * up``, its varlen GEMM for
+  the down projection, then the weighted gather-sum (:func:`pearl_moe.moe.combine`).
+
+Method, as for the grouped GEMMs (:mod:`pearl_moe.bench.harness`): each implementation is first
+checked on fresh random inputs against a float32 layer (within twice the torch composition's own
+bf16 error, plus a floor); then all are captured in CUDA graphs over rotating input sets and timed
+together in interleaved rounds (:func:`pearl_moe.bench.harness.run_rounds`), outputs checked again
+after the replays. The floor is ``max(bytes / read ceiling, FLOPs / bf16 ceiling)`` with bytes =
+both weight sets of the experts some token picked, ``x`` and the output: what a fully fused layer
+must move at least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..workloads import MODELS, ROUTINGS, get_model, token_choices
+from .registry import Implementation, ImplementationUnavailable, Prepared
+
+__all__ = [
+    "LayerProblem",
+    "LAYER_SCHEMA",
+    "LAYER_IMPLS",
+    "layer_impl",
+    "make_layer_inputs",
+    "reference_layer",
+    "check_layer",
+    "time_layers",
+    "layer_problems",
+    "main",
+]
+
+LAYER_SCHEMA = "pearl-moe-layer/1"
+ERR_FACTOR, ERR_FLOOR = 2.0, 1e-3
+
+
+@dataclass(frozen=True)
+class LayerProblem:
+    """One MoE layer's routed experts on one GPU: ``model`` under EP=``ep``, ``tokens`` per GPU."""
+
+    model: str
+    tokens: int
+    ep: int = 8
+    routing: str = "balanced"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
+        if not isinstance(self.tokens, int) or self.tokens < 1:
+            raise ValueError(f"tokens must be a positive integer, got {self.tokens!r}")
+        get_model(self.model).local_experts(self.ep)  # raises on an EP that does not divide
+
+    @property
+    def hidden(self) -> int:
+        return get_model(self.model).hidden
+
+    @property
+    def intermediate(self) -> int:
+        return get_model(self.model).intermediate
+
+    @property
+    def experts(self) -> int:
+        return get_model(self.model).local_experts(self.ep)
+
+    @property
+    def top_k(self) -> int:
+        return min(get_model(self.model).top_k, self.experts)
+
+    @property
+    def name(self) -> str:
+        return (
+            f"{get_model(self.model).name} layer {self.tokens} tok/GPU EP{self.ep} {self.routing}"
+        )
+
+    @property
+    def id(self) -> str:
+        return f"{get_model(self.model).name}|layer|{self.tokens}|EP{self.ep}|{self.routing}"
+
+    def choices(self):
+        """``(tokens, top_k)`` expert ids (:func:`pearl_moe.workloads.token_choices`)."""
+        return token_choices(self.tokens, self.experts, self.top_k, self.routing, self.seed)
+
+    @property
+    def active_experts(self) -> int:
+        return len(set(self.choices().ravel().tolist()))
+
+    @property
+    def rows(self) -> int:
+        return self.tokens * self.top_k
+
+    @property
+    def flops(self) -> int:
+        """Both GEMMs: ``2 rows hidden 2I`` for gate+up and ``2 rows I hidden`` for down."""
+        return 6 * self.rows * self.hidden * self.intermediate
+
+    def bytes_moved(self, dtype_bytes: int = 2) -> int:
+        """Fewest bytes a fused layer moves: both weight sets of every active expert, ``x`` in,
+        the output out."""
+        weights = self.active_experts * 3 * self.hidden * self.intermediate
+        return dtype_bytes * (weights + 2 * self.tokens * self.hidden)
+
+    def floor_seconds(self, read_bytes_per_s: float, flops_per_s: float) -> float:
+        return max(self.bytes_moved() / read_bytes_per_s, self.flops / flops_per_s)
+
+    def entry(self, ceilings: dict | None = None) -> dict:
+        out = {
+            "id": self.id, "model": get_model(self.model).name, "tokens_per_gpu": self.tokens,
+            "ep": self.ep, "routing": self.routing, "seed": self.seed, "hidden": self.hidden,
+            "intermediate": self.intermediate, "experts": self.experts, "top_k": self.top_k,
+            "rows": self.rows, "active_experts": self.active_experts,
+            "bytes_moved": self.bytes_moved(), "flops": self.flops,
+        }  # fmt: skip
+        if ceilings:
+            out["floor_us"] = 1e6 * self.floor_seconds(
+                ceilings["read_bytes_per_s"], ceilings["bf16_flops_per_s"]
+            )
+        return out
+
+
+def layer_problems(models, tokens, routings=("balanced",), skewed_tokens=(), ep: int = 8):
+    """Every model at every token count and routing (plus skewed routing at ``skewed_tokens``)."""
+    cases = [(t, r) for r in routings for t in tokens] + [(t, "skewed") for t in skewed_tokens]
+    return [LayerProblem(get_model(m).name, t, ep, r) for m in models for t, r in cases]
+
+
+# ------------------------------------------------------------------------------ inputs
+def make_layer_inputs(problem: LayerProblem, device="cuda", seed: int = 0) -> dict:
+    """One input set: ``x ~ N(0, 1)``, weights ``~ N(0, 1 / fan_in)`` (bf16), the problem's
+    choices as ``topk_ids`` and softmax-normalized random router weights (float32)."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    h, i, e, t, k = (problem.hidden, problem.intermediate, problem.experts, problem.tokens,
+                     problem.top_k)  # fmt: skip
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, device=device) * scale).to(torch.bfloat16)
+
+    ids = torch.as_tensor(problem.choices(), device=device)
+    weights = torch.softmax(torch.randn(t, k, generator=g, device=device), dim=-1)
+    return {
+        "x": randn(t, h),
+        "w_gate_up": randn(e, 2 * i, h, scale=h**-0.5),
+        "w_down": randn(e, h, i, scale=i**-0.5),
+        "topk_ids": ids,
+        "topk_weights": weights,
+    }
+
+
+def reference_layer(inputs: dict):
+    """The layer in float32, expert by expert (a boolean mask per expert; shares no code with
+    the layer under test)."""
+    import torch
+
+    from ..moe.reference import gated
+
+    x, ids, w = inputs["x"], inputs["topk_ids"], inputs["topk_weights"]
+    out = torch.zeros(x.shape[0], inputs["w_down"].shape[1], dtype=torch.float32, device=x.device)
+    for e in range(inputs["w_gate_up"].shape[0]):
+        token, slot = torch.nonzero(ids == e, as_tuple=True)
+        if token.numel() == 0:
+            continue
+        h = x[token].float() @ inputs["w_gate_up"][e].float().T
+        y = gated(h) @ inputs["w_down"][e].float().T
+        out.index_add_(0, token, y * w[token, slot].float().unsqueeze(1))
+    return out
+
+
+def _rel(out, ref) -> float:
+    import torch
+
+    diff = torch.linalg.vector_norm(out.float() - ref)
+    return (diff / torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
+
+
+# ------------------------------------------------------------------------------ impls
+def _pearl(inputs: dict) -> Prepared:
+    from ..moe import moe_forward
+
+    def run():
+        return moe_forward(
+            inputs["x"], inputs["w_gate_up"], inputs["w_down"], topk_ids=inputs["topk_ids"],
+            topk_weights=inputs["topk_weights"], backend="pearl", check=False,
+        )  # fmt: skip
+
+    return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)"})
+
+
+def _torch(inputs: dict) -> Prepared:
+    from ..moe import torch_composition
+
+    def run():
+        return torch_composition(
+            inputs["x"], inputs["w_gate_up"], inputs["w_down"], inputs["topk_ids"],
+            inputs["topk_weights"],
+        )  # fmt: skip
+
+    return Prepared(run, {"composition": "index_select, _grouped_mm, silu*mul, index_add_"})
+
+
+def _quack(inputs: dict) -> Prepared:
+    try:
+        from quack.gemm_interface import gemm, gemm_gated
+    except ImportError as exc:
+        raise ImplementationUnavailable(f"quack is not installed ({exc})") from None
+    import torch
+
+    from ..moe import combine, route_topk
+
+    experts = inputs["w_gate_up"].shape[0]
+    b_up = inputs["w_gate_up"].mT  # (E, hidden, 2I): [gate; up] along N
+    b_down = inputs["w_down"].mT  # (E, I, hidden)
+
+    def run():
+        routing = route_topk(inputs["topk_ids"], inputs["topk_weights"], experts, check=False)
+        cu = torch.nn.functional.pad(routing.offsets, (1, 0))
+        _, a = gemm_gated(
+            inputs["x"], b_up, activation="swiglu", cu_seqlens_m=cu,
+            A_idx=routing.token_of_row.to(torch.int32), store_preact=False,
+            concat_layout=("B",), tuned=True,
+        )  # fmt: skip
+        y = gemm(a, b_down, cu_seqlens_m=cu, tuned=True)
+        return combine(y, routing)
+
+    return Prepared(
+        run, {"composition": "gemm_gated (A_idx gather, swiglu), varlen gemm, gather-sum"}
+    )
+
+
+#: name -> (prepare(inputs) -> Prepared, what it is)
+LAYER_IMPLS = {
+    "pearl": (_pearl, "moe_forward on pearl-moe's grouped GEMMs (unfused steps between them)"),
+    "torch": (_torch, "torch composition: index_select, _grouped_mm, silu*mul, index_add_"),
+    "quack": (_quack, "quack gemm_gated with gathered A + varlen gemm + gather-sum (SonicMoE's)"),
+}
+
+
+def layer_impl(name: str) -> Implementation:
+    if name not in LAYER_IMPLS:
+        raise ValueError(f"unknown layer implementation {name!r}; known: {', '.join(LAYER_IMPLS)}")
+    prepare, about = LAYER_IMPLS[name]
+    return Implementation(name, prepare, {}, about)
+
+
+# ------------------------------------------------------------------------------ check, time
+def check_layer(impls: dict, problem: LayerProblem, device="cuda", seed: int = 1) -> dict:
+    """``{name: (ok, message, error)}``: each implementation's output on one fresh input set
+    against :func:`reference_layer`, within twice the torch composition's error plus a floor."""
+    import torch
+
+    from ..moe import torch_composition
+
+    inputs = make_layer_inputs(problem, device, seed)
+    ref = reference_layer(inputs)
+    base = torch_composition(inputs["x"], inputs["w_gate_up"], inputs["w_down"],
+                             inputs["topk_ids"], inputs["topk_weights"])  # fmt: skip
+    tol = ERR_FACTOR * _rel(base, ref) + ERR_FLOOR
+    out = {}
+    for name, impl in impls.items():
+        try:
+            got = impl.prepare(inputs).run()
+            if device != "cpu":
+                torch.cuda.synchronize(device)
+        except ImplementationUnavailable as exc:
+            out[name] = (None, f"unavailable: {exc}", None)
+            continue
+        except Exception as exc:
+            out[name] = (False, f"error: {type(exc).__name__}: {exc}"[:300], None)
+            continue
+        if tuple(got.shape) != tuple(ref.shape) or not torch.isfinite(got).all():
+            out[name] = (False, f"output {tuple(got.shape)} not finite or of the wrong shape", None)
+            continue
+        err = _rel(got, ref)
+        out[name] = (err <= tol, f"rel err {err:.2e} (tolerance {tol:.2e})", err)
+    return out
+
+
+def time_layers(
+    impls: dict, problem: LayerProblem, rounds: int = 6, reps: int = 5, launches: int = 10,
+    device="cuda", seed: int = 100, warmup_replays: int = 1,
+) -> dict:  # fmt: skip
+    """Time the layer implementations together: each in its own CUDA graph over rotating input
+    sets (enough to cycle 4x the L2), interleaved rounds (:func:`harness.run_rounds`), outputs
+    checked after the replays. ``{name: (Timing or exception, config)}``."""
+    import torch
+
+    from .harness import GraphTimer, _sync, input_sets_for, run_rounds
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    sets = input_sets_for(problem.bytes_moved(), l2)
+    launches = max(launches, sets)
+    inputs = [make_layer_inputs(problem, device, seed + s) for s in range(sets)]
+    timers, results = {}, {}
+    for name, impl in impls.items():
+        try:
+            runs = [impl.prepare(inp) for inp in inputs]
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for i in range(max(3, sets)):
+                    runs[i % sets].run()
+            torch.cuda.current_stream(device).wait_stream(side)
+            torch.cuda.synchronize(device)
+            graph = torch.cuda.CUDAGraph()
+            outputs = [None] * sets
+            with torch.cuda.graph(graph):
+                for i in range(launches):
+                    outputs[i % sets] = runs[i % sets].run()
+            graph.replay()
+            torch.cuda.synchronize(device)
+            timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs,
+                                      runs[0].config)  # fmt: skip
+        except Exception as exc:
+            results[name] = (exc, {})
+            _sync(device)
+    timings = run_rounds(timers, rounds, reps, warmup_replays, zlib.crc32(problem.id.encode()),
+                         device)  # fmt: skip
+    refs = [reference_layer(inp) for inp in inputs] if timers else []
+    for name, timer in timers.items():
+        timing = timings[name]
+        bad = [s for s, (out, ref) in enumerate(zip(timer.outputs, refs, strict=True))
+               if _rel(out, ref) > 0.02]  # fmt: skip
+        timing.outputs_ok = not bad
+        timing.outputs_message = (f"input sets {bad} wrong after the replays" if bad else
+                                  f"{sets} input set(s) checked after the timed replays")  # fmt: skip
+        results[name] = (timing, timer.config)
+    return {name: results[name] for name in impls}
+
+
+# ------------------------------------------------------------------------------ records, CLI
+def _record(problem: LayerProblem, name: str, status: str, ceilings: dict, **fields) -> dict:
+    rec = {"problem": problem.id, "impl": name, "status": status, **fields}
+    timing = fields.get("time")
+    if timing and ceilings:
+        floor = problem.floor_seconds(ceilings["read_bytes_per_s"], ceilings["bf16_flops_per_s"])
+        rec["metrics"] = {"floor_us": floor * 1e6,
+                          "pct_of_floor": 100.0 * floor / (timing["median_us"] * 1e-6)}  # fmt: skip
+    return rec
+
+
+def validate_layer_run(run: dict) -> dict:
+    """Raise ``ValueError`` unless ``run`` is a layer run every record of which names a problem."""
+    if run.get("schema") != LAYER_SCHEMA:
+        raise ValueError(f"not a {LAYER_SCHEMA} run (schema={run.get('schema')!r})")
+    for key in ("env", "ceilings", "problems", "records"):
+        if key not in run:
+            raise ValueError(f"layer run lacks {key!r}")
+    ids = {p["id"] for p in run["problems"]}
+    for rec in run["records"]:
+        if rec.get("problem") not in ids:
+            raise ValueError(
+                f"record {rec.get('impl')} names an unknown problem {rec.get('problem')}"
+            )
+        if rec.get("status") == "ok" and "time" not in rec:
+            raise ValueError(f"ok record {rec['impl']} on {rec['problem']} has no time")
+    return run
+
+
+def write_layer_run(run: dict, path: Path) -> Path:
+    validate_layer_run(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = {k: v for k, v in run.items() if k not in ("problems", "records")}
+    text = json.dumps(head, indent=1)[:-2]
+    for key in ("problems", "records"):
+        items = ",\n  ".join(json.dumps(x, separators=(",", ":")) for x in run[key])
+        text += f',\n "{key}": [\n  {items}\n ]'
+    path.write_text(text + "\n}\n")
+    return path
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pearl_moe layer",
+                                description="Check, then time, whole MoE layers on this GPU.")  # fmt: skip
+    p.add_argument("--models", default="all", help="comma list of model names, or 'all'")
+    p.add_argument("--tokens", default="1,16,64,256,1024,4096", help="tokens per GPU")
+    p.add_argument("--skewed-tokens", default="64", help="also skewed routing at these counts")
+    p.add_argument("--ep", type=int, default=8)
+    p.add_argument("--impls", default="pearl,torch,quack")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument(
+        "--out", default=None, help="output .json (default results/<GPU>/moe_layer.json)"
+    )
+    p.add_argument("--deadline-s", type=float, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    models = list(MODELS) if args.models == "all" else args.models.split(",")
+    ints = lambda s: [int(t) for t in s.split(",") if t.strip()]  # noqa: E731
+    problems = layer_problems(models, ints(args.tokens), ("balanced",), ints(args.skewed_tokens),
+                              args.ep)  # fmt: skip
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU is visible: `layer` times MoE layers on a GPU", file=sys.stderr)
+        return 2
+    from .cli import default_out
+    from .harness import measure_ceilings
+    from .records import environment
+
+    impls = {name: layer_impl(name) for name in args.impls.split(",")}
+    out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), "moe_layer")
+    t0 = time.monotonic()
+    env = environment(" ".join(["python -m pearl_moe layer", *(argv or sys.argv[1:])]))
+    ceilings = measure_ceilings()
+    run = {"schema": LAYER_SCHEMA, "kind": "moe_layer", "env": env, "ceilings": ceilings,
+           "method": __doc__.split("Method, as")[1].strip(), "impls": {n: LAYER_IMPLS[n][1]
+           for n in impls}, "problems": [], "records": []}  # fmt: skip
+    for problem in problems:
+        if args.deadline_s is not None and time.monotonic() - t0 > args.deadline_s:
+            run["env"].setdefault("skipped_problems", []).append(problem.id)
+            continue
+        run["problems"].append(problem.entry(ceilings))
+        checks = check_layer(impls, problem)
+        good = {n: impls[n] for n, (ok, _, _) in checks.items() if ok}
+        for n, (ok, message, _) in checks.items():
+            if not ok:
+                status = "unavailable" if ok is None else "incorrect"
+                run["records"].append(_record(problem, n, status, ceilings, message=message))
+        timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
+        for n, (timing, config) in timed.items():
+            if isinstance(timing, Exception):
+                run["records"].append(
+                    _record(
+                        problem,
+                        n,
+                        "error",
+                        ceilings,
+                        message=f"{type(timing).__name__}: {timing}"[:300],
+                    )
+                )
+                continue  # fmt: skip
+            status = "ok" if timing.outputs_ok else "incorrect"
+            run["records"].append(_record(
+                problem, n, status, ceilings, time=timing.as_dict(), config=config,
+                correctness={"rel_err": checks[n][2], "message": checks[n][1]},
+            ))  # fmt: skip
+        torch.cuda.empty_cache()
+        write_layer_run(run, out)
+        print(f"{problem.name}: " + ", ".join(
+            f"{r['impl']} {r['time']['median_us']:.1f} us" if r["status"] == "ok"
+            else f"{r['impl']} {r['status']}" for r in run["records"] if r["problem"] == problem.id
+        ), flush=True)  # fmt: skip
+    run["env"]["elapsed_s"] = round(time.monotonic() - t0, 1)
+    write_layer_run(run, out)
+    print(f"wrote {out}")
+    return 0

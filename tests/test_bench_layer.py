@@ -1,0 +1,100 @@
+"""The MoE layer benchmark on the CPU: problems, the check against the float32 layer, and the
+interleaved timing over CUDA graphs (a fake CUDA runtime stands in for the GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fake_cuda import FakeCuda
+
+from pearl_moe.bench import compare, layer
+from pearl_moe.bench.registry import Implementation, Prepared
+from pearl_moe.workloads import shape_model
+
+SMALL = shape_model(96, 64, 6, top_k=2, ep=1)  # hidden 64, intermediate 48, 6 experts
+
+
+def _impl(name, fake=None, seconds=1e-4, broken=False):
+    from pearl_moe.moe import moe_forward
+
+    def prepare(inputs):
+        def run():
+            weights = inputs["topk_weights"] * (0.5 if broken else 1.0)
+            out = moe_forward(inputs["x"], inputs["w_gate_up"], inputs["w_down"],
+                              topk_ids=inputs["topk_ids"], topk_weights=weights, backend="loop")  # fmt: skip
+            if fake is not None and fake.capturing is not None:
+                fake.capturing.cost += seconds
+                fake.capturing.name = name
+            return out
+
+        return Prepared(run, {"seconds": seconds})
+
+    return Implementation(name, prepare)
+
+
+def test_layer_problems_count_both_weight_sets_of_the_active_experts():
+    p = layer.LayerProblem("GLM 5.3", 64)
+    assert (p.hidden, p.intermediate, p.experts, p.top_k) == (6144, 2048, 32, 8)
+    assert p.rows == 512 and p.active_experts == 32
+    assert p.bytes_moved() == 2 * (32 * 3 * 6144 * 2048 + 2 * 64 * 6144)
+    assert p.flops == 6 * 512 * 6144 * 2048
+    one = layer.LayerProblem("GLM 5.3", 1)
+    assert one.active_experts == 8 and one.choices().shape == (1, 8)
+    assert p.id == "GLM 5.3|layer|64|EP8|balanced"
+    entry = p.entry({"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14})
+    assert entry["floor_us"] == pytest.approx(p.bytes_moved() / 4e12 * 1e6)
+    probs = layer.layer_problems(["glm", "kimi"], [1, 64], skewed_tokens=[64])
+    assert [q.id for q in probs][-1] == "Kimi K3|layer|64|EP8|skewed" and len(probs) == 6
+    with pytest.raises(ValueError, match="routing"):
+        layer.LayerProblem("GLM 5.3", 1, routing="hot")
+    with pytest.raises(ValueError, match="EP degree"):
+        layer.LayerProblem("GLM 5.3", 1, ep=7)
+
+
+def test_the_check_passes_the_layer_and_fails_a_wrong_combine():
+    problem = layer.LayerProblem(SMALL.name, 12, ep=1, routing="skewed")
+    impls = {"good": _impl("good"), "broken": _impl("broken", broken=True),
+             "quack": layer.layer_impl("quack")}  # fmt: skip
+    checks = layer.check_layer(impls, problem, device="cpu")
+    assert checks["good"][0] is True and checks["broken"][0] is False
+    assert checks["quack"][0] is None and checks["quack"][1].startswith("unavailable")
+    with pytest.raises(ValueError, match="unknown layer implementation"):
+        layer.layer_impl("sonic")
+
+
+def test_layers_are_timed_in_interleaved_rounds_and_checked_after(monkeypatch):
+    fake = FakeCuda(drift=lambda t: 1.0 + 0.5 * t).install(monkeypatch)
+    problem = layer.LayerProblem(SMALL.name, 8, ep=1)
+    impls = {"a": _impl("a", fake, 1.00e-4), "b": _impl("b", fake, 1.03e-4)}
+    out = layer.time_layers(impls, problem, rounds=6, reps=3, launches=4, device="cpu")
+    (ta, ca), (tb, _) = out["a"], out["b"]
+    assert ca == {"seconds": 1e-4} and ta.rounds == 6 and ta.outputs_ok and tb.outputs_ok
+    rec = lambda t: {"time": t.as_dict()}  # noqa: E731
+    assert compare.paired_ratio(rec(tb), rec(ta))["ratio"] == pytest.approx(1.03, abs=0.005)
+    names = [name for name, _ in fake.replays]
+    assert names.count("a") == names.count("b")
+
+
+def test_layer_runs_are_validated_and_written(tmp_path):
+    problem = layer.LayerProblem("GLM 5.3", 16)
+    ceilings = {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14}
+    run = {"schema": layer.LAYER_SCHEMA, "env": {}, "ceilings": ceilings,
+           "problems": [problem.entry(ceilings)], "records": []}  # fmt: skip
+    rec = layer._record(problem, "pearl", "ok", ceilings, time={"median_us": 400.0})
+    run["records"].append(rec)
+    assert rec["metrics"]["pct_of_floor"] == pytest.approx(
+        100 * problem.floor_seconds(4e12, 8e14) / 400e-6
+    )
+    path = layer.write_layer_run(run, tmp_path / "moe_layer.json")
+    import json
+
+    assert json.loads(path.read_text())["records"][0]["impl"] == "pearl"
+    bad = dict(run, records=[dict(rec, problem="nope")])
+    with pytest.raises(ValueError, match="unknown problem"):
+        layer.validate_layer_run(bad)
+
+
+def test_the_layer_command_refuses_without_a_gpu(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert layer.main(["--models", "glm", "--tokens", "1"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
