@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from .budget import resolve  # one way: the budget model reads configs and imports nothing of ours
 
 __all__ = [
+    "ACTIVATIONS",
     "ARCHS",
     "EPILOGUES",
     "GemmConfig",
@@ -60,6 +61,9 @@ ARCHS = ("sm_100a", "sm_90a")
 EPILOGUES = ("tma_store", "direct_store")
 #: Tile-scheduler walks (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
 WALKS = ("warp-parallel", "serial")
+#: Gated activations the epilogue can apply (``activation``): ``act(gate) * up`` of a ``[gate; up]``
+#: projection whose weight rows are interleaved in blocks of 8 (:func:`pearl_moe.kernels.interleave_gate_up`).
+ACTIVATIONS = ("swiglu", "geglu")
 
 #: Field names used by measurements recorded before the course settled its vocabulary.
 LEGACY_FIELD_NAMES = {
@@ -116,6 +120,7 @@ class GemmConfig:
     shift_a_box: bool = False  # start A boxes early enough to end inside A (needs direct_store)
     swap_ab: bool = False  # sm_90a: weights as the 64-row wgmma operand, tokens as its N
     walk: str = "warp-parallel"  # how the tile scheduler finds a tile's expert (WALKS)
+    activation: str | None = None  # fused act(gate) * up in the epilogue (ACTIVATIONS): n / 2 out
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -146,6 +151,14 @@ class GemmConfig:
                 yield f"epi_buffers must be at least 1, got {self.epi_buffers}"
         if self.acc_slots not in (1, 2):
             yield f"acc_slots must be 1 or 2, got {self.acc_slots}"
+        if self.activation is not None:
+            if self.activation not in ACTIVATIONS:
+                yield f"activation must be None or one of {ACTIVATIONS}, got {self.activation!r}"
+            if self.epilogue != "direct_store":
+                yield (
+                    "the fused activation pairs gate and up columns in the registers: it needs "
+                    "epilogue='direct_store'"
+                )
         if self.shift_a_box and self.epilogue != "direct_store":
             yield (
                 "shift_a_box moves the A box up to the tensor's end, so the epilogue must skip the "
@@ -166,6 +179,8 @@ class GemmConfig:
             yield from self._sm90_problems()
 
     def _sm100_problems(self):
+        if self.activation is not None:
+            yield "the fused activation (activation=...) is implemented by the sm_90a kernels only"
         if self.shift_a_box:
             yield "shift_a_box is implemented by the sm_90a kernels only"
         if self.swap_ab:
@@ -234,6 +249,13 @@ class GemmConfig:
                 yield (f"swap_ab makes tile_n the wgmma's M: a multiple of 64, got {self.tile_n}")
             if self.acc_slots != 1:
                 yield "swap_ab has one consumer warpgroup (acc_slots=1)"
+            if self.activation is not None:
+                yield "the fused activation needs the tokens as rows: not with swap_ab"
+        if self.activation is not None and self.tile_n % 64:
+            yield (
+                "the fused activation stores 16 bytes per thread from 64 accumulator columns (32 "
+                f"outputs): tile_n must be a multiple of 64, got {self.tile_n}"
+            )
         if self.acc_slots == 2 and self.tile_m * self.tile_n > 128 * 128:
             yield (
                 "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate tiles "
@@ -255,6 +277,11 @@ class GemmConfig:
         if self.epilogue == "direct_store":
             return max(16, self.direct_store_bits // 8)
         return 16
+
+    def output_columns(self, n: int) -> int:
+        """Columns of ``out`` for a weight of ``n`` rows: ``n``, or ``n / 2`` with a fused gated
+        activation (each pair of gate and up columns becomes one output column)."""
+        return n // 2 if self.activation is not None else n
 
     @property
     def cta_tile_m(self) -> int:
@@ -367,6 +394,8 @@ class GemmConfig:
                     fields["acc_buffers"] = None if word == "acc*" else int(word[3:])
                 elif word in ("split", "pingpong"):
                     fields["acc_slots"] = 2
+                elif word in ACTIVATIONS:
+                    fields["activation"] = word
                 else:
                     raise ValueError(f"unknown word {word!r}")
         except ValueError as err:
@@ -394,6 +423,8 @@ class GemmConfig:
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:
             parts.append("tma")
+        if self.activation is not None:
+            parts.append(self.activation)
         if self.arch == "sm_100a":
             parts.append(f"acc{self.acc_buffers if self.acc_buffers is not None else '*'}")
             if self.acc_slots == 2:

@@ -31,6 +31,9 @@ CASES = {
     "s5-16rows-shiftA": (5, stage_config("sm_90a", 5).with_(tile_m=16, shift_a_box=True)),
     "s7-32rows": (7, stage_config("sm_90a", 7).with_(tile_m=32)),
     "s7-128x128-pingpong": (7, stage_config("sm_90a", 7).with_(tile_m=128, tile_n=128)),
+    # beyond the post: the gated activation fused into the direct store (n / 2 outputs)
+    "s4-64x128-swiglu": (4, stage_config("sm_90a", 5).with_(activation="swiglu")),
+    "s7-pingpong-geglu": (7, stage_config("sm_90a", 7).with_(activation="geglu")),
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
@@ -99,6 +102,19 @@ def test_direct_store_uses_16_byte_stores_and_no_tma_store(reports, name):
 def test_no_register_spills(reports, name):
     report = reports[name]
     assert _count(report, "STL", "LDL") == 0, f"{report.label} spills registers to local memory"
+
+
+def test_the_fused_activation_halves_the_stores_and_adds_one_exp_per_output(reports):
+    plain, fused = reports["s5-course"], reports["s4-64x128-swiglu"]
+    assert fused.gemm_config.tile_n == plain.gemm_config.tile_n == 128
+    # n / 2 outputs: half the 16-byte stores and half the quad transposes of the same tile
+    assert 2 * fused.families["STG.E.128"] == plain.families["STG.E.128"]
+    # SiLU: one exp2 per output value a thread holds, 64 rows x 64 outputs over 128 threads
+    assert fused.opcodes.get("MUFU.EX2", 0) == 64 * 64 // 128
+    assert plain.opcodes.get("MUFU.EX2", 0) == 0
+    assert fused.smem_bytes == plain.smem_bytes  # registers only: the budget does not move
+    geglu = reports["s7-pingpong-geglu"]
+    assert any(op.startswith("MUFU.TANH") for op in geglu.opcodes)
 
 
 def test_wide_b_entries_issue_two_tma_boxes_per_copy(reports):

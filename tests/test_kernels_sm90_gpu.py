@@ -209,3 +209,42 @@ def test_unchecked_bad_offsets_write_only_inside_out(stage, bad):
     torch.cuda.synchronize()
     assert (buf[:guard] == sentinel).all(), "rows before out were written"
     assert (buf[guard + rows :] == sentinel).all(), "rows after out were written"
+
+
+# ---------------------------------------------------------------- the fused gated activation
+#: Configurations with act(gate) * up in the direct store (None: the call's default, adapted).
+FUSED = {
+    "s5-64x128-swiglu": (4, stage_config("sm_90a", 5).with_(activation="swiglu")),
+    "s4-128x128-swiglu": (4, stage_config("sm_90a", 4).with_(activation="swiglu")),
+    "s6-16x256-shiftA-swiglu": (6, stage_config("sm_90a", 6).with_(
+        tile_m=16, tile_n=256, shift_a_box=True, activation="swiglu")),
+    "s7-pingpong-geglu": (7, stage_config("sm_90a", 7).with_(activation="geglu")),
+    "default-swiglu": (None, None),
+}  # fmt: skip
+FUSED_CASES = [
+    ((0, 37, 0, 0, 200, 0, 1, 0), 2816, 4096),  # tokenless experts
+    ((5, 127, 129, 0, 3), 144, 200),  # n / 2 = 72: a partial output tile; k not a tile multiple
+    ((1,), 4096, 6144),
+    ((300, 0, 0, 0), 1024, 1024),
+]
+
+
+@pytest.mark.parametrize("name", list(FUSED))
+@pytest.mark.parametrize("counts, n, k", FUSED_CASES)
+def test_fused_gated_activation(name, counts, n, k):
+    from pearl_moe.kernels import interleave_gate_up
+    from pearl_moe.kernels.verify import compare, reference, torch_bf16
+    from pearl_moe.moe.reference import gated
+
+    stage, config = FUSED[name]
+    activation = config.activation if config is not None else "swiglu"
+    A, W, offs = random_inputs(counts, n, k, seed=sum(counts) + n)  # W is [gate; up]
+    host = offs.tolist()
+    out = torch.full((A.shape[0], n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
+    grouped_gemm(A, interleave_gate_up(W), offs, out=out, stage=stage, config=config,
+                 activation=activation)  # fmt: skip
+    torch.cuda.synchronize()
+    ref = gated(reference(A, W, host), activation)
+    torch_out = gated(torch_bf16(A, W, host), activation).to(torch.bfloat16)
+    res = compare(out, ref, torch_out)
+    assert res["ok"], (name, res)

@@ -1,6 +1,7 @@
 """Grouped-GEMM kernels: the public call, shared host setup, the tile scheduler, per-arch stages.
 
-``grouped_gemm(A, W, offsets, config=None, out=None, stage=None, check=True, host_offsets=None)``
+``grouped_gemm(A, W, offsets, config=None, out=None, stage=None, check=True, host_offsets=None,
+activation=None)``
 validates its inputs and the configuration (``api.validate``, ``api.can_implement``: every problem
 is a ``ValueError`` before anything is compiled or launched), picks the architecture of A's GPU
 (sm_90 -> ``pearl_moe.kernels.sm90``, sm_100 -> ``pearl_moe.kernels.sm100``) and launches the
@@ -43,5 +44,6 @@ Pointers come from :func:`pearl_moe.kernels.host.bf16_ptr` / ``i32_ptr``.
 """
 
 from .api import grouped_gemm, validate
+from .gated_layout import deinterleave_gate_up, interleave_gate_up
 
-__all__ = ["grouped_gemm", "validate"]
+__all__ = ["grouped_gemm", "validate", "interleave_gate_up", "deinterleave_gate_up"]

@@ -11,6 +11,7 @@ from .targets import gpu_target, persistent_ctas
 
 __all__ = [
     "grouped_gemm",
+    "with_activation",
     "validate",
     "can_implement",
     "default_config",
@@ -69,7 +70,9 @@ def _overlap(a, b) -> bool:
     return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
 
 
-def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cuda"):
+def validate(
+    A, W, offsets, out=None, check: bool = True, device_type: str = "cuda", activation=None
+):
     """Raise ``ValueError`` for anything the kernels cannot run.
 
     Returns ``(rows, n, k, experts, host_offsets)``; ``host_offsets`` is the list of E end offsets
@@ -118,11 +121,22 @@ def validate(A, W, offsets, out=None, check: bool = True, device_type: str = "cu
             f"expected {experts} end offsets or {experts + 1} cu_seqlens for W's {experts} "
             f"experts, got shape {tuple(offsets.shape)}"
         )
+    if activation is not None:
+        from ..config import ACTIVATIONS
+
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be None or one of {ACTIVATIONS}, got {activation!r}")
+        if n % 16:
+            raise ValueError(
+                f"a fused {activation} needs W's n = 2 x intermediate with 8-row gate and up "
+                f"blocks (interleave_gate_up): n must be a multiple of 16, got {n}"
+            )
+    n_out = n // 2 if activation is not None else n
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16:
             raise ValueError("out must be a bfloat16 torch.Tensor")
-        if tuple(out.shape) != (rows, n):
-            raise ValueError(f"out must have shape {(rows, n)}, got {tuple(out.shape)}")
+        if tuple(out.shape) != (rows, n_out):
+            raise ValueError(f"out must have shape {(rows, n_out)}, got {tuple(out.shape)}")
         if out.device != A.device:
             raise ValueError(f"out is on {out.device} but A on {A.device}")
         if not out.is_contiguous() or out.data_ptr() % 16:
@@ -158,6 +172,16 @@ def _compiled(arch: str, stage: int, config: GemmConfig, n: int, k: int, experts
     return fn
 
 
+def with_activation(config: GemmConfig, activation: str) -> GemmConfig:
+    """``config`` with a fused gated ``activation``, changed as little as the option needs: the
+    direct store, tokens as rows (no ``swap_ab``) and a tile width that is a multiple of 64."""
+    tile_n = config.tile_n if config.tile_n % 64 == 0 else max(64, config.tile_n // 64 * 64)
+    changes = dict(activation=activation, epilogue="direct_store", swap_ab=False, tile_n=tile_n)
+    if config.swap_ab and config.tile_m < 64:
+        changes["shift_a_box"] = True  # keep short A boxes inside A, as the swapped tile did
+    return config.with_(**changes, ring_depth=None).resolved()
+
+
 def grouped_gemm(
     A,
     W,
@@ -167,6 +191,7 @@ def grouped_gemm(
     stage: int | None = None,
     check: bool = True,
     host_offsets=None,
+    activation: str | None = None,
 ):
     """``out[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``.
 
@@ -187,6 +212,12 @@ def grouped_gemm(
     check (no device-to-host copy: the call can be captured in a CUDA graph). Stage 1, the
     per-expert loop, needs the offsets on the host: pass them as ``host_offsets`` (a list, e.g.
     from the router; validated on the host, no device copy) or let the call copy them.
+
+    ``activation="swiglu"`` (or ``"geglu"``) fuses ``act(gate) * up`` into the epilogue of a
+    gate+up projection: ``W``'s ``n = 2 x intermediate`` rows must be interleaved in blocks of 8
+    (:func:`pearl_moe.kernels.interleave_gate_up` converts the common ``[gate; up]`` layout) and
+    ``out`` is ``(rows, n / 2)``. The default configuration is adapted to it
+    (:func:`with_activation`); a given ``config`` must carry it. sm_90a only so far.
     """
     import torch
 
@@ -194,7 +225,7 @@ def grouped_gemm(
         raise ValueError(f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}")
     if config is not None and not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    rows, n, k, experts, checked_host = validate(A, W, offsets, out, check)
+    rows, n, k, experts, checked_host = validate(A, W, offsets, out, check, activation=activation)
     if host_offsets is not None:
         host_offsets = check_offsets(host_offsets, rows, experts)
         if checked_host is not None and checked_host != host_offsets:
@@ -202,10 +233,19 @@ def grouped_gemm(
     arch = _arch_of(A.device)
     if config is not None and config.arch != arch:
         raise ValueError(f"config is for {config.arch} but the GPU is {arch}")
+    if config is not None and config.activation != activation:
+        raise ValueError(
+            f"config fuses activation={config.activation!r} but the call asks for {activation!r}"
+        )
     if stage is None and config is None:
         stage, config = autotune.pick_config(arch, n, k, experts, rows, autotune.gpu_name(A.device))
+        if activation is not None:
+            config = with_activation(config, activation)
+            stage = autotune.stage_for(config, n, k)
     elif stage is None:
         stage = autotune.stage_for(config.resolved(), n, k)
+    if config is None and activation is not None:
+        config = with_activation(default_config(arch, stage), activation)
     config = (config or default_config(arch, stage)).resolved()
     problems = can_implement(arch, stage, config, n, k)
     if problems:
@@ -223,7 +263,7 @@ def grouped_gemm(
     from .host import cuda_stream, device_end_offsets
 
     if out is None:
-        out = torch.empty(rows, n, dtype=torch.bfloat16, device=A.device)
+        out = torch.empty(rows, config.output_columns(n), dtype=torch.bfloat16, device=A.device)
     if rows == 0:
         return out
     end_offsets = device_end_offsets(offsets, experts)

@@ -130,6 +130,8 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
         later(4, "the direct register-to-global store")
     if config.shift_a_box:
         later(4, "shifting A boxes inside A (with the direct store)")
+    if config.activation is not None:
+        later(4, "the fused gated activation (in the direct store)")
     if config.tile_m < 64:
         later(5, f"a {config.tile_m}-row tile (smaller than the 64-row MMA)")
     if config.swap_ab:

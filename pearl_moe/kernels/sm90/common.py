@@ -97,6 +97,11 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
         problems.append(f"epi_tile_n={config.epi_tile_n} must be a multiple of 8 dividing tile_n")
     if n % 8 or k % 8:
         problems.append("n and k must be multiples of 8 (16-byte TMA strides)")
+    if config.activation is not None and n % 16:
+        problems.append(
+            f"the fused activation pairs 8-row gate and up blocks: n must be a multiple of 16, "
+            f"got {n}"
+        )
     try:
         smem_budget(config.resolved())
     except ValueError as err:
@@ -113,7 +118,7 @@ class KernelBase:
 
     def __init__(self, config: GemmConfig):
         config = config.resolved()
-        problems = can_implement(config, 8, 8, self.max_stage)
+        problems = can_implement(config, 16, 16, self.max_stage)  # shape-free checks
         if problems:
             raise ValueError("; ".join(problems))
         self.config = config
@@ -144,6 +149,7 @@ class KernelBase:
             self.mma_m = self.tile_n
             self.num_mma_warpgroups = 1
         self.shift_a_box = config.shift_a_box
+        self.activation = config.activation  # fused act(gate) * up in the direct store, or None
         self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
         self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups
         self.num_mma_threads = self.num_consumer_warpgroups * WARPGROUP_THREADS

@@ -21,6 +21,18 @@ partner ``q ^ i`` needs and receives the word of group ``4 g + q`` that the part
 16-byte store per thread writes eight contiguous bf16 of a row. Three shuffles and a few selects
 per 16 bytes; no shared memory, no barrier.
 
+With a fused gated activation (``activation``)
+---------------------------------------------
+The gate+up weight's rows are interleaved in blocks of 8 (:func:`pearl_moe.kernels.gated_layout.
+interleave_gate_up`): accumulator column group ``2 m`` holds gate columns ``8 m .. 8 m + 7`` of
+the tile's outputs and group ``2 m + 1`` the up columns of the same outputs. So a thread's words
+``(h, 2 m)`` and ``(h, 2 m + 1)`` hold gate and up of the *same* two output columns
+``8 m + 2 (l % 4) + {0, 1}``: ``act(gate) * up`` is computed in fp32 inside the thread, no data
+moves between lanes, and the result is again one 32-bit word per (row half, output group), as
+above with half the groups. The same quad transpose then stores 16 bytes per thread, over four
+output groups (64 accumulator columns, hence ``tile_n`` a multiple of 64); ``out`` has ``n / 2``
+columns and the tile's outputs start at ``n_tile * tile_n / 2``.
+
 Rows past the expert's end (``valid``) and columns past ``n`` are skipped per store; the shuffles
 run in every lane regardless (a shuffle inside a divergent branch would read lanes that left).
 Alignment: ``out`` is 16-byte aligned (the API checks) and ``n`` is a multiple of 8, so every
@@ -29,11 +41,28 @@ row starts on a 16-byte boundary and every 8-column group does too.
 
 from __future__ import annotations
 
+import math
+
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Int64
+from cutlass import Float32, Int32, Int64
 
-__all__ = ["DirectStoreEpilogue"]
+__all__ = ["DirectStoreEpilogue", "gated_value"]
+
+LOG2_E = math.log2(math.e)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@cute.jit
+def gated_value(gate: Float32, up: Float32, activation: cutlass.Constexpr):
+    """``act(gate) * up`` in fp32: SiLU (``x / (1 + e^-x)``) for SwiGLU, GELU with the tanh
+    approximation for GeGLU."""
+    if cutlass.const_expr(activation == "swiglu"):
+        result = gate * up / (1.0 + cute.math.exp2(-gate * LOG2_E, fastmath=True))
+    else:
+        inner = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
+        result = 0.5 * gate * (1.0 + cute.math.tanh(inner, fastmath=True)) * up
+    return result
 
 
 @cute.jit
@@ -77,8 +106,11 @@ class DirectStoreEpilogue:
             cute.make_identity_tensor((self.mma_m, self.tile_n))
         )
         q = (mma_tidx % 32) % 4
-        n = cute.size(mC_mn, mode=[1])
-        col_tile = n_tile * self.tile_n
+        n = cute.size(mC_mn, mode=[1])  # out's columns: n, or n / 2 with the activation
+        out_tile_n = (
+            self.tile_n // 2 if cutlass.const_expr(self.activation is not None) else self.tile_n
+        )
+        col_tile = n_tile * out_tile_n
         base = mC_mn.iterator.toint()
         # MMA_M is 1, or 2 when one ping-pong warpgroup computes a 128-row tile (two m64 blocks)
         for m in cutlass.range_constexpr(cute.size(acc, mode=[1])):
@@ -86,12 +118,15 @@ class DirectStoreEpilogue:
             # (h, j) holds columns 8 j + 2 (l % 4) + {0, 1} of row half h (one block at a time
             # keeps the bf16 copy at tile_n / 4 registers)
             acc_m = acc[(None, m, None)]
-            rC = cute.make_rmem_tensor(acc_m.layout, self.c_dtype)
-            rC.store(acc_m.load().to(self.c_dtype))
-            rW = cute.recast_tensor(rC, Int32)
+            if cutlass.const_expr(self.activation is not None):
+                rW = self._gated_words(acc_m)
+            else:
+                rC = cute.make_rmem_tensor(acc_m.layout, self.c_dtype)
+                rC.store(acc_m.load().to(self.c_dtype))
+                rW = cute.recast_tensor(rC, Int32)
             for h in cutlass.range_constexpr(2):
                 row = tCcC[((0, h, 0), m, 0)][0]  # this thread's row (inside the tile) in half h
-                for g in cutlass.range_constexpr(self.tile_n // 32):
+                for g in cutlass.range_constexpr(out_tile_n // 32):
                     words = [rW[h + 2 * (4 * g + p)] for p in range(4)]
                     out = quad_transpose(words, q)
                     col = col_tile + 32 * g + 8 * q
@@ -107,6 +142,26 @@ class DirectStoreEpilogue:
                         for p in cutlass.range_constexpr(4):
                             src[p] = out[p]
                         cute.autovec_copy(src, dst)
+
+    @cute.jit
+    def _gated_words(self, acc_m):
+        """The fused activation of one m64 block: ``act(gate) * up`` per output column, in bf16,
+        as 32-bit words in the unfused layout with half the column groups (word ``(h, m)`` =
+        output columns ``8 m + 2 (l % 4) + {0, 1}`` of row half ``h``).
+
+        Register ``c + 2 h + 4 j`` of the accumulator is column ``8 j + 2 (l % 4) + c`` of row half
+        ``h``; gate of output group ``m`` is in group ``j = 2 m``, its up in ``j = 2 m + 1``."""
+        out_groups = self.tile_n // 16
+        # (c, h, m) of the outputs in fp32, then bf16 (the same conversion as the unfused path)
+        rF = cute.make_rmem_tensor(cute.make_layout(4 * out_groups), self.acc_dtype)
+        for mo in cutlass.range_constexpr(out_groups):
+            for ch in cutlass.range_constexpr(4):  # c + 2 h
+                gate = acc_m[ch + 4 * (2 * mo)]
+                up = acc_m[ch + 4 * (2 * mo + 1)]
+                rF[ch + 4 * mo] = gated_value(gate, up, self.activation)
+        rO = cute.make_rmem_tensor(rF.layout, self.c_dtype)
+        rO.store(rF.load().to(self.c_dtype))
+        return cute.recast_tensor(rO, Int32)
 
     @cute.jit
     def _store_swapped(self, tiled_mma, acc, mC_mn, a_row0, first, valid, n_tile, mma_tidx):

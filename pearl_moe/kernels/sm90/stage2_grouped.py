@@ -74,14 +74,16 @@ class GroupedGemmKernel(DenseGemmKernel):
         ).launch(grid=grid, block=[self.threads_per_cta, 1, 1], stream=stream)  # fmt: skip
 
     def grouped_tensors(self, a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts):
-        """Global views: A (rows, k), W (n, k, experts), offsets (experts,), clipped out view."""
+        """Global views: A (rows, k), W (n, k, experts), offsets (experts,), clipped out view.
+        ``out`` has ``n`` columns, or ``n / 2`` with a fused gated activation."""
         mA = cute.make_tensor(a_ptr, cute.make_layout((rows, k), stride=(k, 1)))
         mW = cute.make_tensor(w_ptr, cute.make_layout((n, k, experts), stride=(k, 1, n * k)))
         mOffs = cute.make_tensor(offs_ptr, cute.make_layout(experts))
+        n_out = self.config.output_columns(n)
         # out3[i, j, e] = out[e - tile_m + i, j]: base tile_m rows before out (see common.py).
         mC3 = cute.make_tensor(
-            c_ptr + (-self.tile_m * n),
-            cute.make_layout((self.tile_m, n, rows + 1), stride=(n, 1, n)),
+            c_ptr + (-self.tile_m * n_out),
+            cute.make_layout((self.tile_m, n_out, rows + 1), stride=(n_out, 1, n_out)),
         )
         return mA, mW, mOffs, mC3
 

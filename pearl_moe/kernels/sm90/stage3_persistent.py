@@ -92,8 +92,9 @@ class PersistentGroupedGemmKernel(
         mA, mW, mOffs, mC3 = self.grouped_tensors(
             a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts
         )
-        # (rows, n): out as it is, for the direct store
-        mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
+        # (rows, n_out): out as it is, for the direct store (n_out = n / 2 with a fused activation)
+        n_out = self.config.output_columns(n)
+        mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n_out), stride=(n_out, 1)))
         tma_atom_a, tma_a = self._tma_load_atom(mA, self.a_smem_layout, (self.tile_m, self.tile_k))
         tma_atom_b, tma_b = self._tma_load_atom(
             mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles)

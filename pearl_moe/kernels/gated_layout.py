@@ -1,0 +1,48 @@
+"""The weight layout of a gate+up projection whose activation is fused into the epilogue.
+
+Checkpoints store a gated MLP's first projection as two matrices, or one ``[gate; up]`` matrix of
+``2 x intermediate`` rows. A fused epilogue needs each output's gate and up values in the same
+thread. On sm_90a a wgmma accumulator gives a thread two neighbouring columns of every 8-column
+group (:mod:`pearl_moe.kernels.sm90.direct_store`), so the rows are interleaved in blocks of 8:
+rows ``16 m .. 16 m + 7`` are gate rows ``8 m .. 8 m + 7`` and rows ``16 m + 8 .. 16 m + 15`` the
+up rows of the same outputs. Then accumulator groups ``2 m`` and ``2 m + 1`` hold gate and up of
+output columns ``8 m .. 8 m + 7`` at the same register positions.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GATE_UP_BLOCK", "interleave_gate_up", "deinterleave_gate_up"]
+
+#: Rows of gate, then of up, per block of the interleaved layout.
+GATE_UP_BLOCK = 8
+
+
+def _check(w, what: str):
+    if w.dim() not in (2, 3):
+        raise ValueError(f"{what} must be (2 x intermediate, hidden) or (experts, ..., hidden)")
+    rows = w.shape[-2]
+    if rows % (2 * GATE_UP_BLOCK):
+        raise ValueError(
+            f"{what} has {rows} rows: gate and up in blocks of {GATE_UP_BLOCK} need a multiple "
+            f"of {2 * GATE_UP_BLOCK}"
+        )
+    return rows // 2
+
+
+def interleave_gate_up(w):
+    """``[gate; up]`` rows (``(..., 2 I, hidden)``) -> the fused epilogue's layout: blocks of 8
+    gate rows and 8 up rows, alternating. A new contiguous tensor; ``I`` a multiple of 8."""
+    half = _check(w, "w")
+    lead = w.shape[:-2]
+    blocks = half // GATE_UP_BLOCK
+    parts = w.reshape(*lead, 2, blocks, GATE_UP_BLOCK, w.shape[-1])
+    return parts.transpose(-4, -3).reshape(w.shape).contiguous()
+
+
+def deinterleave_gate_up(w):
+    """The inverse of :func:`interleave_gate_up`: back to ``[gate; up]``."""
+    half = _check(w, "w")
+    lead = w.shape[:-2]
+    blocks = half // GATE_UP_BLOCK
+    parts = w.reshape(*lead, blocks, 2, GATE_UP_BLOCK, w.shape[-1])
+    return parts.transpose(-4, -3).reshape(w.shape).contiguous()
