@@ -187,3 +187,22 @@ def test_the_package_exports_the_layer_without_importing_torch_up_front():
     code = "import sys, pearl_moe; assert 'torch' not in sys.modules; print(pearl_moe.MoE.__name__)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "MoE"
+
+
+def test_the_interleaved_gate_up_layout_gives_the_same_layer():
+    from pearl_moe.kernels import interleave_gate_up
+
+    w13, w2 = _weights(4, 32, 24)
+    x = torch.randn(9, 32).bfloat16()
+    weights, ids = select_experts(torch.randn(9, 4), 2)
+    concat = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop")
+    inter = moe_forward(x, interleave_gate_up(w13), w2, topk_ids=ids, topk_weights=weights,
+                        backend="loop", gate_up_layout="interleaved")  # fmt: skip
+    assert torch.equal(concat, inter)  # the same products, the same order: the same bits
+    router = torch.randn(4, 32)
+    a = MoE.from_weights(router, w2, w_gate_up=w13, top_k=2, backend="loop")
+    b = MoE.from_weights(router, w2, w_gate_up=w13, top_k=2, backend="loop",
+                         gate_up_layout="interleaved")  # fmt: skip
+    assert torch.equal(a(x), b(x)) and not torch.equal(a.w_gate_up, b.w_gate_up)
+    with pytest.raises(ValueError, match="gate_up_layout"):
+        moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, gate_up_layout="packed")

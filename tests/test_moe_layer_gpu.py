@@ -16,6 +16,7 @@ pytestmark = [
     ),
 ]
 
+from pearl_moe.kernels import interleave_gate_up  # noqa: E402
 from pearl_moe.moe import moe_forward, reference_moe, select_experts, torch_composition  # noqa: E402
 
 #: Qwen3-30B-A3B's expert shapes under EP=8 (16 local experts, top-8), and a top-1 layer.
@@ -45,13 +46,17 @@ def test_the_layer_on_our_kernels_matches_the_reference(layer, tokens, routing):
     if routing == "skewed":
         logits[:, : max(1, top_k // 2)] += 5.0  # a few experts take most rows, others none
     weights, ids = select_experts(logits, top_k)
-    out = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="pearl")
     ref = reference_moe(x, w13, w2, ids, weights)
     base = torch_composition(x, w13, w2, ids, weights)
-    assert torch.isfinite(out).all()
-    assert _rel(out, ref) <= 2 * _rel(base, ref) + 1e-3, (_rel(out, ref), _rel(base, ref))
-    per_token = (out.float() - ref).norm(dim=1) / ref.norm(dim=1).clamp_min(1e-6)
-    assert per_token.max().item() < 0.05
+    unfused = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="pearl")
+    # the activation fused into the gate+up kernel's epilogue (weights in its interleaved layout)
+    fused = moe_forward(x, interleave_gate_up(w13), w2, topk_ids=ids, topk_weights=weights,
+                        backend="pearl", gate_up_layout="interleaved")  # fmt: skip
+    for out in (unfused, fused):
+        assert torch.isfinite(out).all()
+        assert _rel(out, ref) <= 2 * _rel(base, ref) + 1e-3, (_rel(out, ref), _rel(base, ref))
+        per_token = (out.float() - ref).norm(dim=1) / ref.norm(dim=1).clamp_min(1e-6)
+        assert per_token.max().item() < 0.05
 
 
 def test_the_forward_needs_no_host_sync_and_replays_in_a_cuda_graph():

@@ -10,6 +10,7 @@ up]`` and ``w_down`` ``(experts, hidden, intermediate)``. Every implementation c
 output ``(tokens, hidden)`` from them (the router's own GEMM is the same for all and left out):
 
 * ``pearl``: :func:`pearl_moe.moe.moe_forward` on this package's grouped GEMMs;
+* ``pearl-fused``: the same with ``act(gate) * up`` computed in the gate+up GEMM's epilogue;
 * ``torch``: the composition a user writes today (:func:`pearl_moe.moe.torch_composition`);
 * ``quack``: quack's pieces composed as SonicMoE composes them: its gated GEMM reading the routed
   rows of ``x`` through an index (``A_idx``) and storing ``silu(gate) * up``, its varlen GEMM for
@@ -207,6 +208,22 @@ def _pearl(inputs: dict) -> Prepared:
     return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)"})
 
 
+def _pearl_fused(inputs: dict) -> Prepared:
+    from ..kernels import interleave_gate_up
+    from ..moe import moe_forward
+
+    w_fused = interleave_gate_up(inputs["w_gate_up"])  # once, as a checkpoint loader would
+
+    def run():
+        return moe_forward(
+            inputs["x"], w_fused, inputs["w_down"], topk_ids=inputs["topk_ids"],
+            topk_weights=inputs["topk_weights"], backend="pearl", check=False,
+            gate_up_layout="interleaved",
+        )  # fmt: skip
+
+    return Prepared(run, {"backend": "pearl", "fused": "activation in the gate+up epilogue"})
+
+
 def _torch(inputs: dict) -> Prepared:
     from ..moe import torch_composition
 
@@ -251,6 +268,10 @@ def _quack(inputs: dict) -> Prepared:
 #: name -> (prepare(inputs) -> Prepared, what it is)
 LAYER_IMPLS = {
     "pearl": (_pearl, "moe_forward on pearl-moe's grouped GEMMs (unfused steps between them)"),
+    "pearl-fused": (
+        _pearl_fused,
+        "moe_forward on pearl-moe's grouped GEMMs, the activation fused into the gate+up epilogue",
+    ),
     "torch": (_torch, "torch composition: index_select, _grouped_mm, silu*mul, index_add_"),
     "quack": (_quack, "quack gemm_gated with gathered A + varlen gemm + gather-sum (SonicMoE's)"),
 }
@@ -396,7 +417,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tokens", default="1,16,64,256,1024,4096", help="tokens per GPU")
     p.add_argument("--skewed-tokens", default="64", help="also skewed routing at these counts")
     p.add_argument("--ep", type=int, default=8)
-    p.add_argument("--impls", default="pearl,torch,quack")
+    p.add_argument("--impls", default="pearl,pearl-fused,torch,quack")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument(

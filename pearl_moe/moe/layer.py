@@ -28,7 +28,7 @@ forward can be captured in a CUDA graph.
 
 from __future__ import annotations
 
-from .reference import ACTIVATIONS, gated
+from .reference import ACTIVATIONS, GATE_UP_LAYOUTS, gated
 from .routing import Routing, route_topk, select_experts
 
 __all__ = ["MoE", "moe_forward", "grouped", "BACKENDS"]
@@ -109,8 +109,14 @@ def moe_forward(
     backend: str = "auto",
     check: bool = True,
     return_routing: bool = False,
+    gate_up_layout: str = "concat",
 ):
     """The layer's output ``(tokens, hidden)`` in bf16 for ``x`` ``(tokens, hidden)`` bf16.
+
+    ``gate_up_layout="interleaved"``: ``w_gate_up``'s rows are in the fused epilogue's layout
+    (:func:`pearl_moe.kernels.interleave_gate_up`); with the pearl backend the activation is then
+    computed in the gate+up kernel's epilogue, which stores only ``act(gate) * up`` (half the
+    bytes, no activation pass). Other backends apply it after their GEMM.
 
     Routing comes from ``router_logits`` ``(tokens, experts)`` with ``top_k`` (softmax over all
     experts, the ``top_k`` largest, renormalized unless ``renormalize=False``), or is given as
@@ -121,7 +127,11 @@ def moe_forward(
     """
     import torch
 
-    experts, hidden, _ = _check_weights(x, w_gate_up, w_down)
+    experts, hidden, inter = _check_weights(x, w_gate_up, w_down)
+    if gate_up_layout not in GATE_UP_LAYOUTS:
+        raise ValueError(f"gate_up_layout must be one of {GATE_UP_LAYOUTS}, got {gate_up_layout!r}")
+    if gate_up_layout == "interleaved" and inter % 8:
+        raise ValueError(f"the interleaved layout needs intermediate % 8 == 0, got {inter}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if (router_logits is None) == (topk_ids is None):
@@ -147,8 +157,13 @@ def moe_forward(
         out = torch.zeros(0, hidden, dtype=x.dtype, device=x.device)
         return (out, routing) if return_routing else out
     A = x.index_select(0, routing.token_of_row)
-    h = grouped(A, w_gate_up, routing.offsets, backend)
-    a = gated(h, activation).to(torch.bfloat16)
+    if backend == "pearl" and gate_up_layout == "interleaved":
+        from ..kernels import grouped_gemm
+
+        a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation)
+    else:
+        h = grouped(A, w_gate_up, routing.offsets, backend)
+        a = gated(h, activation, gate_up_layout).to(torch.bfloat16)
     y = grouped(a, w_down, routing.offsets, backend)
     out = combine(y, routing)
     return (out, routing) if return_routing else out
@@ -174,7 +189,8 @@ def _torch_module_base():
 class MoE(_torch_module_base()):
     """An inference MoE layer: a router (``Linear(hidden, experts)``, no bias), softmax top-k, and
     the experts' gated MLP on the grouped GEMMs (:func:`moe_forward`). No gradients: the kernels
-    have no backward pass.
+    have no backward pass. ``gate_up_layout="interleaved"`` keeps ``w_gate_up`` in the fused
+    epilogue's layout (``from_weights`` converts), so that the pearl backend fuses the activation.
 
     ``x`` may have any leading shape (``(..., hidden)``); the output has the same shape.
     """
@@ -189,10 +205,16 @@ class MoE(_torch_module_base()):
         renormalize: bool = True,
         backend: str = "auto",
         device=None,
+        gate_up_layout: str = "concat",
     ):
         import torch
 
         super().__init__()
+        if gate_up_layout not in GATE_UP_LAYOUTS:
+            raise ValueError(
+                f"gate_up_layout must be one of {GATE_UP_LAYOUTS}, got {gate_up_layout!r}"
+            )
+        self.gate_up_layout = gate_up_layout
         for name, value in (
             ("hidden", hidden), ("intermediate", intermediate), ("experts", experts),
             ("top_k", top_k),
@@ -267,6 +289,10 @@ class MoE(_torch_module_base()):
                 f", got {tuple(w_down.shape)}"
             )
         layer = cls(hidden, two_i // 2, experts, top_k, device=w_gate_up.device, **kwargs)
+        if layer.gate_up_layout == "interleaved":
+            from ..kernels.gated_layout import interleave_gate_up
+
+            w_gate_up = interleave_gate_up(w_gate_up)
         with torch.no_grad():
             layer.router.weight.copy_(router_weight)
             layer.w_gate_up.copy_(w_gate_up)
@@ -283,6 +309,6 @@ class MoE(_torch_module_base()):
             out = moe_forward(
                 flat, self.w_gate_up, self.w_down, router_logits=logits, top_k=self.top_k,
                 activation=self.activation, renormalize=self.renormalize, backend=self.backend,
-                check=check,
+                check=check, gate_up_layout=self.gate_up_layout,
             )  # fmt: skip
             return out.view(shape)

@@ -10,21 +10,34 @@
 
 from __future__ import annotations
 
-__all__ = ["reference_moe", "torch_composition", "gated", "ACTIVATIONS"]
+__all__ = ["reference_moe", "torch_composition", "gated", "ACTIVATIONS", "GATE_UP_LAYOUTS"]
 
 #: The gated activations of a gate+up projection: ``act(gate) * up``.
 ACTIVATIONS = ("swiglu", "geglu")
 
 
-def gated(h, activation: str = "swiglu"):
-    """``act(gate) * up`` of ``h = [gate | up]`` (last dimension split in halves), in float32.
+#: How a gate+up projection's ``2 x intermediate`` outputs are ordered: ``[gate | up]``, or gate
+#: and up in alternating blocks of 8 (:func:`pearl_moe.kernels.interleave_gate_up`, what the
+#: fused epilogue reads).
+GATE_UP_LAYOUTS = ("concat", "interleaved")
+
+
+def gated(h, activation: str = "swiglu", layout: str = "concat"):
+    """``act(gate) * up`` of a gate+up projection's output ``h`` (last dimension ``2 x I``), in
+    float32. ``layout`` says how ``h``'s columns are ordered (:data:`GATE_UP_LAYOUTS`).
 
     SwiGLU's ``act`` is SiLU; GeGLU's is GELU (tanh approximation)."""
     import torch
 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    gate, up = h.float().chunk(2, dim=-1)
+    if layout not in GATE_UP_LAYOUTS:
+        raise ValueError(f"layout must be one of {GATE_UP_LAYOUTS}, got {layout!r}")
+    if layout == "concat":
+        gate, up = h.float().chunk(2, dim=-1)
+    else:
+        blocks = h.float().unflatten(-1, (h.shape[-1] // 16, 2, 8))
+        gate, up = blocks[..., 0, :].flatten(-2), blocks[..., 1, :].flatten(-2)
     if activation == "swiglu":
         return torch.nn.functional.silu(gate) * up
     return torch.nn.functional.gelu(gate, approximate="tanh") * up
