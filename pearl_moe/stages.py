@@ -129,6 +129,12 @@ STAGES: tuple[Stage, ...] = (
         "Appendix: measuring honestly",
         "interleaved rounds, the power cap, drift between runs, what Nsight Compute shows",
     ),
+    Stage(
+        11,
+        "11_moe_layer",
+        "The whole MoE layer",
+        "routing on the device, gather, gate+up, activation, down, combine; the activation fused",
+    ),
 )
 
 

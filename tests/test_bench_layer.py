@@ -98,3 +98,17 @@ def test_the_layer_command_refuses_without_a_gpu(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert layer.main(["--models", "glm", "--tokens", "1"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_step_bytes_count_each_pass_and_what_fusing_the_activation_removes():
+    p = layer.LayerProblem("GLM 5.3", 64)
+    rows, h, i = 512, 6144, 2048
+    plain, fused = p.step_bytes(), p.step_bytes(fused_activation=True)
+    assert list(plain) == ["gather", "gate+up GEMM", "activation", "down GEMM", "combine"]
+    assert "activation" not in fused
+    saved = sum(plain.values()) - sum(fused.values())
+    # h (2I wide) written and read back, and the activation written: 5 I bytes per row less 1 I
+    assert saved == 2 * rows * (2 * i + 2 * i + i) - 2 * rows * i
+    weights = p.active_experts * 3 * h * i * 2
+    assert plain["gate+up GEMM"] + plain["down GEMM"] > weights  # both weight sets, and more
+    assert sum(fused.values()) > p.bytes_moved()  # a fully fused layer moves less still

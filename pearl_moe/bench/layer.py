@@ -124,6 +124,28 @@ class LayerProblem:
     def floor_seconds(self, read_bytes_per_s: float, flops_per_s: float) -> float:
         return max(self.bytes_moved() / read_bytes_per_s, self.flops / flops_per_s)
 
+    def step_bytes(self, fused_activation: bool = False, dtype_bytes: int = 2) -> dict:
+        """HBM bytes each step of the layer reads and writes, counting every tensor once per
+        pass (no cache reuse across passes): ``{step: bytes}``. ``fused_activation``: the
+        gate+up GEMM stores ``act(gate) * up`` and the activation pass is gone.
+
+        gather: ``x`` rows in, the routed copy ``A`` out; gate+up: its weights, ``A`` in, ``h``
+        (``2 I`` wide) or the activation (``I`` wide) out; activation: ``h`` in, ``I`` wide out;
+        down: its weights, the activation in, ``y`` out; combine: ``y`` and the router weights
+        in, the output out."""
+        b = dtype_bytes
+        rows, tokens, h, i = self.rows, self.tokens, self.hidden, self.intermediate
+        weights = self.active_experts * h * i * b  # one weight set of one projection, per I
+        steps = {
+            "gather": rows * h * b * 2,
+            "gate+up GEMM": 2 * weights + rows * h * b + rows * (i if fused_activation else 2 * i) * b,
+        }  # fmt: skip
+        if not fused_activation:
+            steps["activation"] = rows * 2 * i * b + rows * i * b
+        steps["down GEMM"] = weights + rows * i * b + rows * h * b
+        steps["combine"] = rows * h * b + rows * 4 + tokens * h * b
+        return steps
+
     def entry(self, ceilings: dict | None = None) -> dict:
         out = {
             "id": self.id, "model": get_model(self.model).name, "tokens_per_gpu": self.tokens,
