@@ -179,8 +179,6 @@ class GemmConfig:
             yield from self._sm90_problems()
 
     def _sm100_problems(self):
-        if self.activation is not None:
-            yield "the fused activation (activation=...) is implemented by the sm_90a kernels only"
         if self.shift_a_box:
             yield "shift_a_box is implemented by the sm_90a kernels only"
         if self.swap_ab:

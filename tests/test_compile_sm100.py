@@ -45,6 +45,11 @@ CASES = {
     # the split-slot variant spills and is rejected, see test_rejected_configs_say_why)
     "s7-128x512-2cta-tma": (7, course(7, tile_m=128, epilogue="tma_store", acc_slots=1)),
     "s7-128x512-2cta-direct": (7, course(7, tile_m=128, acc_slots=1)),
+    # beyond the post: the gated activation fused into the direct store (n / 2 outputs)
+    "s4-course-swiglu": (4, course(4, activation="swiglu")),
+    "s5-course-swiglu": (5, course(5, activation="swiglu")),
+    "s4-128x256x64-2cta-swiglu": (4, course(4, tile_n=256, cta_group=2, activation="swiglu")),
+    "s7-course-geglu": (7, course(7, activation="geglu")),
 }
 
 
@@ -242,3 +247,26 @@ def test_two_cta_128x512_split_slots_is_rejected_with_a_reason():
 
     problems = check_config(course(7, tile_m=128), 7)
     assert any("spills registers" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "plain, fused, per_thread",
+    [
+        ("s4-course", "s4-course-swiglu", 128 // 2),  # a thread owns a row: 64 outputs
+        ("s5-course", "s5-course-swiglu", 128 // 4),  # 16-lane loads: half of each row's runs
+        ("s4-128x256x64-2cta", "s4-128x256x64-2cta-swiglu", 256 // 4),  # 2 x 2 warps
+        ("s7-course", "s7-course-geglu", 512 // 2),  # 2-CTA 256 x 512: one row of 512 columns
+    ],
+)
+def test_the_fused_activation_stores_half_the_bytes_with_one_exp_per_output(
+    reports, plain, fused, per_thread
+):
+    p, f = reports[plain], reports[fused]
+    stored = {
+        name: sum(n * (32 if "256" in op else 16) for op, n in r.opcodes.items() if op.startswith("STG"))
+        for name, r in (("plain", p), ("fused", f))
+    }  # fmt: skip
+    assert 2 * stored["fused"] == stored["plain"]  # bytes of store instructions: n / 2 outputs
+    special = "MUFU.TANH" if f.gemm_config.activation == "geglu" else "MUFU.EX2"
+    assert f.opcodes.get(special, 0) == per_thread
+    assert f.smem_bytes == p.smem_bytes and f.tmem_columns == p.tmem_columns

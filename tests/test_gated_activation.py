@@ -83,8 +83,12 @@ def test_configurations_that_can_fuse_and_those_that_cannot():
     ):
         with pytest.raises(ValueError, match=message):
             fused.with_(**change)
-    with pytest.raises(ValueError, match="sm_90a kernels only"):
-        stage_config("sm_100a", 4).with_(activation="swiglu")
+    blackwell = stage_config("sm_100a", 4).with_(activation="swiglu")
+    assert not api.can_implement("sm_100a", 4, blackwell, 4096, 64)
+    # 64-row tiles give a thread runs of epi_tile_n / 2 columns: with epi_tile_n=16, runs of 8
+    # would split a gate block from its up block
+    short = stage_config("sm_100a", 5).with_(activation="swiglu", epi_tile_n=16)
+    assert any("multiple of 16" in p for p in api.can_implement("sm_100a", 5, short, 4096, 64))
     assert api.can_implement("sm_90a", 4, fused, 4104, 64)  # n = 4104 is not a multiple of 16
     assert not api.can_implement("sm_90a", 4, fused, 4096, 64)
 

@@ -217,7 +217,7 @@ def grouped_gemm(
     gate+up projection: ``W``'s ``n = 2 x intermediate`` rows must be interleaved in blocks of 8
     (:func:`pearl_moe.kernels.interleave_gate_up` converts the common ``[gate; up]`` layout) and
     ``out`` is ``(rows, n / 2)``. The default configuration is adapted to it
-    (:func:`with_activation`); a given ``config`` must carry it. sm_90a only so far.
+    (:func:`with_activation`); a given ``config`` must carry it.
     """
     import torch
 

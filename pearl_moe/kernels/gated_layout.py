@@ -6,7 +6,9 @@ thread. On sm_90a a wgmma accumulator gives a thread two neighbouring columns of
 group (:mod:`pearl_moe.kernels.sm90.direct_store`), so the rows are interleaved in blocks of 8:
 rows ``16 m .. 16 m + 7`` are gate rows ``8 m .. 8 m + 7`` and rows ``16 m + 8 .. 16 m + 15`` the
 up rows of the same outputs. Then accumulator groups ``2 m`` and ``2 m + 1`` hold gate and up of
-output columns ``8 m .. 8 m + 7`` at the same register positions.
+output columns ``8 m .. 8 m + 7`` at the same register positions. On sm_100a a thread reads a run
+of 16 or 32 consecutive accumulator columns of one row from TMEM, so every 16 of them are one
+gate block and its up block: the same layout serves both epilogues.
 """
 
 from __future__ import annotations

@@ -153,6 +153,13 @@ def _direct_store_problems(config: GemmConfig) -> list[str]:
     halved = config.cta_tile_m == 64  # 16-lane loads (1-CTA) or 2 x 2 warps (2-CTA)
     run = epi_n // 2 if halved else epi_n
     vec = config.direct_store_bits // (8 * config.dtype_bytes)
+    if config.activation is not None:
+        if run % 16:
+            problems.append(
+                f"the fused activation pairs 8 gate and 8 up columns inside one thread's run of "
+                f"{run} columns (epi_tile_n={epi_n}): the run must be a multiple of 16"
+            )
+        return problems
     if run % vec or run > 64:
         problems.append(
             f"each thread stores {run} consecutive outputs of its row per epi_tile_n={epi_n} "
@@ -160,6 +167,13 @@ def _direct_store_problems(config: GemmConfig) -> list[str]:
             f"than 64 fp32 per step would not stay in registers"
         )
     return problems
+
+
+def fused_store_elems(config: GemmConfig) -> int:
+    """bf16 outputs per store of the fused activation's epilogue: half a thread's run of columns,
+    at most one store of ``direct_store_bits``."""
+    run = config.epi_tile_n // 2 if config.cta_tile_m == 64 else config.epi_tile_n
+    return min(run // 2, config.direct_store_bits // (8 * config.dtype_bytes))
 
 
 def resolve_for_stage(config: GemmConfig, stage: int) -> GemmConfig:
@@ -202,6 +216,13 @@ def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
         problems.append(
             f"n={n} and k={k} must be positive multiples of 8 (16-byte TMA row strides)"
         )
+    elif config.activation is not None:
+        if n % 16 or (n // 2) % fused_store_elems(config):
+            problems.append(
+                f"n={n}: the fused activation needs 8-row gate and up blocks (n % 16 == 0) and "
+                f"output rows of n / 2 that start aligned for its {fused_store_elems(config)}-"
+                f"element stores"
+            )
     elif config.epilogue == "direct_store" and n % (config.direct_store_bits // 16):
         problems.append(
             f"n={n}: {config.direct_store_bits}-bit direct stores need every output row to start "
@@ -244,6 +265,9 @@ class KernelBase:
         # accumulator pipeline entries: one per buffer and slot (stage 7 splits a buffer in two)
         self.num_acc_stages = config.acc_buffers * config.acc_slots
         self.direct_store = config.epilogue == "direct_store"
+        self.activation = config.activation  # fused act(gate) * up in the direct store, or None
+        # output columns per tile: tile_n, or tile_n / 2 with the fused activation
+        self.out_tile_n = config.tile_n // 2 if config.activation is not None else config.tile_n
         self.num_epi_buffers = config.epi_buffers
         self.epi_tile_mn = (config.cta_tile_m, config.epi_tile_n)
         self.num_tmem_cols = tmem_columns(config)

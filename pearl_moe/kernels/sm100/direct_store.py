@@ -28,6 +28,11 @@ registers::
   (6 -> 7 entries at 128 x 128 x 64), the descriptor pre-kernel is not launched, and the epilogue
   warps need no named barrier per slice (only one before TMEM is freed).
 
+* **A fused gated activation** (``activation``, beyond the post): the gate+up weight's rows are
+  interleaved in blocks of 8 (:mod:`pearl_moe.kernels.gated_layout`), so each 16 columns of a
+  thread's run are 8 gate and the 8 matching up values; the thread computes ``act(gate) * up``
+  in fp32 and stores half as many bf16 outputs (``_store_gated``), to ``n / 2`` output columns.
+
 Compile-verified only: no B200 has ever run this code.
 """
 
@@ -37,6 +42,8 @@ import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import CacheEvictionPriority, CopyR2GOp, tcgen05
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
+from ..activation import gated_value
+from .common import fused_store_elems
 from .row_tiles_64 import sixteen_lane_load
 
 __all__ = ["DirectStoreEpilogue"]
@@ -62,7 +69,7 @@ class DirectStoreEpilogue:
         4096) and re-declared 32-byte aligned, so that the stores can be 256 bits wide.
         """
         n = cute.size(mC, mode=[1])
-        offset = cutlass.Int64(row0) * n + n_tile * self.mma_tiler_mnk[1]
+        offset = cutlass.Int64(row0) * n + n_tile * self.out_tile_n
         base = cute.make_ptr(
             self.c_dtype,
             (mC.iterator + offset).toint(),
@@ -145,15 +152,63 @@ class DirectStoreEpilogue:
                     with cute.arch.elect_one():
                         acc_pipeline.consumer_release(acc_state)
                     acc_state.advance()
-                tTR_rC.store(tTR_rAcc.load().to(self.c_dtype))
-                # ((VEC, REST), T2R_M, T2R_N) coordinates and destination of this subtile
-                cC_vec = cute.logical_divide(tTR_cC[(None, None, None, subtile)], (vec,))
-                gC_vec = cute.logical_divide(tTR_gC[(None, None, None, subtile)], (vec,))
-                for v in cutlass.range_constexpr(cute.size(pred, mode=[0])):
-                    for i in cutlass.range_constexpr(cute.size(pred, mode=[1])):
-                        for k in cutlass.range_constexpr(cute.size(pred, mode=[2])):
-                            pred[v, i, k] = cute.elem_less(
-                                cC_vec[(0, v), i, k], (row_limit, col_limit)
-                            )
-                cute.copy(store_atom, rC_vec, gC_vec, pred=pred)
+                if cutlass.const_expr(self.activation is not None):
+                    self._store_gated(
+                        tTR_rAcc, tTR_cC[(None, None, None, subtile)], gC, row_limit, col_limit
+                    )
+                else:
+                    tTR_rC.store(tTR_rAcc.load().to(self.c_dtype))
+                    # ((VEC, REST), T2R_M, T2R_N) coordinates and destination of this subtile
+                    cC_vec = cute.logical_divide(tTR_cC[(None, None, None, subtile)], (vec,))
+                    gC_vec = cute.logical_divide(tTR_gC[(None, None, None, subtile)], (vec,))
+                    for v in cutlass.range_constexpr(cute.size(pred, mode=[0])):
+                        for i in cutlass.range_constexpr(cute.size(pred, mode=[1])):
+                            for k in cutlass.range_constexpr(cute.size(pred, mode=[2])):
+                                pred[v, i, k] = cute.elem_less(
+                                    cC_vec[(0, v), i, k], (row_limit, col_limit)
+                                )
+                    cute.copy(store_atom, rC_vec, gC_vec, pred=pred)
         return acc_state
+
+    @cute.jit
+    def _store_gated(self, tTR_rAcc, tTR_cC, gC, row_limit, col_limit):
+        """The fused activation of one subtile: a thread's run of ``R`` accumulator columns of one
+        row (``R`` a multiple of 16, starting on a multiple of 16) holds, per 16 columns, 8 gate
+        and then the 8 matching up columns (:func:`pearl_moe.kernels.interleave_gate_up`); it
+        becomes ``R / 2`` consecutive outputs, stored from the output column ``c0 / 2``.
+
+        ``gC`` is the tile's output at its first output column, row pitch ``n / 2`` (a
+        ``(bM, bN)`` view: only its base and pitch are used here); ``col_limit`` counts output
+        columns. A run is stored whole or not at all (``n / 2`` is a multiple of the store)."""
+        run = cute.size(tTR_rAcc)
+        row, col = tTR_cC[0]  # tile coordinates of this thread's first register
+        rF = cute.make_rmem_tensor(cute.make_layout(run // 2), self.acc_dtype)
+        for b in cutlass.range_constexpr(run // 16):
+            for r in cutlass.range_constexpr(8):
+                rF[8 * b + r] = gated_value(
+                    tTR_rAcc[16 * b + r], tTR_rAcc[16 * b + 8 + r], self.activation
+                )
+        rO = cute.make_rmem_tensor(rF.layout, self.c_dtype)
+        rO.store(rF.load().to(self.c_dtype))
+        elems = fused_store_elems(self.config)
+        if row < row_limit and col // 2 < col_limit:
+            pitch = gC.layout.stride[0]
+            offset = cutlass.Int64(row) * pitch + col // 2
+            dst = cute.make_tensor(
+                cute.make_ptr(
+                    self.c_dtype,
+                    (gC.iterator + offset).toint(),
+                    cute.AddressSpace.gmem,
+                    assumed_align=elems * 2,
+                ),
+                cute.make_layout(run // 2),
+            )
+            store_atom = cute.make_copy_atom(
+                CopyR2GOp(),
+                self.c_dtype,
+                num_bits_per_copy=elems * 16,
+                l1c_evict_priority=CacheEvictionPriority.NO_ALLOCATE,
+            )
+            cute.copy(
+                store_atom, cute.logical_divide(rO, (elems,)), cute.logical_divide(dst, (elems,))
+            )

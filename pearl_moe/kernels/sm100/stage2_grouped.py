@@ -156,8 +156,9 @@ class GroupedGemmKernel(DenseGemmKernel):
         mA = cute.make_tensor(a_ptr, cute.make_layout((rows, k), stride=(k, 1)))
         # (n, k, E): the (E, n, k) weights with the expert as the TMA's third coordinate
         mB_nkl = cute.make_tensor(w_ptr, cute.make_layout((n, k, experts), stride=(k, 1, n * k)))
-        # (rows, n): row-major output
-        mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
+        # (rows, n_out): row-major output (n_out = n / 2 with a fused activation)
+        n_out = self.config.output_columns(n)
+        mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n_out), stride=(n_out, 1)))
         # (E,): int32 end offsets
         mOffs = cute.make_tensor(offs_ptr, cute.make_layout(experts))
         # (E * 16,): int64 words, one 128-byte C descriptor per expert

@@ -195,7 +195,7 @@ class PersistentGroupedGemmKernel(
         tCrA, tCrB, tCtAcc_fake = self.mma_fragments(tiled_mma, sA, sB)
         k_tile_cnt = cute.ceil_div(cute.size(mA_mk, mode=[1]), self.mma_tiler_mnk[2])
         experts = cute.size(mB_nkl, mode=[2])
-        n_tiles = cute.ceil_div(cute.size(mC_mn, mode=[1]), self.mma_tiler_mnk[1])
+        n_tiles = cute.ceil_div(cute.size(mB_nkl, mode=[0]), self.mma_tiler_mnk[1])
         tile_m = self.mma_tiler_mnk[0]
         # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
         sched = scheduler.TileScheduler(
@@ -343,7 +343,7 @@ class PersistentGroupedGemmKernel(
                         tCtAcc[(None, None, None, self.acc_buffer(acc_state))],
                         self.output_tile(mC_mn, row0, n_tile),
                         valid,
-                        cute.size(mC_mn, mode=[1]) - n_tile * self.mma_tiler_mnk[1],
+                        cute.size(mC_mn, mode=[1]) - n_tile * self.out_tile_n,
                         acc_pipeline,
                         acc_state,
                     )

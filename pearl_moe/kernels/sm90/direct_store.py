@@ -41,28 +41,13 @@ row starts on a 16-byte boundary and every 8-column group does too.
 
 from __future__ import annotations
 
-import math
-
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Int32, Int64
 
-__all__ = ["DirectStoreEpilogue", "gated_value"]
+from ..activation import gated_value
 
-LOG2_E = math.log2(math.e)
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
-@cute.jit
-def gated_value(gate: Float32, up: Float32, activation: cutlass.Constexpr):
-    """``act(gate) * up`` in fp32: SiLU (``x / (1 + e^-x)``) for SwiGLU, GELU with the tanh
-    approximation for GeGLU."""
-    if cutlass.const_expr(activation == "swiglu"):
-        result = gate * up / (1.0 + cute.math.exp2(-gate * LOG2_E, fastmath=True))
-    else:
-        inner = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
-        result = 0.5 * gate * (1.0 + cute.math.tanh(inner, fastmath=True)) * up
-    return result
+__all__ = ["DirectStoreEpilogue"]
 
 
 @cute.jit
