@@ -50,6 +50,9 @@ CASES = {
     "s5-course-swiglu": (5, course(5, activation="swiglu")),
     "s4-128x256x64-2cta-swiglu": (4, course(4, tile_n=256, cta_group=2, activation="swiglu")),
     "s7-course-geglu": (7, course(7, activation="geglu")),
+    "s4-course-swiglu-epi16": (4, course(4, activation="swiglu", epi_tile_n=16)),
+    "s4-course-swiglu-epi64": (4, course(4, activation="swiglu", epi_tile_n=64)),
+    "s4-course-swiglu-stg128": (4, course(4, activation="swiglu", store_bits=128)),
 }
 
 
@@ -256,6 +259,9 @@ def test_two_cta_128x512_split_slots_is_rejected_with_a_reason():
         ("s5-course", "s5-course-swiglu", 128 // 4),  # 16-lane loads: half of each row's runs
         ("s4-128x256x64-2cta", "s4-128x256x64-2cta-swiglu", 256 // 4),  # 2 x 2 warps
         ("s7-course", "s7-course-geglu", 512 // 2),  # 2-CTA 256 x 512: one row of 512 columns
+        ("s4-course", "s4-course-swiglu-epi16", 128 // 2),  # runs of 16 columns: 128-bit stores
+        ("s4-course", "s4-course-swiglu-epi64", 128 // 2),  # runs of 64: two 256-bit stores
+        ("s4-course", "s4-course-swiglu-stg128", 128 // 2),
     ],
 )
 def test_the_fused_activation_stores_half_the_bytes_with_one_exp_per_output(

@@ -34,6 +34,11 @@ CASES = {
     # beyond the post: the gated activation fused into the direct store (n / 2 outputs)
     "s4-64x128-swiglu": (4, stage_config("sm_90a", 5).with_(activation="swiglu")),
     "s7-pingpong-geglu": (7, stage_config("sm_90a", 7).with_(activation="geglu")),
+    # one ping-pong warpgroup computes a 128-row tile: two m64 blocks through _gated_words
+    "s7-128x128-pingpong-swiglu": (
+        7,
+        stage_config("sm_90a", 7).with_(tile_m=128, activation="swiglu"),
+    ),  # fmt: skip
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)

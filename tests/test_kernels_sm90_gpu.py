@@ -219,6 +219,10 @@ FUSED = {
     "s6-16x256-shiftA-swiglu": (6, stage_config("sm_90a", 6).with_(
         tile_m=16, tile_n=256, shift_a_box=True, activation="swiglu")),
     "s7-pingpong-geglu": (7, stage_config("sm_90a", 7).with_(activation="geglu")),
+    "s7-128x128-pingpong-swiglu": (7, stage_config("sm_90a", 7).with_(
+        tile_m=128, activation="swiglu")),
+    "s5-64x64-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=64, activation="swiglu")),
+    "s5-64x192-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=192, activation="swiglu")),
     "default-swiglu": (None, None),
 }  # fmt: skip
 FUSED_CASES = [
@@ -226,6 +230,7 @@ FUSED_CASES = [
     ((5, 127, 129, 0, 3), 144, 200),  # n / 2 = 72: a partial output tile; k not a tile multiple
     ((1,), 4096, 6144),
     ((300, 0, 0, 0), 1024, 1024),
+    ((3, 0, 70, 1), 464, 320),  # n / 2 = 232: partial 32-column groups in the last tile
 ]
 
 
@@ -240,10 +245,16 @@ def test_fused_gated_activation(name, counts, n, k):
     activation = config.activation if config is not None else "swiglu"
     A, W, offs = random_inputs(counts, n, k, seed=sum(counts) + n)  # W is [gate; up]
     host = offs.tolist()
-    out = torch.full((A.shape[0], n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
+    # out in the middle of a NaN-poisoned buffer: a write past a row's end or out's last row
+    # would land in the guard bands (4 KB each side, 16-byte aligned)
+    rows, guard = A.shape[0], 2048
+    buf = torch.full((guard + rows * (n // 2) + guard,), float("nan"), dtype=torch.bfloat16,
+                     device="cuda")  # fmt: skip
+    out = buf[guard : guard + rows * (n // 2)].view(rows, n // 2)
     grouped_gemm(A, interleave_gate_up(W), offs, out=out, stage=stage, config=config,
                  activation=activation)  # fmt: skip
     torch.cuda.synchronize()
+    assert torch.isnan(buf[:guard]).all() and torch.isnan(buf[guard + out.numel() :]).all()
     ref = gated(reference(A, W, host), activation)
     torch_out = gated(torch_bf16(A, W, host), activation).to(torch.bfloat16)
     res = compare(out, ref, torch_out)

@@ -70,9 +70,14 @@ def test_no_committed_tuning_table_holds_a_held_out_layer():
     held = {c.shape() for c in shape_sets.cases("held-out", tokens=(1,))}
     tables = sorted(TABLE_DIR.glob("*.json"))
     assert tables
+    from pearl_moe.kernels.autotune import entry_model
+
     for path in tables:
         for e in json.loads(path.read_text())["entries"]:
             assert (e["n"], e["k"], e["experts"]) not in held, (path.name, e["measured_at"])
+            model = entry_model(e)
+            if not model.startswith("shape "):
+                assert shape_sets.set_of(model) != "held-out", (path.name, e["measured_at"])
 
 
 def test_every_held_out_shape_is_served_by_the_vote_not_the_heuristic():

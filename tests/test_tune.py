@@ -189,7 +189,9 @@ def test_refine_finalists_are_the_close_ones_fastest_first():
     assert tune.refine_finalists(measured, 0.5, most=2) == ["b", "d"]
 
 
-def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(monkeypatch):
+def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
+    monkeypatch, capsys
+):
     args = tune.parse_args(["--model", "Mixtral-8x22B", "--ep", "1", "--projection", "both",
                             "--tokens", "1,4096"])  # fmt: skip
     problems = tune.build_problems(args)
@@ -211,8 +213,13 @@ def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda i: type("P", (), {"multi_processor_count": 132})
     )
-    rc = tune.main(["--model", "GLM-4.5-Air", "--tokens", "1"])
-    assert rc == 2
+    for argv in (["--model", "GLM-4.5-Air"], ["--model", "Qwen3-235B-A22B", "--ep", "4"],
+                 ["--model", "Mixtral-8x22B"]):  # fmt: skip
+        assert tune.main([*argv, "--tokens", "1"]) == 2
+        assert "held-out" in capsys.readouterr().err
+    # the course set's skewed 64-token cases are timed inside the balanced entry, not alone
+    course = tune.build_problems(tune.parse_args(["--set", "course", "--tokens", "64"]))
+    assert [p.meta["routing"] for p in course] == ["balanced"] * 3
 
 
 def test_a_tuning_cut_short_continues_with_the_shapes_the_table_lacks():

@@ -157,7 +157,13 @@ def build_problems(args) -> list:
     names += [get_model(m).name for m in args.model]
     layers = [*names, *(parse_shape(s, args.ep) for s in args.shape)]
     tokens = [int(t) for t in _csv(args.tokens)] if args.tokens else None
-    problems = shape_sets.problems(args.set, tokens) if args.set else []
+    # a set's skewed cases are not tuned on their own: --skew-tokens times a bucket's
+    # candidates on skewed routing too, and a skewed-only entry would replace that one
+    problems = (
+        [c.problem() for c in shape_sets.cases(args.set, tokens) if c.routing == "balanced"]
+        if args.set
+        else []
+    )
     projections = ("gate_up", "down") if args.projection == "both" else (args.projection,)
     problems += [
         make_problem(m, t, args.ep, "balanced", proj)
@@ -169,12 +175,20 @@ def build_problems(args) -> list:
 
 
 def held_out_problems(problems) -> list[str]:
-    """Names of ``problems`` whose layer belongs to the held-out set: the package's own table must
-    never be tuned on them (the compare run judges the default there)."""
-    from ..shape_sets import cases
+    """Names of ``problems`` of a held-out model (any layer of it, under any EP degree) or with a
+    held-out layer's shape: the package's own table must never be tuned on them (the compare
+    run judges the default there)."""
+    from ..shape_sets import cases, set_of
 
     held = {c.shape() for c in cases("held-out", tokens=(1,))}
-    return [p.name for p in problems if (p.n, p.k, p.experts) in held]
+
+    def held_out_model(problem) -> bool:
+        try:
+            return set_of(problem.meta.get("model", "")) == "held-out"
+        except ValueError:  # a layer given by its shape
+            return False
+
+    return [p.name for p in problems if (p.n, p.k, p.experts) in held or held_out_model(p)]
 
 
 def _shape(problem) -> tuple[int, int, int, int]:
@@ -495,6 +509,11 @@ def run_tuning(
             # entries of shapes this run does not tune stay, saying when they were tuned
             when = (old.get("env") or {}).get("date")
             table["entries"] = [{"tuned_at": when, **e} for e in old["entries"]]
+            # the earlier runs' headers stay: what each entry was measured with
+            table["earlier_runs"] = [
+                *old.get("earlier_runs", []),
+                {"env": old.get("env"), "method": old.get("method")},
+            ]
     bar = tqdm(total=len(problems), desc="tune", unit="shape") if tqdm else None
     skipped = []
     for problem in problems:
@@ -512,6 +531,11 @@ def run_tuning(
             harness_sync(device)
         else:
             entry["tuned_at"] = env.get("date")
+            entry["tuned_with"] = {
+                "limit": args.limit, "rounds": args.rounds,
+                "refine_within": getattr(args, "refine_within", 0.0),
+                "skew_tokens": getattr(args, "skew_tokens", ""),
+            }  # fmt: skip
             table["entries"] = merge_entries(table["entries"], [entry])
             _write_table(out, table)
         if torch.device(device).type == "cuda":

@@ -172,14 +172,28 @@ def _compiled(arch: str, stage: int, config: GemmConfig, n: int, k: int, experts
     return fn
 
 
-def with_activation(config: GemmConfig, activation: str) -> GemmConfig:
+def with_activation(
+    config: GemmConfig, activation: str, n: int | None = None, k: int | None = None
+) -> GemmConfig:
     """``config`` with a fused gated ``activation``, changed as little as the option needs: the
-    direct store, tokens as rows (no ``swap_ab``) and a tile width that is a multiple of 64."""
+    direct store, tokens as rows (no ``swap_ab``), a tile width that is a multiple of 64. Given
+    ``n`` (and ``k``), also what the shape needs: on sm_100a a thread stores its run of outputs
+    whole, so where ``n / 2`` does not split into whole runs the epilogue takes 16 columns a
+    step (runs of 8 outputs)."""
     tile_n = config.tile_n if config.tile_n % 64 == 0 else max(64, config.tile_n // 64 * 64)
     changes = dict(activation=activation, epilogue="direct_store", swap_ab=False, tile_n=tile_n)
     if config.swap_ab and config.tile_m < 64:
         changes["shift_a_box"] = True  # keep short A boxes inside A, as the swapped tile did
-    return config.with_(**changes, ring_depth=None).resolved()
+    adapted = config.with_(**changes, ring_depth=None).resolved()
+    if n is None or config.arch != "sm_100a":
+        return adapted
+    for candidate in (adapted, adapted.with_(epi_tile_n=16)):
+        try:
+            autotune.stage_for(candidate, n, k)
+        except ValueError:
+            continue
+        return candidate
+    return adapted  # the caller's can_implement says why it cannot run
 
 
 def grouped_gemm(
@@ -240,12 +254,12 @@ def grouped_gemm(
     if stage is None and config is None:
         stage, config = autotune.pick_config(arch, n, k, experts, rows, autotune.gpu_name(A.device))
         if activation is not None:
-            config = with_activation(config, activation)
+            config = with_activation(config, activation, n, k)
             stage = autotune.stage_for(config, n, k)
     elif stage is None:
         stage = autotune.stage_for(config.resolved(), n, k)
     if config is None and activation is not None:
-        config = with_activation(default_config(arch, stage), activation)
+        config = with_activation(default_config(arch, stage), activation, n, k)
     config = (config or default_config(arch, stage)).resolved()
     problems = can_implement(arch, stage, config, n, k)
     if problems:

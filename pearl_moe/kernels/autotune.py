@@ -5,15 +5,17 @@ CUDA graph: the architecture, the GPU (its name, for the table), ``n``, ``k``, t
 ``rows = A.shape[0]``, i.e. the *average* rows per expert ``rows / experts`` (the per-expert counts
 live on the device; reading them would need a copy).
 
-Two sources, in order (:func:`pick`):
+Three sources, in order (:func:`pick`):
 
 1. **A measured table per GPU**, ``pearl_moe/tuning/<GPU>.json``, written by
    ``python -m pearl_moe tune`` on that GPU. Entries are keyed by ``(n, k, experts, bucket)``, where
    the bucket is ``round(log2(rows / experts))`` (:func:`rows_bucket`: 1/4, 1/2, 1, 2, 4 ... rows per
-   expert, one bucket per octave). A call whose bucket was not measured takes the entry of the
-   nearest measured bucket of the same ``(n, k, experts)`` up to two octaves away. An entry whose
+   expert, one bucket per octave), and keep every candidate's time beside the winner. An entry whose
    stage is missing here or whose configuration the kernel refuses is skipped.
-2. **A heuristic** (:func:`heuristic`) for shapes the table does not cover, from the H200
+2. **A vote of the nearest measured shapes** (:func:`neighbours`, :func:`vote`) for a shape or
+   bucket the table does not hold: the table's nearest entries in (rows per expert, n, k, experts)
+   score every candidate they timed, and the best score wins.
+3. **A heuristic** (:func:`heuristic`) where nothing measured is near, from the H200
    measurements in ``shared/reference/facts.md``: at most one row per expert, 64 x 256 tiles
    (few active experts: fewer, wider tiles stream the weights with fewer tile prologues); up to 64
    rows per expert, 64 x 128 tiles (half the padded A bytes of a 128-row tile); above, the course's
@@ -432,20 +434,26 @@ def _from_neighbours(arch, n, k, experts, rows, gpu) -> Choice | None:
     )
 
 
-def leave_one_layer_out(table: dict) -> list[dict]:
-    """How the vote does on shapes it has not seen, judged with the table's own measurements.
+def entry_model(entry: dict) -> str:
+    """The model an entry was measured on, from ``measured_at`` ("GLM 5.3 16 tokens (EP8, ...)")."""
+    where = entry.get("measured_at") or ""
+    head = where.rsplit(" tokens", 1)[0]
+    return head.rsplit(" ", 1)[0] if " " in head else head
 
-    For every entry: hide every entry of its layer (same ``n``, ``k``, experts), let the rest
-    vote (:func:`neighbours`, :func:`vote`), and look the winner up among the times the hidden
-    entry measured. ``regret`` is that time over the entry's fastest (1.0: the vote found the
-    best; None: the vote chose a candidate this entry did not time). The heuristic's regret is
-    given the same way, where its pick was timed. Runs on a CPU: no GPU, no kernel."""
+
+def leave_one_model_out(table: dict) -> list[dict]:
+    """How the vote does on models it has not seen, judged with the table's own measurements.
+
+    For every entry: hide every entry of its model (all its layers: the held-out sets hide whole
+    models too), let the rest vote (:func:`neighbours`, :func:`vote`), and look the winner up
+    among the times the hidden entry measured. ``regret`` is that time over the entry's fastest
+    (1.0: the vote found the best; None: the vote chose a candidate this entry did not time). The
+    heuristic's regret is given the same way, where its pick was timed. Runs on a CPU."""
     rows = []
     for entry in table["entries"]:
-        layer = (entry["n"], entry["k"], entry["experts"])
-        rest = {**table, "entries": [e for e in table["entries"]
-                                      if (e["n"], e["k"], e["experts"]) != layer]}  # fmt: skip
-        n, k, experts = layer
+        model = entry_model(entry)
+        rest = {**table, "entries": [e for e in table["entries"] if entry_model(e) != model]}
+        n, k, experts = entry["n"], entry["k"], entry["experts"]
         rpe = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
         rows_ = max(1, round(rpe * experts))
         near = neighbours(rest, n, k, experts, rows_)
@@ -456,7 +464,8 @@ def leave_one_layer_out(table: dict) -> list[dict]:
         h = f"s{guess.stage} {guess.config.describe()}"
         rows.append(
             {
-                "layer": layer,
+                "model": model,
+                "layer": (n, k, experts),
                 "rows_per_expert": rpe,
                 "measured_at": entry.get("measured_at"),
                 "best": f"s{entry['stage']} {entry.get('label', '')}",
@@ -470,21 +479,27 @@ def leave_one_layer_out(table: dict) -> list[dict]:
     return rows
 
 
+#: Most memoized picks kept (the vote depends on the exact row count; prefill calls vary it).
+MAX_PICKS = 4096
+
+
 def pick(arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None) -> Choice:
     """The stage and configuration for this call, from the GPU's table: its entry for this very
     shape and rows-per-expert bucket, else the vote of the nearest measured shapes
-    (:func:`vote`); without a table (or a vote), :func:`heuristic`. Memoized per
-    (arch, gpu, n, k, experts, bucket): after the first call it is a dict lookup."""
+    (:func:`vote`); without a table (or a vote), :func:`heuristic`. A pure function of its
+    arguments, memoized per (arch, gpu, n, k, experts, rows): after the first call it is a dict
+    lookup (the vote reads the exact rows per expert, so the key is not the bucket)."""
     gpu = gpu or default_gpu_name(arch)
-    bucket = rows_bucket(rows, experts)
-    key = (arch, gpu, n, k, experts, bucket)
+    key = (arch, gpu, n, k, experts, rows)
     choice = _PICKS.get(key)
     if choice is None:
         choice = (
-            _from_table(arch, n, k, experts, bucket, gpu)
+            _from_table(arch, n, k, experts, rows_bucket(rows, experts), gpu)
             or _from_neighbours(arch, n, k, experts, rows, gpu)
             or heuristic(arch, n, k, experts, rows)
         )
+        if len(_PICKS) >= MAX_PICKS:
+            _PICKS.clear()
         _PICKS[key] = choice
     return choice
 

@@ -154,10 +154,11 @@ def _direct_store_problems(config: GemmConfig) -> list[str]:
     run = epi_n // 2 if halved else epi_n
     vec = config.direct_store_bits // (8 * config.dtype_bytes)
     if config.activation is not None:
-        if run % 16:
+        if run % 16 or run > 64:
             problems.append(
                 f"the fused activation pairs 8 gate and 8 up columns inside one thread's run of "
-                f"{run} columns (epi_tile_n={epi_n}): the run must be a multiple of 16"
+                f"{run} columns (epi_tile_n={epi_n}): the run must be a multiple of 16, and more "
+                f"than 64 fp32 per step would not stay in registers"
             )
         return problems
     if run % vec or run > 64:
@@ -169,11 +170,17 @@ def _direct_store_problems(config: GemmConfig) -> list[str]:
     return problems
 
 
-def fused_store_elems(config: GemmConfig) -> int:
-    """bf16 outputs per store of the fused activation's epilogue: half a thread's run of columns,
-    at most one store of ``direct_store_bits``."""
+def fused_run_outputs(config: GemmConfig) -> int:
+    """Outputs a thread stores per epilogue step with the fused activation: half its run of
+    accumulator columns (``epi_tile_n``, or half of it with 16-lane loads or 2 x 2 warps)."""
     run = config.epi_tile_n // 2 if config.cta_tile_m == 64 else config.epi_tile_n
-    return min(run // 2, config.direct_store_bits // (8 * config.dtype_bytes))
+    return run // 2
+
+
+def fused_store_elems(config: GemmConfig) -> int:
+    """bf16 outputs per store of the fused activation's epilogue: a thread's run of outputs, at
+    most one store of ``direct_store_bits``."""
+    return min(fused_run_outputs(config), config.direct_store_bits // (8 * config.dtype_bytes))
 
 
 def resolve_for_stage(config: GemmConfig, stage: int) -> GemmConfig:
@@ -217,11 +224,13 @@ def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
             f"n={n} and k={k} must be positive multiples of 8 (16-byte TMA row strides)"
         )
     elif config.activation is not None:
-        if n % 16 or (n // 2) % fused_store_elems(config):
+        outputs = fused_run_outputs(config)
+        if n % 16 or (n // 2) % outputs:
             problems.append(
-                f"n={n}: the fused activation needs 8-row gate and up blocks (n % 16 == 0) and "
-                f"output rows of n / 2 that start aligned for its {fused_store_elems(config)}-"
-                f"element stores"
+                f"n={n}: the fused activation needs 8-row gate and up blocks (n % 16 == 0), and "
+                f"a thread stores its run of {outputs} outputs whole (guarded by its first "
+                f"column), so n / 2 must be a multiple of {outputs} (epi_tile_n="
+                f"{config.epi_tile_n}; a smaller epi_tile_n makes shorter runs)"
             )
     elif config.epilogue == "direct_store" and n % (config.direct_store_bits // 16):
         problems.append(

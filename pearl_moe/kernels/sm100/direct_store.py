@@ -70,12 +70,13 @@ class DirectStoreEpilogue:
         """
         n = cute.size(mC, mode=[1])
         offset = cutlass.Int64(row0) * n + n_tile * self.out_tile_n
+        align = self.config.direct_store_bits // 8
+        if cutlass.const_expr(self.activation is not None):
+            align = fused_store_elems(self.config) * 2  # what can_implement guarantees for n / 2
         base = cute.make_ptr(
-            self.c_dtype,
-            (mC.iterator + offset).toint(),
-            cute.AddressSpace.gmem,
-            assumed_align=self.config.direct_store_bits // 8,
-        )
+            self.c_dtype, (mC.iterator + offset).toint(), cute.AddressSpace.gmem,
+            assumed_align=align,
+        )  # fmt: skip
         # (bM, bN): row-major with the output's row pitch
         return cute.make_tensor(base, cute.make_layout(self.mma_tiler_mnk[:2], stride=(n, 1)))
 
@@ -179,7 +180,12 @@ class DirectStoreEpilogue:
 
         ``gC`` is the tile's output at its first output column, row pitch ``n / 2`` (a
         ``(bM, bN)`` view: only its base and pitch are used here); ``col_limit`` counts output
-        columns. A run is stored whole or not at all (``n / 2`` is a multiple of the store)."""
+        columns. A run is stored whole or not at all: ``can_implement`` asks ``n / 2`` to be a
+        multiple of the run's outputs, so a run that starts inside the row ends inside it.
+
+        Assumed, as the unfused 256-bit store's partition implies: register ``i`` of the run is
+        column ``c0 + i`` (32x32b loads; 16x32bx2 for 64-row tiles; the 2 x 2 fold at a multiple
+        of 16)."""
         run = cute.size(tTR_rAcc)
         row, col = tTR_cC[0]  # tile coordinates of this thread's first register
         rF = cute.make_rmem_tensor(cute.make_layout(run // 2), self.acc_dtype)
