@@ -29,6 +29,7 @@ from .plots import (
     plot_calibration,
     plot_latency_panels,
     plot_latency_vs_tokens,
+    plot_layer_bytes,
     plot_occupancy_maps,
     plot_pct_of_floor,
     plot_roofline,
@@ -161,6 +162,25 @@ def b200_stage_projection(out_dir: Path) -> list[Path]:
     return _save(plot_stage_projection(data, floors, note=note), out_dir, "b200_stage_projection")
 
 
+def moe_layer_bytes(out_dir: Path) -> list[Path]:
+    """Byte model (no measurement): the passes of GLM 5.3's MoE layer on one GPU (EP=8) over the
+    layer's floor (both weight sets of the active experts, x and the output), unfused and with the
+    activation fused into the gate+up epilogue, from decode to prefill."""
+    from .bench.layer import LayerProblem
+
+    cases, floors = {}, {}
+    for tokens in (1, 64, 256, 1024, 4096):
+        p = LayerProblem("GLM 5.3", tokens)
+        label = f"{tokens} tok"
+        cases[label] = {
+            "unfused": p.step_bytes(),
+            "activation fused": p.step_bytes(fused_activation=True),
+        }
+        floors[label] = p.bytes_moved()
+    title = "GLM 5.3 MoE layer, EP=8: HBM bytes per pass over the floor (modeled)"
+    return _save(plot_layer_bytes(cases, floors, title), out_dir, "moe_layer_bytes")
+
+
 COURSE_FIGURES: dict[str, FigureFn] = {
     "occupancy_glm_decode": occupancy_glm_decode,
     "sm_utilization_vs_tokens": sm_utilization_vs_tokens,
@@ -169,6 +189,7 @@ COURSE_FIGURES: dict[str, FigureFn] = {
     "roofline_moe": roofline_moe,
     "model_calibration_h200": model_calibration_h200,
     "b200_stage_projection": b200_stage_projection,
+    "moe_layer_bytes": moe_layer_bytes,
 }
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "same_tiles",
     "plot_stage_occupancy",
     "plot_ablation_step",
+    "plot_layer_bytes",
 ]
 
 #: Okabe & Ito's palette, distinguishable under the common colour-vision deficiencies.
@@ -1190,4 +1191,49 @@ def plot_ablation_step(step: Mapping | None):
             f"of the per-round ratios)\n{step['source']}",
             fontsize=8,
         )
+    return fig
+
+
+def plot_layer_bytes(
+    cases: Mapping[str, Mapping[str, Mapping[str, float]]],
+    floors: Mapping[str, float],
+    title: str = "",
+    ax: Axes | None = None,
+) -> Figure:
+    """HBM bytes of an MoE layer's passes, stacked per case and variant, over the layer's floor.
+
+    ``cases`` maps a case label (e.g. "64 tok") to ``{variant: {step: bytes}}`` (e.g. "unfused",
+    "fused activation"); ``floors`` gives each case's floor in bytes (what a fully fused layer
+    moves at least). Each bar is a variant, its segments the steps in order; the dashed line at 1
+    is the floor. A model of bytes, not a measurement: the title says so.
+    """
+    labels = list(cases)
+    variants = list(dict.fromkeys(v for case in cases.values() for v in case))
+    steps = list(dict.fromkeys(s for case in cases.values() for v in case.values() for s in v))
+    colors = {step: OKABE_ITO[i % len(OKABE_ITO)] for i, step in enumerate(steps)}
+    width = 0.8 / max(1, len(variants))
+    with style():
+        fig, ax = _axes(ax, (8.0, 3.4))
+        for vi, variant in enumerate(variants):
+            x = np.arange(len(labels)) + (vi - (len(variants) - 1) / 2) * width
+            bottom = np.zeros(len(labels))
+            for step in steps:
+                values = np.array(
+                    [cases[c].get(variant, {}).get(step, 0.0) / floors[c] for c in labels]
+                )
+                ax.bar(x, values, width * 0.9, bottom=bottom, color=colors[step],
+                       hatch="//" if vi else "", edgecolor="white", linewidth=0.5,
+                       label=step if vi == 0 else None)  # fmt: skip
+                bottom += values
+            for xi, top in zip(x, bottom, strict=True):
+                ax.text(xi, top, f"{top:.2f}", ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+        ax.set_xticks(np.arange(len(labels)), labels)
+        ax.set_ylabel("bytes / the layer's floor")
+        handles, names = ax.get_legend_handles_labels()
+        handles += [Patch(facecolor="white", edgecolor="grey", hatch="//" if i else "")
+                    for i in range(len(variants))]  # fmt: skip
+        names += [f"bar {i + 1}: {v}" for i, v in enumerate(variants)]
+        ax.legend(handles, names, ncols=2, loc="upper left")
+        ax.set_title(title or "HBM bytes per pass (modeled: every tensor once per pass)")
     return fig
