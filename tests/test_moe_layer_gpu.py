@@ -85,3 +85,20 @@ def test_the_forward_needs_no_host_sync_and_replays_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, forward())
+
+
+def test_the_layer_bench_checks_and_times_every_implementation():
+    """The layer benchmark end to end on one small problem: every implementation passes the check
+    against the float32 layer and is timed in interleaved rounds, outputs checked after."""
+    from pearl_moe.bench.layer import LayerProblem, check_layer, layer_impl, time_layers
+
+    problem = LayerProblem("Qwen3-30B-A3B", 16)
+    impls = {n: layer_impl(n) for n in ("pearl", "pearl-fused", "torch", "quack")}
+    checks = check_layer(impls, problem)
+    for name in ("pearl", "pearl-fused", "torch"):
+        assert checks[name][0] is True, (name, checks[name])
+    good = {n: impls[n] for n, (ok, _, _) in checks.items() if ok}
+    timed = time_layers(good, problem, rounds=2, reps=2)
+    for name, (timing, _) in timed.items():
+        assert not isinstance(timing, Exception), (name, timing)
+        assert timing.outputs_ok and timing.median_s > 0, (name, timing.outputs_message)

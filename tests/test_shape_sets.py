@@ -88,3 +88,45 @@ def test_every_held_out_shape_is_served_by_the_vote_not_the_heuristic():
         n, k, experts = case.shape()
         choice = autotune.pick("sm_90a", n, k, experts, case.problem().rows, gpu="H200")
         assert "vote of" in choice.source, (case.id, choice.source)
+
+
+def test_the_course_set_is_the_committed_compare_runs_shapes():
+    """compare_general's course part must be comparable with compare.json: the same problems."""
+    from pearl_moe.replay import load_run
+
+    run = load_run("H200", "compare")
+    assert {c.id for c in shape_sets.cases("course")} == {p["id"] for p in run["problems"]}
+
+
+def test_the_device_script_asks_for_what_the_commands_accept():
+    """scripts/general_runs.sh runs on a lent GPU with little time: its tune and bench command
+    lines must parse here first, tune must not see a held-out layer, bench must judge them all."""
+    import shlex
+    from pathlib import Path
+
+    from pearl_moe.bench import cli, tune
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "general_runs.sh"
+    commands, current = [], None
+    for line in script.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("python3 -m pearl_moe "):
+            current = line
+        elif current is not None:
+            current = current[:-1] + " " + line
+        if current is not None and not current.endswith("\\"):
+            commands.append(current)
+            current = None
+    assert len(commands) == 2
+    for command in commands:
+        words = shlex.split(command.replace("$DEADLINE_S", "470").replace("$OUT", "/tmp/x"))
+        module = {"tune": tune, "bench": cli}[words[3]]
+        args = module.parse_args(words[4:])
+        problems = module.build_problems(args)
+        if module is tune:
+            assert problems and not tune.held_out_problems(problems)
+            assert args.skip_tuned and args.set == "tuning"
+        else:
+            assert args.resume and args.kind == "compare_general"
+            assert {p.meta["model"] for p in problems} >= set(shape_sets.HELD_OUT_MODELS)
+            assert len(problems) == len(shape_sets.cases("held-out")) + 21
