@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -470,3 +471,26 @@ def test_a_run_resumed_in_parts_skips_recorded_problems_and_lists_each_part(tmp_
         cli.resume_run(path, new_run("baselines", {"gpu": "NVIDIA B200"}, CEIL), [])
     with pytest.raises(ValueError, match="'baselines' run"):
         cli.resume_run(path, new_run("compare", part_env, CEIL), [])
+
+
+def test_the_default_calls_kernels_are_precompiled_for_every_problem(monkeypatch):
+    from pearl_moe.bench import cli
+    from pearl_moe.kernels import api, autotune, compile_cache, targets
+
+    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(autotune, "gpu_name", lambda device=None: "H200")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda d=None: types.SimpleNamespace(multi_processor_count=132))  # fmt: skip
+    monkeypatch.setattr(targets, "persistent_ctas", lambda arch, config, sms, device=None: sms)
+    problems = build_problems(parse_args(["--models", "glm", "--tokens", "1,64",
+                                          "--skewed-tokens", "64"]))  # fmt: skip
+    requests = cli.default_pick_requests(problems, "cpu")
+    assert len(requests) == 2  # 64 tokens skewed shares the balanced pick
+    for (arch, stage, config, n, k, experts, ctas), p in zip(requests, problems, strict=False):
+        assert (stage, config) == autotune.pick_config(arch, n, k, experts, p.rows, "H200")
+        assert (n, k, experts, ctas) == (p.n, p.k, p.experts, 132)
+    seen = []
+    monkeypatch.setattr(compile_cache, "precompile", lambda reqs, **kw: seen.extend(reqs) or [])
+    cli.precompile_default_picks(problems, ["pearl", "triton"], "cpu").join()
+    assert seen == requests
+    assert cli.precompile_default_picks(problems, ["triton"], "cpu") is None

@@ -229,3 +229,81 @@ def test_a_tuning_cut_short_continues_with_the_shapes_the_table_lacks():
     table["entries"] = [e for e in table["entries"] if e["bucket"] != 2]  # drop 16 tokens
     assert [p.meta["tokens_per_gpu"] for p in tune.untuned(problems, table)] == [16]
     assert tune.parse_args(["--skip-tuned"]).skip_tuned
+
+
+def test_compiling_ahead_runs_chunks_in_order_and_stops_at_a_deadline():
+    import threading
+
+    started, gate = [], threading.Event()
+
+    def fake_precompile(requests, jobs=None):
+        started.append(requests[0])
+        if requests[0] == "c1":
+            gate.wait(5)  # chunk 1 is slow: a waiter on it blocks until it is done
+        return [{"key": r, "ok": r != "bad", "cached": r == "old"} for r in requests]
+
+    ahead = tune.CompileAhead([["c0", "old"], ["c1", "bad"], ["c2"]], precompile=fake_precompile)
+    assert [r["key"] for r in ahead.wait(0)] == ["c0", "old"]
+    waiter = threading.Thread(target=ahead.wait, args=(1,))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # chunk 1 is still compiling
+    gate.set()
+    waiter.join(5)
+    assert not waiter.is_alive() and ahead.wait(1)[1]["ok"] is False
+    ahead.stop()
+    summary = ahead.summary()
+    assert summary["requests"] >= 4 and summary["failed"] == 1 and summary["cached"] == 1
+    # stopped before a chunk started: no compile for it, and a wait on it returns at once
+    slow = tune.CompileAhead([["a"], ["b"]], precompile=lambda r, jobs=None: [])
+    slow.stop()
+    assert slow.wait(1) in (None, [])
+
+
+def test_the_tune_command_compiles_ahead_and_continues_where_a_table_stopped(monkeypatch, tmp_path):
+    """tune's GPU path wired end to end with the GPU work faked: shapes tuned in order, each after
+    its chunk was compiled, the table written and extended, shapes already in it skipped."""
+    from pearl_moe.bench import records
+    from pearl_moe.kernels import api, autotune, compile_cache
+
+    compiled, tuned = [], []
+
+    def precompile(requests, jobs=None, progress=None, timeout=0):
+        compiled.append(len(requests))
+        return [{"key": str(r), "ok": True, "cached": False} for r in requests]
+
+    def fake_tune(problem, arch, args, device="cuda"):
+        assert compiled, "a shape was timed before any kernel was compiled"
+        tuned.append(problem.name)
+        cfg = autotune.heuristic(arch, problem.n, problem.k, problem.experts, problem.rows)
+        return {
+            "n": problem.n, "k": problem.k, "experts": problem.experts,
+            "bucket": autotune.rows_bucket(problem.rows, problem.experts),
+            "rows_per_expert": problem.rows / problem.experts, "stage": cfg.stage,
+            "config": {**cfg.config.__dict__}, "label": cfg.config.describe(),
+            "measured_at": f"{problem.meta['model']} {problem.meta['tokens_per_gpu']} tokens",
+            "candidates": {f"s{cfg.stage} {cfg.config.describe()}": 10.0},
+        }  # fmt: skip
+
+    monkeypatch.setattr(compile_cache, "precompile", precompile)
+    monkeypatch.setattr(tune, "tune_problem", fake_tune)
+    monkeypatch.setattr(tune, "_progress", lambda: cli._PlainProgress)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(autotune, "gpu_name", lambda device=None: "H200")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(multi_processor_count=132))  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(
+        records, "environment", lambda command=None: {"date": "D", "command": command}
+    )
+    out = tmp_path / "H200.json"
+    argv = ["--set", "tuning", "--tokens", "1", "--limit", "3", "--out", str(out), "--skip-tuned"]
+    assert tune.main(argv) == 0
+    first = json.loads(out.read_text())
+    assert len(first["entries"]) == len(tuned) == 14 and first["env"]["precompile"]["chunks"] == 3
+    assert first["entries"][0]["tuned_with"]["limit"] == 3
+    tuned.clear()
+    assert tune.main([*argv[:3], "1,16", *argv[4:]]) == 0  # 1 token is in the table: skipped
+    again = json.loads(out.read_text())
+    assert len(tuned) == 14 and len(again["entries"]) == 28 and again["earlier_runs"]

@@ -459,6 +459,53 @@ def resume_run(path: Path, part: dict, problems) -> tuple[dict, list]:
     return run, [p for p in problems if _problem_id(p) not in done]
 
 
+def default_pick_requests(problems, device="cuda") -> list[tuple]:
+    """The compile requests of the default call's pick for every problem (what ``pearl`` runs)."""
+    import torch
+
+    from ..kernels import autotune
+    from ..kernels.api import _arch_of
+    from ..kernels.targets import persistent_ctas
+
+    arch = _arch_of(torch.device(device))
+    gpu = autotune.gpu_name(device)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    requests = []
+    for p in problems:
+        stage, config = autotune.pick_config(arch, p.n, p.k, p.experts, p.rows, gpu)
+        ctas = persistent_ctas(arch, config, sms, torch.device(device))
+        requests.append((arch, stage, config, p.n, p.k, p.experts, ctas))
+    return list(dict.fromkeys(requests))
+
+
+def precompile_default_picks(problems, impls: list[str], device="cuda"):
+    """When ``pearl`` is among ``impls``, compile its picks for all problems into the disk cache
+    in a background thread (worker processes; returned, to ``join``), else None: the run then
+    loads each kernel in milliseconds instead of compiling it inside a problem's turn."""
+    import threading
+
+    if "pearl" not in impls:
+        return None
+    from ..kernels import compile_cache
+
+    if compile_cache.cache_root() is None:
+        return None
+    requests = default_pick_requests(problems, device)
+
+    def work():
+        try:
+            done = compile_cache.precompile(requests)
+            failed = [r for r in done if not r["ok"]]
+            print(f"precompiled the default call's {len(requests)} kernels ({len(failed)} failed)",
+                  flush=True)  # fmt: skip
+        except Exception as exc:  # the run compiles what is missing itself
+            print(f"precompiling the default call's kernels failed: {exc}"[:300], flush=True)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
 def _part_env(env: dict) -> dict:
     keep = ("date", "command", "clocks", "clocks_under_load", "elapsed_s", "skipped_problems")
     return {k: env[k] for k in keep if k in env}
@@ -522,6 +569,11 @@ def main(argv: list[str] | None = None) -> int:
     out = _resolve_out(args.out, device_name, args.kind)
     t_start = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe bench", *(argv or sys.argv[1:])]))
+    todo = problems
+    if args.resume and out.exists():
+        done = {p["id"] for p in read_run(out)["problems"]}
+        todo = [p for p in problems if _problem_id(p) not in done]
+    ahead = precompile_default_picks(todo, _csv(args.impls))  # compiles while ceilings run
     print(f"{device_name}: measuring the ceilings ...", flush=True)
     ceilings = harness.measure_ceilings()
     print(
@@ -537,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         run, problems = resume_run(out, run, problems)
         print(f"resuming {out}: {len(run['problems'])} problems done, {len(problems)} to go")
     impls = load_impls(_csv(args.impls))
+    if ahead is not None:
+        ahead.join()
     deadline = t_start + args.deadline_s if args.deadline_s is not None else None
     run_problems(run, problems, impls, ceilings, args, out, deadline, t_start)
     run["env"]["clocks_under_load"].append(load_clocks("after the last problem"))

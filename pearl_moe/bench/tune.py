@@ -9,8 +9,9 @@ table that :func:`pearl_moe.kernels.autotune.pick` reads.
     python -m pearl_moe tune --precompile-only --arch sm_90a --sms 132   # on a CPU, no GPU
 
 For every (model, tokens) shape: the pruned candidates of :func:`autotune.candidates` (about 10-16;
-fewer while course stages 4-7 are missing), all compiled first in parallel worker processes into
-the disk cache (:func:`pearl_moe.kernels.compile_cache.precompile`; compiling needs no GPU), then
+fewer while course stages 4-7 are missing), compiled in parallel worker processes into the disk
+cache (:func:`pearl_moe.kernels.compile_cache.precompile`; compiling needs no GPU) a few shapes
+ahead of their timing (:class:`CompileAhead`: the CPU compiles while the GPU times), then
 checked against the float32 reference and timed together in interleaved rounds of CUDA-graph
 replays (:func:`pearl_moe.bench.harness.time_interleaved`). The fastest correct candidate by median
 becomes the entry for ``(n, k, experts, rows-per-expert bucket)``; every candidate's time is kept
@@ -494,10 +495,72 @@ def new_table(gpu: str, arch: str, sms: int, env: dict) -> dict:
     }
 
 
+#: Shapes whose candidates are compiled together ahead of their timing (:class:`CompileAhead`).
+COMPILE_CHUNK = 6
+
+
+class CompileAhead:
+    """Compile the candidates of the shapes to tune in chunks, in order, in a background thread
+    (each chunk in worker processes, :func:`pearl_moe.kernels.compile_cache.precompile`), so the
+    GPU times one chunk's shapes while the CPU compiles the next ones. ``wait(i)`` blocks until
+    chunk ``i`` is in the disk cache; ``stop()`` starts no further chunk (a deadline came)."""
+
+    def __init__(self, chunks: list[list[tuple]], jobs: int | None = None, precompile=None):
+        import threading
+
+        from ..kernels import compile_cache
+
+        self._precompile = precompile or compile_cache.precompile
+        self._chunks = chunks
+        self._done = [threading.Event() for _ in chunks]
+        self._results: list = [None] * len(chunks)
+        self._seconds = [0.0] * len(chunks)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(jobs,), daemon=True)
+        self._thread.start()
+
+    def _run(self, jobs) -> None:
+        for i, requests in enumerate(self._chunks):
+            if self._stopped.is_set():
+                break
+            t0 = time.monotonic()
+            try:
+                self._results[i] = self._precompile(requests, jobs=jobs)
+            except Exception as exc:  # reported per chunk; the tuner's checks then fail clearly
+                self._results[i] = exc
+            self._seconds[i] = time.monotonic() - t0
+            self._done[i].set()
+        for event in self._done:  # release any waiter on a chunk that will not come
+            event.set()
+
+    def wait(self, i: int):
+        self._done[i].wait()
+        return self._results[i]
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        done = [r for r in self._results if isinstance(r, list)]
+        flat = [x for r in done for x in r]
+        return {
+            "chunks": len(self._chunks), "chunks_compiled": len(done),
+            "requests": len(flat), "cached": sum(1 for x in flat if x.get("cached")),
+            "compiled": sum(1 for x in flat if x["ok"] and not x.get("cached")),
+            "failed": sum(1 for x in flat if not x["ok"]),
+            "errors": [str(r)[:300] for r in self._results if isinstance(r, Exception)],
+            "seconds": round(sum(self._seconds), 1),
+            "how": f"in chunks of {COMPILE_CHUNK} shapes, ahead of their timing",
+        }  # fmt: skip
+
+
 def run_tuning(
-    problems, arch, gpu, sms, args, out: Path, env: dict, deadline=None, tqdm=None, device="cuda"
-):
-    """Tune every problem, rewriting the table at ``out`` after each; returns the table."""
+    problems, arch, gpu, sms, args, out: Path, env: dict, deadline=None, tqdm=None, device="cuda",
+    ready=None,
+):  # fmt: skip
+    """Tune every problem, rewriting the table at ``out`` after each; returns the table.
+    ``ready(i)``, when given, is called before problem ``i`` is tuned (its kernels compiled)."""
     import torch
 
     from ..kernels.autotune import TABLE_SCHEMA
@@ -516,7 +579,7 @@ def run_tuning(
             ]
     bar = tqdm(total=len(problems), desc="tune", unit="shape") if tqdm else None
     skipped = []
-    for problem in problems:
+    for i, problem in enumerate(problems):
         if deadline is not None and time.monotonic() > deadline:
             skipped.append(problem.name)
             if bar:
@@ -524,6 +587,8 @@ def run_tuning(
             continue
         if bar:
             bar.set_postfix_str(problem.name[:40])
+        if ready is not None:
+            ready(i)
         try:
             entry = tune_problem(problem, arch, args, device)
         except Exception as exc:
@@ -623,17 +688,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{held - len(problems)} of {held} shapes are in {out} already; tuning the rest")
     t_start = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe tune", *(argv or sys.argv[1:])]))
-    info = precompile_with_progress(
-        compile_requests(problems, arch, sms, args.limit, device=torch.device("cuda")),
+    chunks = [problems[i : i + COMPILE_CHUNK] for i in range(0, len(problems), COMPILE_CHUNK)]
+    ahead = CompileAhead(
+        [compile_requests(c, arch, sms, args.limit, device=torch.device("cuda")) for c in chunks],
         args.jobs,
-        tqdm,
     )
-    env["precompile"] = {k: v for k, v in info.items() if k != "failed"}
-    env["precompile"]["failed"] = len(info["failed"])
-    print(f"compiled {info['compiled']}, cached {info['cached']}, failed {len(info['failed'])} "
-          f"in {info['seconds']} s", flush=True)  # fmt: skip
     deadline = t_start + args.deadline_s if args.deadline_s is not None else None
-    table = run_tuning(problems, arch, gpu, sms, args, out, env, deadline, tqdm)
+    try:
+        table = run_tuning(
+            problems, arch, gpu, sms, args, out, env, deadline, tqdm,
+            ready=lambda i: ahead.wait(i // COMPILE_CHUNK),
+        )  # fmt: skip
+    finally:
+        ahead.stop()
+    table["env"]["precompile"] = ahead.summary()
     table["env"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
     _write_table(out, table)
     print(format_table(table))
