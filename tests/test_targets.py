@@ -84,7 +84,9 @@ def test_grouped_gemm_launches_the_clusters_that_fit(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(
-        api, "validate", lambda A, W, o, out, check: (10, 64, 64, 2, [5, 10] if check else None)
+        api,
+        "validate",
+        lambda A, W, o, out, check, activation=None: (10, 64, 64, 2, [5, 10] if check else None),
     )
     monkeypatch.setattr(api, "_arch_of", lambda device: "sm_100a")
     monkeypatch.setattr(
