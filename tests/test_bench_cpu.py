@@ -494,3 +494,59 @@ def test_the_default_calls_kernels_are_precompiled_for_every_problem(monkeypatch
     cli.precompile_default_picks(problems, ["pearl", "triton"], "cpu").join()
     assert seen == requests
     assert cli.precompile_default_picks(problems, ["triton"], "cpu") is None
+
+
+def test_the_bench_command_over_shape_sets_in_parts(monkeypatch, tmp_path, capsys):
+    """bench --set ... --resume wired end to end with the GPU work faked: a first part cut by its
+    deadline, a second part that does the rest, one file, a comparison per shape set."""
+    import itertools
+
+    from pearl_moe.bench import cli, records
+
+    clock = itertools.count()
+    monkeypatch.setattr(cli.time, "monotonic", lambda: float(next(clock)))  # 1 s per call
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(records, "environment",
+                        lambda command=None: {"gpu": "NVIDIA H200", "date": "D", "command": command})  # fmt: skip
+    monkeypatch.setattr(harness, "measure_ceilings", lambda: dict(CEIL))
+    monkeypatch.setattr(cli, "load_clocks", lambda when: {"when": when})
+    monkeypatch.setattr(cli, "precompile_default_picks", lambda problems, impls: None)
+    monkeypatch.setattr(cli, "load_impls", lambda names: {n: object() for n in names})
+
+    def fake_bench(impls, problem, ceilings, args, device="cuda"):
+        floor = problem.floor_seconds(ceilings["read_bytes_per_s"], ceilings["bf16_flops_per_s"])
+        out = []
+        for name, factor in (("pearl", 1.1), ("triton", 1.2)):
+            t = factor * floor * 1e6
+            out.append({
+                "problem": problem_id(problem), "impl": name, "status": "ok", "config": {},
+                "time": {"median_us": t, "min_us": t, "max_us": t,
+                         "round_median_us": [t] * 5},
+                "metrics": harness.metrics(problem, t * 1e-6, ceilings),
+                "correctness": {"ok": True, "max_abs_err": 0.0, "torch_bf16_max_abs_err": 0.0},
+            })  # fmt: skip
+        return out
+
+    monkeypatch.setattr(cli, "bench_problem", fake_bench)
+    out = tmp_path / "compare_general.json"
+    argv = ["--set", "held-out,course", "--tokens", "1", "--impls", "pearl,triton",
+            "--kind", "compare_general", "--compare", "--resume", "--out", str(out)]  # fmt: skip
+    assert cli.main([*argv, "--deadline-s", "12"]) == 0
+    first = read_run(out)
+    assert 0 < len(first["problems"]) < 21 and first["env"]["skipped_problems"]
+    assert cli.main(argv) == 0
+    run = read_run(out)
+    expected = len(build_problems(parse_args(argv)))
+    assert len(run["problems"]) == len({p["id"] for p in run["problems"]}) == expected
+    assert [len(part["problems"]) for part in run["env"]["parts"]] == [
+        len(first["problems"]),
+        expected - len(first["problems"]),
+    ]
+    by_set = run["compare"]["by_set"]
+    assert set(by_set) == {"held-out", "course"}
+    assert by_set["held-out"]["geomean_ratio"] == pytest.approx(
+        1.1 / 1.2, rel=1e-4
+    )  # 5 digits kept
+    assert "held-out:" in capsys.readouterr().out

@@ -112,3 +112,45 @@ def test_step_bytes_count_each_pass_and_what_fusing_the_activation_removes():
     weights = p.active_experts * 3 * h * i * 2
     assert plain["gate+up GEMM"] + plain["down GEMM"] > weights  # both weight sets, and more
     assert sum(fused.values()) > p.bytes_moved()  # a fully fused layer moves less still
+
+
+def test_the_layer_command_writes_a_valid_run(monkeypatch, tmp_path):
+    """layer's GPU path wired end to end with the GPU work faked: checks, timings and a run file
+    that validates, with a failing implementation recorded as such."""
+    import json
+
+    from pearl_moe.bench import harness, records
+    from pearl_moe.bench.harness import Timing
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(records, "environment", lambda command=None: {"date": "D"})
+    monkeypatch.setattr(harness, "measure_ceilings",
+                        lambda: {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14})  # fmt: skip
+
+    def fake_check(impls, problem, device="cuda", seed=1):
+        return {n: ((False, "incorrect: wrong", 0.5) if n == "torch" else (True, "ok", 1e-3))
+                for n in impls}  # fmt: skip
+
+    def fake_time(impls, problem, rounds=6, reps=5, **kw):
+        out = {}
+        for n in impls:
+            t = Timing.from_rounds([[1e-4]] * rounds, 10, 1)
+            t.outputs_ok = True
+            out[n] = (t, {"impl": n})
+        return out
+
+    monkeypatch.setattr(layer, "check_layer", fake_check)
+    monkeypatch.setattr(layer, "time_layers", fake_time)
+    out = tmp_path / "moe_layer.json"
+    argv = ["--models", "glm,kimi", "--tokens", "1,64", "--skewed-tokens", "64",
+            "--impls", "pearl,pearl-fused,torch", "--out", str(out)]  # fmt: skip
+    assert layer.main(argv) == 0
+    run = layer.validate_layer_run(json.loads(out.read_text()))
+    assert len(run["problems"]) == 6 and set(run["impls"]) == {"pearl", "pearl-fused", "torch"}
+    status = {(r["problem"], r["impl"]): r["status"] for r in run["records"]}
+    assert status[("GLM 5.3|layer|64|EP8|skewed", "torch")] == "incorrect"
+    assert status[("Kimi K3|layer|1|EP8|balanced", "pearl-fused")] == "ok"
+    ok = [r for r in run["records"] if r["status"] == "ok"]
+    assert all(r["metrics"]["pct_of_floor"] > 0 for r in ok)
