@@ -12,10 +12,11 @@ share no layer:
   the 21 shapes of ``results/<GPU>/compare.json`` (six token counts, and 64 tokens skewed).
 
 Each model is split under the expert-parallel degrees of :data:`LAYOUTS` (EP=8 for many experts,
-EP=1 where there are at most 16, so one GPU holds 8-128 experts), with the gate+up and the down
+EP=1 where there are at most 16, and EP=1 for a few large ones too, so one GPU holds 8-256
+experts), with the gate+up and the down
 projection, at the token counts of each set. The two public sets span similar ranges (tuning:
 ``n`` 1.5k-28.7k, ``k`` 0.8k-14.3k, top-k 2-8; held-out: ``n`` 2.0k-32.8k, ``k`` 1.4k-16.4k,
-top-k 1-8; both 8-128 local experts), so a held-out layer has tuned neighbours within about an
+top-k 1-8; both 8-256 local experts), so a held-out layer has tuned neighbours within about an
 octave in each dimension (a test checks it) without being any of them. The tuner never sees a
 held-out model: ``tune`` refuses its layers for the package's table under any EP degree.
 """
@@ -60,10 +61,10 @@ HELD_OUT_MODELS = (
     "Qwen2-57B-A14B",
     "DeepSeek-V2-Lite",
 )
-#: Expert-parallel degree(s) each public model is split under: (EP, ...) giving 8-128 local experts.
+#: Expert-parallel degree(s) each public model is split under: (EP, ...) giving 8-256 local experts.
 LAYOUTS = {
     "Qwen3-30B-A3B": (8, 1),
-    "DeepSeek-V3": (8,),
+    "DeepSeek-V3": (8, 1),
     "Mixtral-8x7B": (1,),
     "gpt-oss-120b": (8,),
     "OLMoE-1B-7B": (1,),
@@ -72,7 +73,7 @@ LAYOUTS = {
     "Mixtral-8x22B": (1,),
     "GLM-4.5-Air": (8,),
     "Phi-3.5-MoE": (1,),
-    "MiniMax-M2": (8,),
+    "MiniMax-M2": (8, 1),
     "Llama-4-Scout": (1,),
     "Qwen2-57B-A14B": (8,),
     "DeepSeek-V2-Lite": (1,),
@@ -80,7 +81,7 @@ LAYOUTS = {
 TUNING_TOKENS = (1, 16, 64, 256, 1024, 4096)
 #: The held-out token counts of the gate+up layers: the decode sizes where a fixed cost shows
 #: (1, 16), prefill (4096), and 512, a count no table entry was measured at; the down layers are
-#: judged at 16 and 4096 (54 held-out shapes, about two device calls beside the course's 21).
+#: judged at 16 and 4096 (60 held-out shapes, about two device calls beside the course's 21).
 HELD_OUT_TOKENS = (1, 16, 512, 4096)
 HELD_OUT_DOWN_TOKENS = (16, 4096)
 PROJECTIONS = ("gate_up", "down")
