@@ -9,11 +9,13 @@ Weights are in the ``nn.Linear`` layout of a grouped GEMM: ``w_gate_up`` ``(expe
 intermediate, hidden)`` with the gate rows first and the up rows after them (``[gate; up]``, the
 common fused layout), ``w_down`` ``(experts, hidden, intermediate)``.
 
-The steps, each a pass over HBM today (fusing them into the GEMMs is the next stage of the course):
+The steps (each after the first a pass over HBM):
 
 1. routing metadata on the device (:mod:`pearl_moe.moe.routing`): no host sync;
 2. ``A = x[token_of_row]``: the routed rows, sorted by expert (a gather copy);
-3. ``h = grouped_gemm(A, w_gate_up)``, then ``a = act(gate) * up`` in float32, stored in bf16;
+3. ``h = grouped_gemm(A, w_gate_up)``, then ``a = act(gate) * up`` in float32, stored in bf16; with
+   ``gate_up_layout="interleaved"`` and the pearl backend, one step: the gate+up kernel's
+   epilogue computes and stores ``a`` (:func:`pearl_moe.kernels.interleave_gate_up`);
 4. ``y = grouped_gemm(a, w_down)``;
 5. the combine: every token sums its ``top_k`` rows of ``y`` times their router weights, in float32
    and in the order of its choices, read through ``row_of_slot``: the same inputs give the same
