@@ -201,7 +201,10 @@ def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
     ]  # fmt: skip
     assert tune.held_out_problems(problems) == [p.name for p in problems]
     tuning = tune.build_problems(tune.parse_args(["--set", "tuning", "--tokens", "16"]))
-    assert len(tuning) == 14 and not tune.held_out_problems(tuning)
+    from pearl_moe import shape_sets
+
+    layers = len(shape_sets.cases("tuning", tokens=(16,)))  # one shape per layer
+    assert len(tuning) == layers and not tune.held_out_problems(tuning)
     with pytest.raises(SystemExit):
         tune.parse_args(["--set", "held-out"])
     # writing the package's own table from a held-out layer is refused before any GPU work
@@ -301,9 +304,14 @@ def test_the_tune_command_compiles_ahead_and_continues_where_a_table_stopped(mon
     argv = ["--set", "tuning", "--tokens", "1", "--limit", "3", "--out", str(out), "--skip-tuned"]
     assert tune.main(argv) == 0
     first = json.loads(out.read_text())
-    assert len(first["entries"]) == len(tuned) == 14 and first["env"]["precompile"]["chunks"] == 3
+    from pearl_moe import shape_sets
+
+    layers = len(shape_sets.cases("tuning", tokens=(1,)))
+    chunks = -(-layers // tune.COMPILE_CHUNK)
+    assert len(first["entries"]) == len(tuned) == layers
+    assert first["env"]["precompile"]["chunks"] == chunks
     assert first["entries"][0]["tuned_with"]["limit"] == 3
     tuned.clear()
     assert tune.main([*argv[:3], "1,16", *argv[4:]]) == 0  # 1 token is in the table: skipped
     again = json.loads(out.read_text())
-    assert len(tuned) == 14 and len(again["entries"]) == 28 and again["earlier_runs"]
+    assert len(tuned) == layers and len(again["entries"]) == 2 * layers and again["earlier_runs"]
