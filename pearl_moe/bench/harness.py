@@ -60,6 +60,7 @@ __all__ = [
     "sets_for",
     "interleaved_order",
     "capture",
+    "graph_of",
     "queue_turn",
     "time_interleaved",
     "run_rounds",
@@ -508,7 +509,19 @@ def capture(impl: Implementation, problem: GroupedProblem, inputs: list, launche
 
     def call(i):
         prepared, out = runs[i % sets]
-        return prepared.run(out if prepared.writes_out else None)
+        result = prepared.run(out if prepared.writes_out else None)
+        return out if prepared.writes_out else result
+
+    graph, outputs = graph_of(call, sets, launches, device)
+    return GraphTimer(impl.name, graph, launches, sets, inputs, outputs, config)
+
+
+def graph_of(call, sets: int, launches: int, device):
+    """``call(i)`` (the work on input set ``i % sets``, returning its output tensor) warmed up on a
+    side stream outside the graph (compiles, cuBLAS handles), then ``launches`` calls captured in
+    one CUDA graph and replayed twice. Returns ``(graph, outputs)``: ``outputs[s]`` is the
+    graph's (static) output tensor for input set ``s``."""
+    import torch
 
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -519,16 +532,14 @@ def capture(impl: Implementation, problem: GroupedProblem, inputs: list, launche
     torch.cuda.synchronize(device)
 
     graph = torch.cuda.CUDAGraph()
-    outputs: list = [None] * sets  # the graph's output tensor for each input set (static)
+    outputs: list = [None] * sets
     with torch.cuda.graph(graph):
         for i in range(launches):
-            result = call(i)
-            prepared, out = runs[i % sets]
-            outputs[i % sets] = out if prepared.writes_out else result
+            outputs[i % sets] = call(i)
     for _ in range(2):
         graph.replay()
     torch.cuda.synchronize(device)
-    return GraphTimer(impl.name, graph, launches, sets, inputs, outputs, config)
+    return graph, outputs
 
 
 def queue_turn(timer: GraphTimer, reps: int, warmup_replays: int = 1) -> list:

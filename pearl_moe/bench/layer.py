@@ -28,14 +28,15 @@ must move at least.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..kernels.verify import relative_error
 from ..workloads import MODELS, ROUTINGS, get_model, token_choices
+from .harness import tolerance_for
 from .registry import Implementation, ImplementationUnavailable, Prepared
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
 ]
 
 LAYER_SCHEMA = "pearl-moe-layer/1"
-ERR_FACTOR, ERR_FLOOR = 2.0, 1e-3
 
 
 @dataclass(frozen=True)
@@ -210,13 +210,6 @@ def reference_layer(inputs: dict):
     return out
 
 
-def _rel(out, ref) -> float:
-    import torch
-
-    diff = torch.linalg.vector_norm(out.float() - ref)
-    return (diff / torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
-
-
 # ------------------------------------------------------------------------------ impls
 def _pearl(inputs: dict) -> Prepared:
     from ..moe import moe_forward
@@ -318,7 +311,7 @@ def check_layer(impls: dict, problem: LayerProblem, device="cuda", seed: int = 1
     ref = reference_layer(inputs)
     base = torch_composition(inputs["x"], inputs["w_gate_up"], inputs["w_down"],
                              inputs["topk_ids"], inputs["topk_weights"])  # fmt: skip
-    tol = ERR_FACTOR * _rel(base, ref) + ERR_FLOOR
+    tol = tolerance_for(relative_error(base, ref))
     out = {}
     for name, impl in impls.items():
         try:
@@ -334,7 +327,7 @@ def check_layer(impls: dict, problem: LayerProblem, device="cuda", seed: int = 1
         if tuple(got.shape) != tuple(ref.shape) or not torch.isfinite(got).all():
             out[name] = (False, f"output {tuple(got.shape)} not finite or of the wrong shape", None)
             continue
-        err = _rel(got, ref)
+        err = relative_error(got, ref)
         out[name] = (err <= tol, f"rel err {err:.2e} (tolerance {tol:.2e})", err)
     return out
 
@@ -348,7 +341,7 @@ def time_layers(
     checked after the replays. ``{name: (Timing or exception, config)}``."""
     import torch
 
-    from .harness import GraphTimer, _sync, input_sets_for, run_rounds
+    from .harness import GraphTimer, _sync, graph_of, input_sets_for, run_rounds
 
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     sets = input_sets_for(problem.bytes_moved(), l2)
@@ -358,20 +351,9 @@ def time_layers(
     for name, impl in impls.items():
         try:
             runs = [impl.prepare(inp) for inp in inputs]
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                for i in range(max(3, sets)):
-                    runs[i % sets].run()
-            torch.cuda.current_stream(device).wait_stream(side)
-            torch.cuda.synchronize(device)
-            graph = torch.cuda.CUDAGraph()
-            outputs = [None] * sets
-            with torch.cuda.graph(graph):
-                for i in range(launches):
-                    outputs[i % sets] = runs[i % sets].run()
-            graph.replay()
-            torch.cuda.synchronize(device)
+            graph, outputs = graph_of(
+                lambda i, runs=runs: runs[i % sets].run(), sets, launches, device
+            )
             timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs,
                                       runs[0].config)  # fmt: skip
         except Exception as exc:
@@ -383,7 +365,7 @@ def time_layers(
     for name, timer in timers.items():
         timing = timings[name]
         bad = [s for s, (out, ref) in enumerate(zip(timer.outputs, refs, strict=True))
-               if _rel(out, ref) > 0.02]  # fmt: skip
+               if relative_error(out, ref) > 0.02]  # fmt: skip
         timing.outputs_ok = not bad
         timing.outputs_message = (f"input sets {bad} wrong after the replays" if bad else
                                   f"{sets} input set(s) checked after the timed replays")  # fmt: skip
@@ -421,14 +403,12 @@ def validate_layer_run(run: dict) -> dict:
 
 
 def write_layer_run(run: dict, path: Path) -> Path:
+    """Validate and write ``run`` in the bench's compact form (one problem or record a line)."""
+    from .records import _dumps
+
     validate_layer_run(run)
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = {k: v for k, v in run.items() if k not in ("problems", "records")}
-    text = json.dumps(head, indent=1)[:-2]
-    for key in ("problems", "records"):
-        items = ",\n  ".join(json.dumps(x, separators=(",", ":")) for x in run[key])
-        text += f',\n "{key}": [\n  {items}\n ]'
-    path.write_text(text + "\n}\n")
+    path.write_text(_dumps(run))
     return path
 
 

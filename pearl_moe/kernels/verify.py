@@ -8,7 +8,14 @@ unwritten element fails the check.
 
 from __future__ import annotations
 
-__all__ = ["reference", "torch_bf16", "compare", "random_inputs", "run_checked"]
+__all__ = [
+    "reference",
+    "torch_bf16",
+    "compare",
+    "relative_error",
+    "random_inputs",
+    "run_checked",
+]
 
 FLOOR = 5e-4
 
@@ -39,7 +46,8 @@ def torch_bf16(A, W, host_offsets):
     return out
 
 
-def _rel(x, ref):
+def relative_error(x, ref) -> float:
+    """``|x - ref| / |ref|`` in the 2-norm, over all elements (``ref`` float32)."""
     import torch
 
     return (
@@ -52,8 +60,8 @@ def compare(out, ref, torch_out) -> dict:
 
     unwritten = int(torch.isnan(out).sum().item())
     finite = bool(torch.isfinite(out).all().item())
-    err = _rel(out, ref) if finite else float("inf")
-    terr = _rel(torch_out, ref)
+    err = relative_error(out, ref) if finite else float("inf")
+    terr = relative_error(torch_out, ref)
     ok = finite and unwritten == 0 and err <= 2 * terr + FLOOR
     return dict(ok=ok, err=err, torch_err=terr, unwritten=unwritten)
 

@@ -58,25 +58,14 @@ def reference_moe(x, w_gate_up, w_down, topk_ids, topk_weights, activation: str 
     return out
 
 
-def _grouped_loop(A, W, offsets):
-    """Per-expert ``A[rows_e] @ W[e]^T`` in A's dtype (offsets read on the host)."""
-    import torch
-
-    out = torch.empty(A.shape[0], W.shape[1], dtype=A.dtype, device=A.device)
-    start = 0
-    for e, end in enumerate(offsets.tolist()):
-        if end > start:
-            out[start:end] = A[start:end] @ W[e].T
-        start = end
-    return out
-
-
 def torch_composition(x, w_gate_up, w_down, topk_ids, topk_weights, activation: str = "swiglu"):
     """The bf16 layer from torch operations, as a user writes it today: sort the routed rows by
     expert, ``index_select`` them, grouped GEMM (``torch._grouped_mm`` on a GPU that has its fast
     path, else a loop over experts), activation, grouped GEMM, and a weighted ``index_add_`` into
     the output (on a GPU its atomic adds make the sum's order, and its last bits, vary)."""
     import torch
+
+    from ..kernels.verify import torch_bf16
 
     tokens, top_k = topk_ids.shape
     flat = topk_ids.reshape(-1).long()
@@ -92,12 +81,12 @@ def torch_composition(x, w_gate_up, w_down, topk_ids, topk_weights, activation: 
     if fast:
         h = torch._grouped_mm(A, w_gate_up.transpose(-2, -1), offs=offsets)
     else:
-        h = _grouped_loop(A, w_gate_up, offsets)
+        h = torch_bf16(A, w_gate_up, offsets.tolist())
     a = gated(h, activation).to(x.dtype)
     if fast:
         y = torch._grouped_mm(a, w_down.transpose(-2, -1), offs=offsets)
     else:
-        y = _grouped_loop(a, w_down, offsets)
+        y = torch_bf16(a, w_down, offsets.tolist())
     y = y.float() * topk_weights.reshape(-1)[order].float().unsqueeze(1)
     out = torch.zeros(tokens, w_down.shape[1], dtype=torch.float32, device=x.device)
     out.index_add_(0, token, y)

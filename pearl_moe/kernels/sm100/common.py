@@ -150,8 +150,7 @@ def _direct_store_problems(config: GemmConfig) -> list[str]:
             f"powers of two)"
         )
         return problems
-    halved = config.cta_tile_m == 64  # 16-lane loads (1-CTA) or 2 x 2 warps (2-CTA)
-    run = epi_n // 2 if halved else epi_n
+    run = thread_run(config)
     vec = config.direct_store_bits // (8 * config.dtype_bytes)
     if config.activation is not None:
         if run % 16 or run > 64:
@@ -170,11 +169,16 @@ def _direct_store_problems(config: GemmConfig) -> list[str]:
     return problems
 
 
+def thread_run(config: GemmConfig) -> int:
+    """Consecutive accumulator columns of one row a thread drains per epilogue step:
+    ``epi_tile_n``, or half of it with 64 rows per CTA (16-lane loads in 1-CTA mode, 2 x 2 warps
+    in 2-CTA mode)."""
+    return config.epi_tile_n // 2 if config.cta_tile_m == 64 else config.epi_tile_n
+
+
 def fused_run_outputs(config: GemmConfig) -> int:
-    """Outputs a thread stores per epilogue step with the fused activation: half its run of
-    accumulator columns (``epi_tile_n``, or half of it with 16-lane loads or 2 x 2 warps)."""
-    run = config.epi_tile_n // 2 if config.cta_tile_m == 64 else config.epi_tile_n
-    return run // 2
+    """Outputs a thread stores per epilogue step with the fused activation: half its run."""
+    return thread_run(config) // 2
 
 
 def fused_store_elems(config: GemmConfig) -> int:
@@ -276,7 +280,7 @@ class KernelBase:
         self.direct_store = config.epilogue == "direct_store"
         self.activation = config.activation  # fused act(gate) * up in the direct store, or None
         # output columns per tile: tile_n, or tile_n / 2 with the fused activation
-        self.out_tile_n = config.tile_n // 2 if config.activation is not None else config.tile_n
+        self.out_tile_n = config.output_columns(config.tile_n)
         self.num_epi_buffers = config.epi_buffers
         self.epi_tile_mn = (config.cta_tile_m, config.epi_tile_n)
         self.num_tmem_cols = tmem_columns(config)

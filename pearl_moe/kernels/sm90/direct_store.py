@@ -92,9 +92,7 @@ class DirectStoreEpilogue:
         )
         q = (mma_tidx % 32) % 4
         n = cute.size(mC_mn, mode=[1])  # out's columns: n, or n / 2 with the activation
-        out_tile_n = (
-            self.tile_n // 2 if cutlass.const_expr(self.activation is not None) else self.tile_n
-        )
+        out_tile_n = self.config.output_columns(self.tile_n)  # tile_n / 2 with the activation
         col_tile = n_tile * out_tile_n
         base = mC_mn.iterator.toint()
         # MMA_M is 1, or 2 when one ping-pong warpgroup computes a 128-row tile (two m64 blocks)
