@@ -362,8 +362,51 @@ def m_tiles(rows_per_expert: float, tile_m: int) -> int:
     return max(1, math.ceil(rows_per_expert / tile_m))
 
 
+#: How a neighbour's time carries over when a candidate's tiles fill the SMs' waves differently
+#: here than there: times scale by the ratio of :func:`wave_cost` to this power (see :func:`vote`).
+#: Chosen by :func:`leave_one_model_out` on the H200 table (0: no correction; 0.25 and 0.5 did
+#: about as well; 1.0, time proportional to waves, did worse: a half-empty wave's SMs each pull
+#: more bandwidth).
+WAVE_EXPONENT = 0.25
+
+
+def wave_cost(n: int, experts: int, rows_per_expert: float, config: GemmConfig, sms: int = 132):
+    """SM slots a candidate's tiles occupy over the slots they use: ``waves x sms / tiles``
+    (1.0: every wave full; 96 tiles on 132 SMs: 1.375).
+
+    Balanced routing is assumed: from one row per expert on every expert is active; below it,
+    ``rows`` experts hold one row each (the picker sees only the row count). A tile is one
+    ``tile_m`` x ``tile_n`` block of one expert, as :class:`pearl_moe.kernels.scheduler.TileScheduler`
+    numbers them; one persistent CTA per SM (sm_90a)."""
+    rows = rows_per_expert * experts
+    active = experts if rows_per_expert >= 1 else max(1, min(experts, round(rows)))
+    per_active = max(1.0, rows / active)
+    tiles = active * math.ceil(per_active / config.tile_m) * math.ceil(n / config.tile_n)
+    return math.ceil(tiles / sms) * sms / tiles
+
+
+def _carry_over(config: GemmConfig, here: tuple, entry: dict, there: float, sms: int) -> float:
+    """The factor a neighbour's relative time of ``config`` is scaled by here (see :func:`vote`);
+    ``here`` is ``(n, experts or None, rows per expert)``, ``there`` the entry's rows per expert."""
+    n, experts, rows_per_expert = here
+    scale = (m_tiles(rows_per_expert, config.tile_m) / m_tiles(there, config.tile_m)) ** (
+        M_TILE_EXPONENT
+    )
+    if experts is not None:
+        here_cost = wave_cost(n, experts, rows_per_expert, config, sms)
+        there_cost = wave_cost(entry["n"], entry["experts"], there, config, sms)
+        scale *= (here_cost / there_cost) ** WAVE_EXPONENT
+    return scale
+
+
 def vote(
-    near: list[tuple[float, dict]], arch: str, n: int, k: int, rows_per_expert: float
+    near: list[tuple[float, dict]],
+    arch: str,
+    n: int,
+    k: int,
+    rows_per_expert: float,
+    experts: int | None = None,
+    sms: int = 132,
 ) -> list[tuple[float, int, GemmConfig]]:
     """Score every candidate the neighbours timed: the weighted geometric mean of its relative
     time over them (weight ``1 / (distance + 0.5)``; :data:`UNTIMED` where a neighbour did not
@@ -377,7 +420,14 @@ def vote(
     :data:`M_TILE_EXPONENT` (0.5: the second stream is partly served from L2); each neighbour's
     carried-over times are then taken relative to their fastest again. Without the
     scaling, a leave-one-layer-out test on the committed H200 table picked a 32-row tile for Kimi
-    K3 at 256 tokens (37 rows per expert) that measured 1.37x the best there."""
+    K3 at 256 tokens (37 rows per expert) that measured 1.37x the best there.
+
+    Given this shape's ``experts``, times are also scaled by how well the candidate's tiles fill
+    the SMs' waves here against there (:func:`wave_cost`, to the power :data:`WAVE_EXPONENT`):
+    a 96-column tile that gives 8 active experts 128 tiles (one nearly full wave of 132 SMs) gives
+    one active expert 171 (two waves, the second a third full). On the H200 table this took the
+    leave-one-model-out regret at under one row per expert from 1.062 to 1.016 (all entries:
+    1.042 to 1.032)."""
     runnable: dict[str, tuple[int, GemmConfig]] = {}
     for _, entry in near:
         for label in _relative_times(entry):
@@ -396,13 +446,10 @@ def vote(
     rels = []
     for d, entry in near:
         there = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
+
+        here = (n, experts, rows_per_expert)
         carried = {
-            label: rel
-            * (
-                m_tiles(rows_per_expert, runnable[label][1].tile_m)
-                / m_tiles(there, runnable[label][1].tile_m)
-            )
-            ** M_TILE_EXPONENT
+            label: rel * _carry_over(runnable[label][1], here, entry, there, sms)
             for label, rel in _relative_times(entry).items()
             if label in runnable
         }
@@ -423,7 +470,8 @@ def _from_neighbours(arch, n, k, experts, rows, gpu) -> Choice | None:
     if not table or table.get("arch") != arch or not table["entries"]:
         return None
     near = neighbours(table, n, k, experts, rows)
-    scored = vote(near, arch, n, k, rows / experts) if near else []
+    sms = table.get("sm_count", 132)
+    scored = vote(near, arch, n, k, rows / experts, experts, sms) if near else []
     if not scored:
         return None
     score, stage, config = scored[0]
@@ -457,7 +505,8 @@ def leave_one_model_out(table: dict) -> list[dict]:
         rpe = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
         rows_ = max(1, round(rpe * experts))
         near = neighbours(rest, n, k, experts, rows_)
-        scored = vote(near, table["arch"], n, k, rpe) if near else []
+        sms = table.get("sm_count", 132)
+        scored = vote(near, table["arch"], n, k, rpe, experts, sms) if near else []
         rel = _relative_times(entry)
         voted = f"s{scored[0][1]} {scored[0][2].describe()}" if scored else None
         guess = heuristic(table["arch"], n, k, experts, rows_)
