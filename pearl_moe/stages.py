@@ -454,9 +454,77 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
     return "\n".join(lines)
 
 
+def render_general_table(results_root: Path | None = None, gpu: str = "H200") -> str:
+    """The default call on shapes no one tuned: the ``compare_general`` run's held-out set by
+    tokens per GPU (geomean and worst ratio against the best baseline, who won), beside the
+    course shapes of the same run; the shapes above the tie, those the run did not reach, and
+    the shapes whose pick has changed since the run (the table or the picker changed)."""
+    from .bench.compare import by_tokens, changed_picks, compare_summary
+    from .replay import load_run
+
+    root = results_root or ROOT / "results"
+    try:
+        run = load_run(gpu, "compare_general", root)
+    except FileNotFoundError:
+        return (
+            f"_No `compare_general` run recorded for {gpu} yet "
+            "(`bash scripts/general_runs.sh compare` on the GPU)._"
+        )
+    s = compare_summary(run)
+    env = run["env"]
+    lines = [
+        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} ({str(env['date'])[:10]}), "
+        f"`results/{gpu}/compare_general.json`: the default call against "
+        + ", ".join(s["baselines"])
+        + " in one run (interleaved rounds, CUDA graphs). Ratio = default call / best baseline "
+        "(below 1: ours is faster); a shape counts as lost above "
+        f"{s['tie']:.2f}.",
+        "",
+        "| set | tokens per GPU | shapes | geomean ratio | worst (against) | above "
+        f"{s['tie']:.2f} | fastest baseline (shapes) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in ("held-out", "course"):
+        for g in by_tokens(s, name):
+            worst = g["worst"]
+            wins = ", ".join(f"{b} {c}" for b, c in g["wins"].items())
+            lines.append(
+                f"| {name} | {g['tokens']} | {g['compared']} | {g['geomean_ratio']:.3f} | "
+                f"{worst['ratio']:.3f} ({worst['problem'].split('|')[0]}, {worst['best']}) | "
+                f"{len(g['above_tie'])} | {wins} |"
+            )
+    notes = []
+    for name, g in s["by_set"].items():
+        notes.append(
+            f"{name}: {g['compared']} shapes, geomean **{g['geomean_ratio']:.3f}**, worst "
+            f"{g['worst']['ratio']:.3f} ({g['worst']['problem']}), {len(g['above_tie'])} above "
+            f"{s['tie']:.2f}"
+        )
+    lines += ["", "Over the run: " + "; ".join(notes) + "."]
+    unreached = list(s["missing"]) + list(env.get("skipped_problems") or [])
+    if unreached:
+        lines += [
+            "",
+            f"Not reached by this run ({len(unreached)}, a deadline; `--resume` continues it): "
+            + ", ".join(unreached)
+            + ".",
+        ]
+    changed = changed_picks(run)
+    if changed:
+        lines += [
+            "",
+            f"Picks changed since this run ({len(changed)}; their times above are of the "
+            "configuration the run timed): "
+            + "; ".join(f"{c['problem']}: {c['timed']} -> {c['now']}" for c in changed)
+            + ".",
+        ]
+    return "\n".join(lines)
+
+
 _BLOCKS = {
     "stages": render_stage_table,
     "compare": render_compare_table,
+    "general": render_general_table,
     "speed": render_speed_table,
 }
 

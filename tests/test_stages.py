@@ -36,6 +36,7 @@ def test_update_readme_rewrites_only_the_block(tmp_path):
     readme.write_text(
         "intro\n<!-- stages:begin -->\nstale\n<!-- stages:end -->\n"
         "<!-- compare:begin -->\n<!-- compare:end -->\n"
+        "<!-- general:begin -->\n<!-- general:end -->\n"
         "<!-- speed:begin -->\n<!-- speed:end -->\noutro\n"
     )
     assert update_readme(readme) is True

@@ -30,6 +30,8 @@ import math
 import re
 
 __all__ = [
+    "by_tokens",
+    "changed_picks",
     "paired_ratio",
     "compare_summary",
     "format_compare",
@@ -213,6 +215,53 @@ def _by_set(rows: list[dict], tie: float) -> dict:
             "worst": {"problem": worst["problem"], "ratio": worst["ratio"], "best": worst["best"]},
             "above_tie": [r["problem"] for r in ratios if r["ratio"] > tie],
         }
+    return out
+
+
+def by_tokens(summary: dict, shape_set: str) -> list[dict]:
+    """One set's shapes grouped by tokens per GPU: ``[{tokens, compared, geomean_ratio, worst,
+    above_tie, wins}]``, ``wins`` counting which baseline was fastest (so a reader sees where the
+    default loses: decode against Triton, prefill against quack)."""
+    rows = [r for r in summary["rows"] if r["set"] == shape_set and "ratio" in r]
+    out = []
+    for tokens in sorted({r["tokens"] for r in rows}):
+        group = [r for r in rows if r["tokens"] == tokens]
+        worst = max(group, key=lambda r: r["ratio"])
+        wins: dict[str, int] = {}
+        for r in group:
+            wins[r["best"]] = wins.get(r["best"], 0) + 1
+        out.append({
+            "tokens": tokens, "compared": len(group),
+            "geomean_ratio": geomean([r["ratio"] for r in group]),
+            "worst": {"problem": worst["problem"], "ratio": worst["ratio"], "best": worst["best"]},
+            "above_tie": [r["problem"] for r in group if r["ratio"] > summary["tie"]],
+            "wins": dict(sorted(wins.items(), key=lambda kv: -kv[1])),
+        })  # fmt: skip
+    return out
+
+
+def changed_picks(run: dict, ours: str = "pearl", gpu: str | None = None) -> list[dict]:
+    """Problems of ``run`` where the default call would now pick another configuration than the
+    one the run timed (the table or the picker changed since): ``[{problem, timed, now}]``. Runs
+    on a CPU (:func:`pearl_moe.kernels.autotune.pick` reads the committed table); a run whose
+    records name no configuration gives none."""
+    from ..kernels import autotune
+
+    gpu = gpu or (run.get("env", {}).get("gpu") or "H200").replace("NVIDIA ", "")
+    timed = {
+        r["problem"]: (r.get("config") or {}).get("config")
+        for r in run["records"]
+        if r["impl"] == ours and r.get("status") == "ok"
+    }
+    out = []
+    for p in run["problems"]:
+        label = timed.get(p["id"])
+        if not label or not all(key in p for key in ("n", "k", "experts", "rows")):
+            continue
+        arch = label.split()[0]
+        now = autotune.pick(arch, p["n"], p["k"], p["experts"], p["rows"], gpu).config.describe()
+        if now != label:
+            out.append({"problem": p["id"], "timed": label, "now": now})
     return out
 
 

@@ -1,0 +1,65 @@
+"""The held-out comparison as the README and notebook 09 report it: grouped by tokens per GPU,
+with the shapes whose pick changed since the run (CPU, from the committed H200 run)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from pearl_moe.bench.compare import by_tokens, changed_picks, compare_summary
+from pearl_moe.kernels import autotune
+from pearl_moe.stages import render_general_table
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "results" / "H200" / "compare_general.json"
+
+
+@pytest.fixture(scope="module")
+def run():
+    return json.loads(RUN.read_text())
+
+
+@pytest.fixture(autouse=True)
+def _package_table(monkeypatch):
+    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
+    autotune.use_table(None)
+    yield
+    autotune.use_table(None)
+
+
+def test_the_token_groups_add_up_to_each_set(run):
+    s = compare_summary(run)
+    for name, total in s["by_set"].items():
+        groups = by_tokens(s, name)
+        assert sum(g["compared"] for g in groups) == total["compared"]
+        assert sum(sum(g["wins"].values()) for g in groups) == total["compared"]
+        assert sorted(p for g in groups for p in g["above_tie"]) == sorted(total["above_tie"])
+        assert max(g["worst"]["ratio"] for g in groups) == total["worst"]["ratio"]
+
+
+def test_a_pick_that_moved_since_the_run_is_named(run):
+    edited = copy.deepcopy(run)
+    rec = next(r for r in edited["records"] if r["impl"] == "pearl" and r["status"] == "ok")
+    now = changed_picks(run)
+    assert rec["problem"] not in {c["problem"] for c in now}
+    rec["config"]["config"] = "sm_90a 64x64x64 1cta r9 tma"  # a configuration no table picks
+    moved = {c["problem"]: c for c in changed_picks(edited)}
+    assert moved[rec["problem"]]["timed"] == "sm_90a 64x64x64 1cta r9 tma"
+    for c in now:  # what is reported as "now" is what the default call picks
+        p = next(p for p in run["problems"] if p["id"] == c["problem"])
+        pick = autotune.pick("sm_90a", p["n"], p["k"], p["experts"], p["rows"], "H200")
+        assert c["now"] == pick.config.describe() != c["timed"]
+
+
+def test_the_readme_shows_the_held_out_run_beside_the_course():
+    block = render_general_table()
+    assert block in (ROOT / "README.md").read_text()
+    assert "| held-out | 1 |" in block and "| course |" in block
+    assert "results/H200/compare_general.json" in block
+
+
+def test_without_a_run_the_block_says_so(tmp_path):
+    assert "No `compare_general` run recorded" in render_general_table(results_root=tmp_path)
