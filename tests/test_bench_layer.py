@@ -154,3 +154,53 @@ def test_the_layer_command_writes_a_valid_run(monkeypatch, tmp_path):
     assert status[("Kimi K3|layer|1|EP8|balanced", "pearl-fused")] == "ok"
     ok = [r for r in run["records"] if r["status"] == "ok"]
     assert all(r["metrics"]["pct_of_floor"] > 0 for r in ok)
+
+
+def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp_path, capsys):
+    """A sticky CUDA error while one implementation's graph replays: the run keeps what it
+    measured, records the fault against that implementation and exits 3 (nothing more can run in
+    the process); an ordinary exception is only recorded for its implementation."""
+    import json
+
+    from pearl_moe.bench import harness, records
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(records, "environment", lambda command=None: {"date": "D"})
+    monkeypatch.setattr(harness, "measure_ceilings",
+                        lambda: {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14})  # fmt: skip
+    monkeypatch.setattr(layer, "check_layer",
+                        lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
+    prepared = []
+
+    class Impl:
+        def __init__(self, name):
+            self.name = name
+
+        def prepare(self, inputs):
+            prepared.append(self.name)
+            if self.name == "quack":
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            raise ValueError("not capturable")
+
+    monkeypatch.setattr(layer, "layer_impl", Impl)
+    monkeypatch.setattr(layer, "make_layer_inputs", lambda problem, device, seed: {})
+    monkeypatch.setattr(harness, "input_sets_for", lambda *a: 1)
+
+    class Props:
+        L2_cache_size = 1
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: Props)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    out = tmp_path / "moe_layer.json"
+    argv = ["--models", "glm", "--tokens", "1,64", "--skewed-tokens", "",
+            "--impls", "torch,quack", "--out", str(out)]  # fmt: skip
+    assert layer.main(argv) == 3
+    assert prepared == ["torch", "quack"]  # the second problem never started
+    run = layer.validate_layer_run(json.loads(out.read_text()))
+    (rec,) = run["records"]
+    assert rec["impl"] == "quack" and rec["status"] == "error" and "illegal" in rec["message"]
+    assert "quack" in run["env"]["stopped"] and "without quack" in capsys.readouterr().err
+    assert layer.device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not layer.device_fault(ValueError("not capturable"))

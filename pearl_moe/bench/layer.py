@@ -332,6 +332,24 @@ def check_layer(impls: dict, problem: LayerProblem, device="cuda", seed: int = 1
     return out
 
 
+class DeviceFault(RuntimeError):
+    """A kernel faulted (an illegal address, say): the CUDA context is lost for this process, so
+    the run stops, naming the implementation whose graph faulted (``impl``)."""
+
+    impl: str | None = None
+
+
+def device_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a sticky CUDA error (after which every CUDA call of the process fails),
+    as opposed to an error of one implementation the run can record and go on from."""
+    text = str(exc)
+    return (
+        "illegal memory access" in text
+        or "illegal instruction" in text
+        or ("CUDA error" in text and "unspecified launch failure" in text)
+    )
+
+
 def time_layers(
     impls: dict, problem: LayerProblem, rounds: int = 6, reps: int = 5, launches: int = 10,
     device="cuda", seed: int = 100, warmup_replays: int = 1,
@@ -357,6 +375,10 @@ def time_layers(
             timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs,
                                       runs[0].config)  # fmt: skip
         except Exception as exc:
+            if device_fault(exc):  # the context is lost: nothing after this can run
+                fault = DeviceFault(f"{name}: its CUDA graph faulted on {problem.id}: {exc}")
+                fault.impl = name
+                raise fault from exc
             results[name] = (exc, {})
             _sync(device)
     timings = run_rounds(timers, rounds, reps, warmup_replays, zlib.crc32(problem.id.encode()),
@@ -463,7 +485,16 @@ def main(argv=None) -> int:
             if not ok:
                 status = "unavailable" if ok is None else "incorrect"
                 run["records"].append(_record(problem, n, status, ceilings, message=message))
-        timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
+        try:
+            timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
+        except DeviceFault as fault:  # this process can run nothing more: keep what was measured
+            run["records"].append(_record(problem, fault.impl or "?", "error", ceilings,
+                                          message=str(fault)[:300]))  # fmt: skip
+            run["env"]["stopped"] = str(fault)[:300]
+            write_layer_run(run, out)
+            print(f"error: {fault}\nwrote {out} up to here; run again without {fault.impl} "
+                  "(--impls) to time the others", file=sys.stderr)  # fmt: skip
+            return 3
         for n, (timing, config) in timed.items():
             if isinstance(timing, Exception):
                 run["records"].append(
