@@ -204,3 +204,74 @@ def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp
     assert "quack" in run["env"]["stopped"] and "without quack" in capsys.readouterr().err
     assert layer.device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert not layer.device_fault(ValueError("not capturable"))
+
+
+def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path):
+    """--deadline-s stops between problems and --resume times only the rest, keeping the first
+    part's ceilings for every floor and listing both parts in env.parts."""
+    import json
+
+    from pearl_moe.bench import harness, records
+    from pearl_moe.bench.harness import Timing
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    reads = iter([4e12, 3e12])
+    monkeypatch.setattr(harness, "measure_ceilings",
+                        lambda: {"read_bytes_per_s": next(reads), "bf16_flops_per_s": 8e14})  # fmt: skip
+    part = iter(["first", "second"])
+    monkeypatch.setattr(records, "environment",
+                        lambda command=None: {"date": next(part), "gpu": "NVIDIA H200",
+                                              "command": command})  # fmt: skip
+    monkeypatch.setattr(layer, "check_layer",
+                        lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
+    timed = []
+
+    def fake_time(impls, problem, rounds=6, reps=5, **kw):
+        timed.append(problem.id)
+        t = Timing.from_rounds([[1e-4]] * rounds, 10, 1)
+        t.outputs_ok = True
+        return {n: (t, {"impl": n}) for n in impls}
+
+    monkeypatch.setattr(layer, "time_layers", fake_time)
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(layer.time, "monotonic", lambda: next(clock))
+    out = tmp_path / "moe_layer.json"
+    argv = ["--models", "glm", "--tokens", "1,16,64,256", "--skewed-tokens", "",
+            "--impls", "pearl", "--out", str(out)]  # fmt: skip
+    assert layer.main([*argv, "--deadline-s", "15"]) == 0
+    first = json.loads(out.read_text())
+    assert 0 < len(first["problems"]) < 4 and first["env"]["skipped_problems"]
+    assert layer.main([*argv, "--resume"]) == 0
+    run = layer.validate_layer_run(json.loads(out.read_text()))
+    assert [p["id"] for p in run["problems"]] == timed  # each problem timed once, in order
+    assert len(timed) == 4 and len(run["records"]) == 4
+    assert run["ceilings"]["read_bytes_per_s"] == 4e12  # the first part's, for every floor
+    floors = {p["floor_us"] for p in run["problems"]}
+    assert all(f > 0 for f in floors)
+    parts = run["env"]["parts"]
+    assert [p["date"] for p in parts] == ["first", "second"]
+    assert parts[1]["ceilings"]["read_bytes_per_s"] == 3e12
+    assert parts[0]["problems"] + parts[1]["problems"] == timed
+
+
+def test_the_layer_device_script_asks_for_what_the_command_accepts():
+    """scripts/layer_runs.sh runs on a lent GPU with little time: its command line must parse
+    here, resume the committed run and cover the issue's problems."""
+    import shlex
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "layer_runs.sh"
+    text = script.read_text().replace("\\\n", " ")
+    (command,) = [line.strip() for line in text.splitlines() if "-m pearl_moe layer" in line]
+    words = shlex.split(
+        command.replace('"$IMPLS"', "pearl,pearl-fused,torch,quack")
+        .replace('"$DEADLINE_S"', "470")
+        .replace('"$OUT', '"/tmp/x')
+    )
+    args = layer.parse_args(words[4:])
+    assert args.resume and args.deadline_s == 470
+    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS)
+    assert args.models == "all" and args.ep == 8
+    assert [int(t) for t in args.tokens.split(",")] == [1, 16, 64, 256, 1024, 4096]

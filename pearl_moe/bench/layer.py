@@ -447,8 +447,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--out", default=None, help="output .json (default results/<GPU>/moe_layer.json)"
     )
-    p.add_argument("--deadline-s", type=float, default=None)
+    p.add_argument("--deadline-s", type=float, default=None, help="start no problem after this")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run at --out: keep its problems and records, time the others",
+    )
     return p.parse_args(argv)
+
+
+def resume_layer_run(path: Path, run: dict) -> dict:
+    """The layer run recorded at ``path``, continued by ``run`` (this command's head: env and
+    probed ceilings). The first part's ceilings stay the run's, so every problem's floor uses the
+    same ones; ``env.parts`` lists each part (date, command, probed ceilings, problems)."""
+    import json
+
+    old = validate_layer_run(json.loads(path.read_text()))
+    if old["env"].get("gpu") != run["env"].get("gpu"):
+        raise ValueError(
+            f"--resume: {path} was measured on {old['env'].get('gpu')}, this GPU is "
+            f"{run['env'].get('gpu')}"
+        )
+    first = {"date": old["env"].get("date"), "command": old["env"].get("command"),
+             "ceilings": old["ceilings"], "problems": [p["id"] for p in old["problems"]]}  # fmt: skip
+    parts = old["env"].get("parts") or [first]
+    env = dict(run["env"])
+    env["parts"] = [*parts, {"date": env.get("date"), "command": env.get("command"),
+                             "ceilings": run["ceilings"], "problems": []}]  # fmt: skip
+    return {**run, "env": env, "ceilings": old["ceilings"], "problems": old["problems"],
+            "records": old["records"]}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -474,11 +501,19 @@ def main(argv=None) -> int:
     run = {"schema": LAYER_SCHEMA, "kind": "moe_layer", "env": env, "ceilings": ceilings,
            "method": __doc__.split("Method, as")[1].strip(), "impls": {n: LAYER_IMPLS[n][1]
            for n in impls}, "problems": [], "records": []}  # fmt: skip
+    if args.resume and out.exists():
+        run = resume_layer_run(out, run)
+        done = {p["id"] for p in run["problems"]}
+        problems = [p for p in problems if p.id not in done]
+        print(f"resuming {out}: {len(done)} problems done, {len(problems)} to go", flush=True)
+    ceilings = run["ceilings"]  # on a resumed run, the first part's: one floor for all problems
     for problem in problems:
         if args.deadline_s is not None and time.monotonic() - t0 > args.deadline_s:
             run["env"].setdefault("skipped_problems", []).append(problem.id)
             continue
         run["problems"].append(problem.entry(ceilings))
+        if run["env"].get("parts"):
+            run["env"]["parts"][-1]["problems"].append(problem.id)
         checks = check_layer(impls, problem)
         good = {n: impls[n] for n, (ok, _, _) in checks.items() if ok}
         for n, (ok, message, _) in checks.items():
