@@ -3,7 +3,13 @@
 # Each continues where the previous call stopped; repeat a step until it reports nothing left.
 #
 #   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/H200.json
+#   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024/4096-token shapes again
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
+#
+# `tune` measures the shapes the table lacks; `prefill` re-times the tuning set's prefill shapes
+# (more than 256 rows per expert) over the candidate space as it is now (24 candidates: the
+# 128 x 128 ping-pong tile joined it at prefill). `compare` first drops the problems whose default pick changed since they were timed,
+# then times them again with the problems not yet measured.
 #
 # Between calls, copy $OUT/H200.json over pearl_moe/tuning/H200.json and $OUT/compare_general.json
 # to results/H200/ (and commit them): the next call starts from the files in the working tree.
@@ -15,7 +21,13 @@ case "${1:-}" in
   tune)
     cp pearl_moe/tuning/H200.json "$OUT/H200.json"
     python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \
-      --limit 20 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
+      --limit 24 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
+      --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
+    ;;
+  prefill)
+    cp pearl_moe/tuning/H200.json "$OUT/H200.json"
+    python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
+      --limit 24 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;
   compare)
@@ -24,10 +36,10 @@ case "${1:-}" in
     fi
     python3 -m pearl_moe bench --set held-out,course \
       --impls pearl,triton,grouped_mm,quack,quack-tuned --kind compare_general --compare \
-      --resume --deadline-s "$DEADLINE_S" --out "$OUT/compare_general.json"
+      --resume --remeasure-changed --deadline-s "$DEADLINE_S" --out "$OUT/compare_general.json"
     ;;
   *)
-    echo "usage: scripts/general_runs.sh tune|compare" >&2
+    echo "usage: scripts/general_runs.sh tune|prefill|compare" >&2
     exit 2
     ;;
 esac

@@ -63,3 +63,25 @@ def test_the_readme_shows_the_held_out_run_beside_the_course():
 
 def test_without_a_run_the_block_says_so(tmp_path):
     assert "No `compare_general` run recorded" in render_general_table(results_root=tmp_path)
+
+
+def test_remeasure_changed_drops_exactly_the_problems_whose_pick_moved(run, tmp_path):
+    """bench --resume --remeasure-changed: the problems whose default pick changed since they
+    were timed leave the run (with all their records), so the next part times them again."""
+    import shutil
+
+    from pearl_moe.bench.cli import drop_changed_picks
+    from pearl_moe.replay import read_run
+
+    path = tmp_path / "compare_general.json"
+    shutil.copy(RUN, path)
+    expected = changed_picks(run)
+    dropped = drop_changed_picks(path)
+    assert dropped == expected
+    left = read_run(path)
+    gone = {c["problem"] for c in dropped}
+    assert len(left["problems"]) == len(run["problems"]) - len(gone)
+    assert not gone & {r["problem"] for r in left["records"]}
+    kept = [r for r in run["records"] if r["problem"] not in gone]
+    assert len(left["records"]) == len(kept)
+    assert drop_changed_picks(path) == []  # nothing moved since: nothing more to drop

@@ -117,7 +117,7 @@ def test_the_device_script_asks_for_what_the_commands_accept():
         if current is not None and not current.endswith("\\"):
             commands.append(current)
             current = None
-    assert len(commands) == 2
+    assert len(commands) == 3
     for command in commands:
         words = shlex.split(command.replace("$DEADLINE_S", "470").replace("$OUT", "/tmp/x"))
         module = {"tune": tune, "bench": cli}[words[3]]
@@ -125,8 +125,27 @@ def test_the_device_script_asks_for_what_the_commands_accept():
         problems = module.build_problems(args)
         if module is tune:
             assert problems and not tune.held_out_problems(problems)
-            assert args.skip_tuned and args.set == "tuning"
+            assert args.set == "tuning"
+            from pearl_moe.kernels import autotune
+
+            if args.skip_tuned:  # the tuning set's first pass
+                assert len(problems) == len(shape_sets.cases("tuning"))
+                continue
+            # the prefill pass: the limit keeps each shape's committed winner and the 128 x 128
+            # ping-pong tile in the candidates (it must not lose what the first pass found)
+            assert {p.meta["tokens_per_gpu"] for p in problems} <= {1024, 4096}
+            assert all(p.rows / p.experts > autotune.PREFILL_ROWS for p in problems)
+            assert len(problems) == 14  # the tuning set's prefill shapes
+            table = autotune.load_table("H200")
+            for p in problems:
+                timed = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, args.limit)
+                labels = {f"s{st} {c.describe()}" for st, c in timed}
+                bucket = autotune.rows_bucket(p.rows, p.experts)
+                entry = autotune._from_table("sm_90a", p.n, p.k, p.experts, bucket, "H200")
+                assert entry is not None and f"s{entry.stage} {entry.config.describe()}" in labels
+                assert any("128x128x64" in lb and "pingpong" in lb for lb in labels), p.name
+            assert table is not None
         else:
-            assert args.resume and args.kind == "compare_general"
+            assert args.resume and args.remeasure_changed and args.kind == "compare_general"
             assert {p.meta["model"] for p in problems} >= set(shape_sets.HELD_OUT_MODELS)
             assert len(problems) == len(shape_sets.cases("held-out")) + 21

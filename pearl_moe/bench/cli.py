@@ -126,12 +126,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "not fit in one sitting); each part's command, clocks and ceilings go to env.parts",
     )
     p.add_argument(
+        "--remeasure-changed",
+        action="store_true",
+        help="with --resume: first drop the problems whose default pick changed since they were "
+        "timed (the table or the picker changed), so this part times them again with every "
+        "implementation; env.parts lists them",
+    )
+    p.add_argument(
         "--deadline-s",
         type=float,
         default=None,
         help="start no new problem after this many seconds (what finished is kept)",
     )
     return apply_kind_defaults(p.parse_args(argv))
+
+
+def drop_changed_picks(path: Path) -> list[dict]:
+    """Remove from the run at ``path`` every problem (and its records) whose default pick has
+    changed since it was timed (:func:`pearl_moe.bench.compare.changed_picks`); returns them.
+    Each problem's ratios are paired inside the part that times it, so re-timing a problem in a
+    later part keeps the run's comparison sound."""
+    from .compare import changed_picks
+    from .records import read_run, write_run
+
+    run = read_run(path)
+    changed = changed_picks(run)
+    gone = {c["problem"] for c in changed}
+    if gone:
+        run["problems"] = [p for p in run["problems"] if p["id"] not in gone]
+        run["records"] = [r for r in run["records"] if r["problem"] not in gone]
+        write_run(run, path)
+    return changed
 
 
 #: What ``--kind ablation`` runs unless told otherwise: every course stage from 3 on, 3 models x 4
@@ -570,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe bench", *(argv or sys.argv[1:])]))
     todo = problems
+    redone = []
+    if args.resume and args.remeasure_changed and out.exists():
+        redone = drop_changed_picks(out)
+        print(f"{len(redone)} problems' picks changed since they were timed: timing them again")
     if args.resume and out.exists():
         done = {p["id"] for p in read_run(out)["problems"]}
         todo = [p for p in problems if _problem_id(p) not in done]
@@ -587,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     run["method"] = method_text(args)
     if args.resume and out.exists():
         run, problems = resume_run(out, run, problems)
+        if redone:
+            run["env"]["parts"][-1]["remeasured_changed_picks"] = redone
         print(f"resuming {out}: {len(run['problems'])} problems done, {len(problems)} to go")
     impls = load_impls(_csv(args.impls))
     if ahead is not None:

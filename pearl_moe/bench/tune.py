@@ -116,6 +116,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--deadline-s", type=float, default=None, help="start no shape after this")
     p.add_argument(
+        "--above-rows-per-expert",
+        type=float,
+        default=None,
+        metavar="R",
+        help="tune only the shapes with more than R rows per expert on average (re-time the "
+        "prefill entries after the prefill candidates changed, say)",
+    )
+    p.add_argument(
         "--cache-dir", default=None, help="kernel disk cache folder ($PEARL_MOE_KERNEL_CACHE)"
     )
     p.add_argument(
@@ -172,6 +180,9 @@ def build_problems(args) -> list:
         for proj in projections
         for t in tokens or [int(t) for t in _csv(DEFAULT_TOKENS)]
     ]
+    floor = getattr(args, "above_rows_per_expert", None)
+    if floor is not None:
+        problems = [p for p in problems if p.rows / p.experts > floor]
     return problems
 
 

@@ -572,6 +572,19 @@ OPTIONS = (
 )
 
 
+#: Rows per expert from which the candidate space counts as prefill.
+PREFILL_ROWS = 256
+
+
+def _pingpong_tile(tile_m: int, tile_n: int, per_expert: float) -> bool:
+    """Whether the :data:`OPTIONS` ping-pong variants are tried on this tile: 64-row tiles
+    always; at prefill also 128 x 128, the largest tile whose fp32 accumulator one consumer
+    warpgroup holds whole (128 registers a thread). At mid sizes the 128 x 128 ping-pong tile
+    comes from :func:`_small_tile_candidates`; on the H200 it won 4 of the tuning set's entries
+    at 256 rows per expert, the largest size it was timed at before."""
+    return tile_m == 64 or (per_expert > PREFILL_ROWS and tile_m * tile_n <= 128 * 128)
+
+
 def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
     if per_expert <= 32:  # decode: 64-row tiles first; wide tiles for few active experts
         shapes = [(64, 128), (64, 256), (64, 64), (64, 192), (128, 128)]
@@ -677,8 +690,9 @@ def candidates(
       tile at 16 rows per expert is 7/8 padding), 128-row tiles at prefill, both in between;
       ``tile_n`` 192 only where it divides ``n``; never wider than ``n``.
     * **options** in the order of the course's stages (:data:`OPTIONS`): TMA store (stage 3), direct
-      store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7; 64-row tiles here, 128 x 128
-      ping-pong tiles come from :func:`_small_tile_candidates` at mid sizes).
+      store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7; 64-row tiles, and
+      128 x 128 at prefill, :func:`_pingpong_tile`; at mid sizes 128 x 128 ping-pong tiles come
+      from :func:`_small_tile_candidates`).
       Each is tried on the most promising shapes first, so truncation at ``limit`` drops the least
       likely combinations.
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
@@ -701,8 +715,8 @@ def candidates(
     shapes = _tile_shapes(per_expert, n) if arch == "sm_90a" else [(128, 128), (128, 256)]
     for first, last in ((0, 2), (2, len(OPTIONS))):  # tma and direct everywhere, then the rest
         for tile_m, tile_n in shapes:
-            for _, fields, m64_only in OPTIONS[first:last]:
-                if m64_only and tile_m != 64:
+            for _, fields, pingpong in OPTIONS[first:last]:
+                if pingpong and not _pingpong_tile(tile_m, tile_n, per_expert):
                     continue
                 try:
                     ordered.append(base.with_(tile_m=tile_m, tile_n=tile_n, **fields))
