@@ -474,7 +474,7 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
     env = run["env"]
     lines = [
         f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} ({str(env['date'])[:10]}), "
-        f"`results/{gpu}/compare_general.json`: the default call against "
+        f"`results/{gpu}/compare_general.json.gz`: the default call against "
         + ", ".join(s["baselines"])
         + " in one run (interleaved rounds, CUDA graphs). Ratio = default call / best baseline "
         "(below 1: ours is faster); a shape counts as lost above "

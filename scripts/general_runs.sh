@@ -11,8 +11,9 @@
 # 128 x 128 ping-pong tile joined it at prefill). `compare` first drops the problems whose default pick changed since they were timed,
 # then times them again with the problems not yet measured.
 #
-# Between calls, copy $OUT/H200.json over pearl_moe/tuning/H200.json and $OUT/compare_general.json
-# to results/H200/ (and commit them): the next call starts from the files in the working tree.
+# Between calls, copy $OUT/H200.json over pearl_moe/tuning/H200.json and store $OUT/compare_general.json
+# as results/H200/compare_general.json.gz (gzip -9 -n -c ... >, it keeps the tree small) and commit
+# them: the next call starts from the files in the working tree.
 # The tuner never sees the held-out set (tune refuses it for the package's table).
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
@@ -31,8 +32,8 @@ case "${1:-}" in
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;
   compare)
-    if [ -f results/H200/compare_general.json ]; then
-      cp results/H200/compare_general.json "$OUT/compare_general.json"
+    if [ -f results/H200/compare_general.json.gz ]; then
+      gzip -dc results/H200/compare_general.json.gz > "$OUT/compare_general.json"
     fi
     python3 -m pearl_moe bench --set held-out,course \
       --impls pearl,triton,grouped_mm,quack,quack-tuned --kind compare_general --compare \
