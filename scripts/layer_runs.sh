@@ -5,16 +5,17 @@
 #
 #   bash .device/run.sh bash scripts/layer_runs.sh        # -> $OUT/moe_layer.json
 #
-# Each call continues from results/H200/moe_layer.json in the working tree (--resume): between
-# calls copy $OUT/moe_layer.json there and commit it; repeat until it reports nothing left.
+# Each call continues from results/H200/moe_layer.json.gz in the working tree (--resume): between
+# calls store $OUT/moe_layer.json there (gzip -9 -n -c $OUT/moe_layer.json > ...) and commit it;
+# repeat until it reports nothing left.
 # Exit status 3: a kernel faulted (the run names the implementation and keeps what it measured);
 # rerun with IMPLS set to the others.
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 DEADLINE_S=${DEADLINE_S:-470}
 IMPLS=${IMPLS:-pearl,pearl-fused,torch,quack}
-if [ -f results/H200/moe_layer.json ]; then
-  cp results/H200/moe_layer.json "$OUT/moe_layer.json"
+if [ -f results/H200/moe_layer.json.gz ]; then
+  gzip -dc results/H200/moe_layer.json.gz > "$OUT/moe_layer.json"
 fi
 python3 -m pearl_moe layer --impls "$IMPLS" --resume \
   --deadline-s "$DEADLINE_S" --out "$OUT/moe_layer.json"

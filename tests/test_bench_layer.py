@@ -275,3 +275,18 @@ def test_the_layer_device_script_asks_for_what_the_command_accepts():
     assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS)
     assert args.models == "all" and args.ep == 8
     assert [int(t) for t in args.tokens.split(",")] == [1, 16, 64, 256, 1024, 4096]
+
+
+def test_the_committed_layer_run_is_read_gzipped_or_plain(tmp_path):
+    import gzip
+
+    assert layer.load_layer_run("H200", root=tmp_path) is None
+    run = {"schema": layer.LAYER_SCHEMA, "env": {}, "ceilings": {}, "problems": [{"id": "p"}],
+           "records": [{"problem": "p", "impl": "torch", "status": "error"}]}  # fmt: skip
+    (tmp_path / "H200").mkdir()
+    layer.write_layer_run(run, tmp_path / "H200" / "moe_layer.json")
+    assert layer.load_layer_run("H200", root=tmp_path) == run
+    text = (tmp_path / "H200" / "moe_layer.json").read_bytes()
+    (tmp_path / "H200" / "moe_layer.json.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "H200" / "moe_layer.json").unlink()
+    assert layer.load_layer_run("H200", root=tmp_path) == run

@@ -424,6 +424,22 @@ def validate_layer_run(run: dict) -> dict:
     return run
 
 
+def load_layer_run(gpu: str = "H200", root: Path | None = None) -> dict | None:
+    """The committed layer run ``results/<gpu>/moe_layer.json.gz`` (or ``.json``), validated;
+    None when there is none yet."""
+    import gzip
+    import json
+
+    from ..replay import RESULTS_DIR
+
+    base = (Path(root) if root is not None else RESULTS_DIR) / gpu / "moe_layer.json"
+    for path, read in ((base.with_suffix(".json.gz"), gzip.open), (base, open)):
+        if path.exists():
+            with read(path, "rt") as f:
+                return validate_layer_run(json.load(f))
+    return None
+
+
 def write_layer_run(run: dict, path: Path) -> Path:
     """Validate and write ``run`` in the bench's compact form (one problem or record a line)."""
     from .records import _dumps
