@@ -10,12 +10,22 @@
 # repeat until it reports nothing left.
 # Exit status 3: a kernel faulted (the run names the implementation and keeps what it measured);
 # rerun with IMPLS set to the others.
+#
+#   bash .device_sonic/run.sh bash scripts/layer_runs.sh sonic   # SonicMoE, its own run and
+#                                                                # environment (carry .device_sonic,
+#                                                                # built by scripts/sonic_bundle.sh)
+#                                                                # -> $OUT/moe_layer_sonic.json
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 DEADLINE_S=${DEADLINE_S:-470}
+NAME=moe_layer
 IMPLS=${IMPLS:-pearl,pearl-fused,torch,quack}
-if [ -f results/H200/moe_layer.json.gz ]; then
-  gzip -dc results/H200/moe_layer.json.gz > "$OUT/moe_layer.json"
+if [ "${1:-}" = sonic ]; then
+  NAME=moe_layer_sonic
+  IMPLS=sonic
+fi
+if [ -f "results/H200/$NAME.json.gz" ]; then
+  gzip -dc "results/H200/$NAME.json.gz" > "$OUT/$NAME.json"
 fi
 python3 -m pearl_moe layer --impls "$IMPLS" --resume \
-  --deadline-s "$DEADLINE_S" --out "$OUT/moe_layer.json"
+  --deadline-s "$DEADLINE_S" --out "$OUT/$NAME.json"

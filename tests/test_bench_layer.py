@@ -54,12 +54,14 @@ def test_layer_problems_count_both_weight_sets_of_the_active_experts():
 def test_the_check_passes_the_layer_and_fails_a_wrong_combine():
     problem = layer.LayerProblem(SMALL.name, 12, ep=1, routing="skewed")
     impls = {"good": _impl("good"), "broken": _impl("broken", broken=True),
-             "quack": layer.layer_impl("quack")}  # fmt: skip
+             "quack": layer.layer_impl("quack"), "sonic": layer.layer_impl("sonic")}  # fmt: skip
     checks = layer.check_layer(impls, problem, device="cpu")
     assert checks["good"][0] is True and checks["broken"][0] is False
     assert checks["quack"][0] is None and checks["quack"][1].startswith("unavailable")
+    # SonicMoE is not importable in this environment: it says where it runs
+    assert checks["sonic"][0] is None and ".device_sonic/run.sh" in checks["sonic"][1]
     with pytest.raises(ValueError, match="unknown layer implementation"):
-        layer.layer_impl("sonic")
+        layer.layer_impl("sonic-moe")
 
 
 def test_layers_are_timed_in_interleaved_rounds_and_checked_after(monkeypatch):
@@ -264,15 +266,18 @@ def test_the_layer_device_script_asks_for_what_the_command_accepts():
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "layer_runs.sh"
     text = script.read_text().replace("\\\n", " ")
-    (command,) = [line.strip() for line in text.splitlines() if "-m pearl_moe layer" in line]
+    (command,) = [line.strip() for line in text.splitlines()
+                  if line.strip().startswith("python3 -m pearl_moe layer")]  # fmt: skip
     words = shlex.split(
         command.replace('"$IMPLS"', "pearl,pearl-fused,torch,quack")
         .replace('"$DEADLINE_S"', "470")
-        .replace('"$OUT', '"/tmp/x')
+        .replace('"$OUT/$NAME.json"', "/tmp/x/moe_layer.json")
     )
     args = layer.parse_args(words[4:])
     assert args.resume and args.deadline_s == 470
-    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS)
+    # every implementation but SonicMoE, which runs in its own environment (the script's sonic)
+    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS) - {"sonic"}
+    assert "IMPLS=sonic" in text and "NAME=moe_layer_sonic" in text
     assert args.models == "all" and args.ep == 8
     assert [int(t) for t in args.tokens.split(",")] == [1, 16, 64, 256, 1024, 4096]
 
@@ -290,3 +295,43 @@ def test_the_committed_layer_run_is_read_gzipped_or_plain(tmp_path):
     (tmp_path / "H200" / "moe_layer.json.gz").write_bytes(gzip.compress(text))
     (tmp_path / "H200" / "moe_layer.json").unlink()
     assert layer.load_layer_run("H200", root=tmp_path) == run
+
+
+def test_sonic_gets_its_documented_layout_and_routing(monkeypatch):
+    """The SonicMoE implementation's plumbing, against a stand-in that computes what SonicMoE's
+    ``moe_general_routing_inputs`` documents: w1 as a (2I, H, E) view whose rows interleave gate
+    and up one by one, w2 as (H, I, E), one router score, token and expert per (token, choice),
+    tokens ascending. The layer check then passes on the CPU (SonicMoE itself runs on a GPU)."""
+    import sys
+    import types
+
+    import torch.nn.functional as F
+
+    def moe_general_routing_inputs(x, scores, token, expert, w1, b1, w2, b2, E, stream_id,
+                                   activation_type, is_inference_mode_enabled=False,
+                                   concat_layout=False):  # fmt: skip
+        assert not concat_layout and w1.shape[-1] == w2.shape[-1] == E and b1 is b2 is None
+        assert bool((token[1:] >= token[:-1]).all()) and scores.dtype == torch.float32
+        out = torch.zeros(x.shape[0], w2.shape[0], dtype=torch.float32)
+        for pair in range(token.numel()):
+            t, e = int(token[pair]), int(expert[pair])
+            h = x[t].float() @ w1[:, :, e].float().T
+            a = (F.silu(h[0::2]) * h[1::2]).bfloat16().float()
+            out[t] += scores[pair] * (a @ w2[:, :, e].float().T)
+        return out.bfloat16(), None
+
+    fake = types.ModuleType("sonicmoe")
+    fake.__version__ = "stand-in"
+    functional = types.ModuleType("sonicmoe.functional")
+    functional.moe_general_routing_inputs = moe_general_routing_inputs
+    enums = types.ModuleType("sonicmoe.enums")
+    enums.ActivationType = types.SimpleNamespace(SWIGLU="swiglu")
+    for name, module in (("sonicmoe", fake), ("sonicmoe.functional", functional),
+                         ("sonicmoe.enums", enums)):  # fmt: skip
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda *a: types.SimpleNamespace(cuda_stream=0)
+    )
+    problem = layer.LayerProblem(SMALL.name, 12, ep=1, routing="skewed")
+    checks = layer.check_layer({"sonic": layer.layer_impl("sonic")}, problem, device="cpu")
+    assert checks["sonic"][0] is True, checks["sonic"]

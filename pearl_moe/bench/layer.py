@@ -280,6 +280,52 @@ def _quack(inputs: dict) -> Prepared:
     )
 
 
+def _sonic(inputs: dict) -> Prepared:
+    """SonicMoE's forward from given top-k choices (``moe_general_routing_inputs``: its routing
+    metadata, its gated up projection gathering ``x`` rows, its down projection with the weighted
+    combine). It needs its own environment (it pins CuTe DSL 4.4.2; ours is 4.8.1), so it runs in
+    a process of its own: ``bash .device_sonic/run.sh python3 -m pearl_moe layer --impls sonic``
+    (:file:`scripts/sonic_bundle.sh` builds that folder), and its times compare with the other
+    implementations' across runs only."""
+    try:
+        import sonicmoe
+        from sonicmoe.enums import ActivationType
+        from sonicmoe.functional import moe_general_routing_inputs
+    except ImportError as exc:
+        raise ImplementationUnavailable(
+            f"sonic-moe is not importable here ({exc}); it runs in its own environment: "
+            "bash .device_sonic/run.sh python3 -m pearl_moe layer --impls sonic"
+        ) from None
+    import torch
+
+    w = inputs["w_gate_up"]
+    experts, two_i, hidden = w.shape
+    half = two_i // 2
+    # SonicMoE's default layout interleaves gate and up rows one by one: converted once, as a
+    # checkpoint loader would (not timed), like pearl-fused's blocks of 8
+    w1 = torch.stack((w[:, :half], w[:, half:]), dim=2).reshape(experts, two_i, hidden)
+    w1 = w1.permute(1, 2, 0)  # (2I, H, E): SonicMoE's view of the expert weights
+    w2 = inputs["w_down"].permute(1, 2, 0)  # (H, I, E)
+    ids, weights = inputs["topk_ids"], inputs["topk_weights"]
+    tokens, top_k = ids.shape
+    # the token of every (token, choice) pair, ascending: a function of the shape alone
+    token_of_pair = torch.arange(tokens, device=ids.device).repeat_interleave(top_k).int()
+
+    def run():
+        out, _ = moe_general_routing_inputs(
+            inputs["x"], weights.reshape(-1).float(), token_of_pair, ids.reshape(-1).int(),
+            w1, None, w2, None, experts, torch.cuda.current_stream().cuda_stream,
+            ActivationType.SWIGLU, is_inference_mode_enabled=True,
+        )  # fmt: skip
+        return out
+
+    return Prepared(run, {
+        "composition": "SonicMoE moe_general_routing_inputs (interleaved gate/up rows)",
+        "sonic_moe": getattr(sonicmoe, "__version__", "?"),
+        "environment": "its own: CuTe DSL 4.4.2 and quack 0.3.x (times compare across runs)",
+    })  # fmt: skip
+
+
 #: name -> (prepare(inputs) -> Prepared, what it is)
 LAYER_IMPLS = {
     "pearl": (_pearl, "moe_forward on pearl-moe's grouped GEMMs (unfused steps between them)"),
@@ -289,6 +335,7 @@ LAYER_IMPLS = {
     ),
     "torch": (_torch, "torch composition: index_select, _grouped_mm, silu*mul, index_add_"),
     "quack": (_quack, "quack gemm_gated with gathered A + varlen gemm + gather-sum (SonicMoE's)"),
+    "sonic": (_sonic, "SonicMoE itself (its own environment and run: compare across runs)"),
 }
 
 
