@@ -218,6 +218,9 @@ FUSED = {
     "s4-128x128-swiglu": (4, stage_config("sm_90a", 4).with_(activation="swiglu")),
     "s6-16x256-shiftA-swiglu": (6, stage_config("sm_90a", 6).with_(
         tile_m=16, tile_n=256, shift_a_box=True, activation="swiglu")),
+    # what the layer's fused gate+up picks at decode (an 8-row A box in the 64-row wgmma)
+    "s5-8x128-shiftA-swiglu": (5, stage_config("sm_90a", 5).with_(
+        tile_m=8, tile_n=128, shift_a_box=True, activation="swiglu")),
     "s7-pingpong-geglu": (7, stage_config("sm_90a", 7).with_(activation="geglu")),
     "s7-128x128-pingpong-swiglu": (7, stage_config("sm_90a", 7).with_(
         tile_m=128, activation="swiglu")),
