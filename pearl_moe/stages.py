@@ -472,9 +472,12 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
         )
     s = compare_summary(run)
     env = run["env"]
+    plain = root / gpu / "compare_general.json"
+    name = plain.name if plain.exists() else plain.name + ".gz"  # the file load_run read
     lines = [
-        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} ({str(env['date'])[:10]}), "
-        f"`results/{gpu}/compare_general.json.gz`: the default call against "
+        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} "
+        f"({str(env.get('date', '?'))[:10]}), "
+        f"`results/{gpu}/{name}`: the default call against "
         + ", ".join(s["baselines"])
         + " in one run (interleaved rounds, CUDA graphs). Ratio = default call / best baseline "
         "(below 1: ours is faster); a shape counts as lost above "
@@ -505,9 +508,8 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
     if unreached:
         lines += [
             "",
-            f"Not reached by this run ({len(unreached)}, a deadline; `--resume` continues it): "
-            + ", ".join(unreached)
-            + ".",
+            f"Not reached by this run ({len(unreached)}, a deadline; "
+            "`scripts/general_runs.sh compare` continues it): " + ", ".join(unreached) + ".",
         ]
     changed = changed_picks(run)
     if changed:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The H200 runs behind the shape-general default, each sized for one device call (10 minutes).
-# Each continues where the previous call stopped; repeat a step until it reports nothing left.
+# `tune` and `compare` continue where the previous call stopped; repeat them until they report
+# nothing left.
 #
 #   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/H200.json
 #   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024/4096-token shapes again
@@ -8,7 +9,8 @@
 #
 # `tune` measures the shapes the table lacks; `prefill` re-times the tuning set's prefill shapes
 # (more than 256 rows per expert) over the candidate space as it is now (24 candidates: the
-# 128 x 128 ping-pong tile joined it at prefill). `compare` first drops the problems whose default pick changed since they were timed,
+# 128 x 128 ping-pong tile joined it at prefill); it re-times all 14 each time, so give it a call
+# of its own or a deadline that lets it finish (about 3 minutes). `compare` first drops the problems whose default pick changed since they were timed,
 # then times them again with the problems not yet measured.
 #
 # Between calls, copy $OUT/H200.json over pearl_moe/tuning/H200.json and store $OUT/compare_general.json

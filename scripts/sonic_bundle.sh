@@ -15,15 +15,19 @@
 #   bash .device_sonic/run.sh bash scripts/layer_runs.sh sonic
 #   QUACK_VERSION=0.4.1 bash .device_sonic/run.sh ...          # the other quack
 #
-# The folder is git-ignored through .git/info/exclude. Versions: DSL_VERSION, QUACK_VERSIONS,
-# SONIC_VERSION.
+# sonic-moe declares torch>=2.7.1,<=2.9.1; everything is installed with --no-deps over the GPU
+# machine's torch 2.11, a combination SonicMoE does not promise (it imports there; whether it runs
+# is what the first GPU call tells). The folder is git-ignored through the repository's
+# info/exclude. Versions: DSL_VERSION, QUACK_VERSIONS, SONIC_VERSION.
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/.." && pwd))
 OUT="$ROOT/.device_sonic"
 DSL_VERSION=${DSL_VERSION:-4.4.2}
 QUACK_VERSIONS=${QUACK_VERSIONS:-"0.3.11 0.4.1"}   # first = default used by run.sh
 SONIC_VERSION=${SONIC_VERSION:-0.1.2.post1}
-grep -qx '/.device_sonic/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.device_sonic/' >> "$ROOT/.git/info/exclude"
+EXCLUDE=$(git -C "$ROOT" rev-parse --path-format=absolute --git-path info/exclude)
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qx '/.device_sonic/' "$EXCLUDE" 2>/dev/null || echo '/.device_sonic/' >> "$EXCLUDE"
 mkdir -p "$OUT"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/pearl-moe-device"   # survives a fresh work tree
 mkdir -p "$CACHE"

@@ -195,17 +195,37 @@ def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: Props)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(layer, "context_lost", lambda device: False)  # torch's error is ordinary
     out = tmp_path / "moe_layer.json"
     argv = ["--models", "glm", "--tokens", "1,64", "--skewed-tokens", "",
             "--impls", "torch,quack", "--out", str(out)]  # fmt: skip
     assert layer.main(argv) == 3
     assert prepared == ["torch", "quack"]  # the second problem never started
     run = layer.validate_layer_run(json.loads(out.read_text()))
-    (rec,) = run["records"]
-    assert rec["impl"] == "quack" and rec["status"] == "error" and "illegal" in rec["message"]
-    assert "quack" in run["env"]["stopped"] and "without quack" in capsys.readouterr().err
-    assert layer.device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    # the faulted problem stays unmeasured, so a --resume without quack times it
+    assert run["problems"] == [] and run["records"] == []
+    (fault,) = run["env"]["faults"]
+    assert fault["impl"] == "quack" and fault["problem"] == "GLM 5.3|layer|1|EP8|balanced"
+    assert "illegal" in fault["message"] and "without quack" in capsys.readouterr().err
+    # the resumed part, without the culprit, times the problem and keeps the fault on record
+    prepared.clear()
+    assert layer.main([*argv[:-4], "--impls", "torch", "--out", str(out), "--resume"]) == 0
+    run = layer.validate_layer_run(json.loads(out.read_text()))
+    assert prepared == ["torch", "torch"] and len(run["problems"]) == 2
+    assert {r["impl"] for r in run["records"]} == {"torch"}  # torch's prepare error, recorded
+    assert run["env"]["faults"] == [fault]
+
+
+def test_sticky_errors_are_told_from_ordinary_ones(monkeypatch):
+    for text in ("CUDA error: an illegal memory access was encountered",
+                 "CUDA_ERROR_ILLEGAL_ADDRESS (error code: 700)", "misaligned address",
+                 "triton: unspecified launch failure"):  # fmt: skip
+        assert layer.device_fault(RuntimeError(text))
     assert not layer.device_fault(ValueError("not capturable"))
+    assert not layer.device_fault(ValueError("not capturable"), device="cpu")
+    # an ordinary message, but the context is gone: a fault (it surfaced under another name)
+    monkeypatch.setattr(layer, "context_lost", lambda device: True)
+    assert layer.device_fault(ValueError("not capturable"), device="cuda")
 
 
 def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path):
@@ -335,3 +355,12 @@ def test_sonic_gets_its_documented_layout_and_routing(monkeypatch):
     problem = layer.LayerProblem(SMALL.name, 12, ep=1, routing="skewed")
     checks = layer.check_layer({"sonic": layer.layer_impl("sonic")}, problem, device="cpu")
     assert checks["sonic"][0] is True, checks["sonic"]
+
+    # the check can fail: a SonicMoE that read gate and up the other way round
+    def swapped(x, s, t, e, w1, *rest, **kw):
+        w1 = w1.reshape(-1, 2, *w1.shape[1:]).flip(1).reshape(w1.shape)  # up, gate, up, gate...
+        return moe_general_routing_inputs(x, s, t, e, w1, *rest, **kw)
+
+    monkeypatch.setattr(functional, "moe_general_routing_inputs", swapped)
+    checks = layer.check_layer({"sonic": layer.layer_impl("sonic")}, problem, device="cpu")
+    assert checks["sonic"][0] is False, checks["sonic"]

@@ -84,3 +84,29 @@ def test_remeasure_changed_drops_exactly_the_problems_whose_pick_moved(run, tmp_
     kept = [r for r in run["records"] if r["problem"] not in gone]
     assert len(left["records"]) == len(kept)
     assert drop_changed_picks(path) == []  # nothing moved since: nothing more to drop
+
+
+def test_remeasure_changed_touches_the_file_only_once_the_run_can_be_resumed(
+    run, tmp_path, monkeypatch, capsys
+):
+    """A run of another kind (or GPU) is refused before anything is dropped from it, and
+    --remeasure-changed without --resume is refused outright."""
+    import gzip
+
+    import torch
+
+    from pearl_moe.bench import cli, records
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(records, "environment",
+                        lambda command=None: {"gpu": "NVIDIA H200", "date": "D", "command": command})  # fmt: skip
+    path = tmp_path / "compare_general.json"
+    path.write_bytes(gzip.decompress(RUN.read_bytes()))
+    before = path.read_bytes()
+    argv = ["--set", "held-out", "--tokens", "1", "--impls", "pearl,triton", "--out", str(path)]
+    assert cli.main([*argv, "--kind", "compare_general", "--remeasure-changed"]) == 2
+    assert "give --resume too" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="is a 'compare_general' run, not 'compare'"):
+        cli.main([*argv, "--kind", "compare", "--resume", "--remeasure-changed"])
+    assert path.read_bytes() == before

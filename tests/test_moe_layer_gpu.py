@@ -21,7 +21,8 @@ from pearl_moe.moe import moe_forward, reference_moe, select_experts, torch_comp
 
 #: Qwen3-30B-A3B's expert shapes under EP=8 (16 local experts, top-8), and a top-1 layer.
 LAYERS = {"qwen3-30b-ep8": (2048, 768, 16, 8), "top1": (1024, 512, 8, 1)}
-#: The layer benchmark's implementations (``pearl_moe.bench.layer.LAYER_IMPLS``).
+#: The layer benchmark's implementations that run in this environment (SonicMoE, the fifth, runs
+#: in its own: ``scripts/layer_runs.sh sonic``).
 IMPLS = ("pearl", "pearl-fused", "torch", "quack")
 
 

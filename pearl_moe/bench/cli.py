@@ -141,6 +141,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return apply_kind_defaults(p.parse_args(argv))
 
 
+def check_resumable(run: dict, kind: str, gpu: str | None, path: Path) -> None:
+    """``ValueError`` unless the recorded ``run`` at ``path`` can be continued by this command:
+    the same kind of run, measured on the same GPU."""
+    if run["kind"] != kind:
+        raise ValueError(f"--resume: {path} is a {run['kind']!r} run, not {kind!r}")
+    if run["env"].get("gpu") != gpu:
+        raise ValueError(
+            f"--resume: {path} was measured on {run['env'].get('gpu')}, this GPU is {gpu}"
+        )
+
+
 def drop_changed_picks(path: Path) -> list[dict]:
     """Remove from the run at ``path`` every problem (and its records) whose default pick has
     changed since it was timed (:func:`pearl_moe.bench.compare.changed_picks`); returns them.
@@ -466,13 +477,7 @@ def resume_run(path: Path, part: dict, problems) -> tuple[dict, list]:
     paired within a problem, all of whose implementations one part times, so parts taken on one
     GPU compare as one run."""
     run = read_run(path)
-    if run["kind"] != part["kind"]:
-        raise ValueError(f"--resume: {path} is a {run['kind']!r} run, not {part['kind']!r}")
-    if run["env"].get("gpu") != part["env"].get("gpu"):
-        raise ValueError(
-            f"--resume: {path} was measured on {run['env'].get('gpu')}, this GPU is "
-            f"{part['env'].get('gpu')}"
-        )
+    check_resumable(run, part["kind"], part["env"].get("gpu"), path)
     parts = run["env"].get("parts") or [
         {**_part_env(run["env"]), "ceilings": dict(run["ceilings"]),
          "problems": [p["id"] for p in run["problems"]]}
@@ -596,6 +601,11 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(" ".join(["python -m pearl_moe bench", *(argv or sys.argv[1:])]))
     todo = problems
     redone = []
+    if args.remeasure_changed and not args.resume:
+        print("error: --remeasure-changed continues a run: give --resume too", file=sys.stderr)
+        return 2
+    if args.resume and out.exists():
+        check_resumable(read_run(out), args.kind, env.get("gpu"), out)  # before changing the file
     if args.resume and args.remeasure_changed and out.exists():
         redone = drop_changed_picks(out)
         print(f"{len(redone)} problems' picks changed since they were timed: timing them again")

@@ -222,7 +222,8 @@ def by_tokens(summary: dict, shape_set: str) -> list[dict]:
     """One set's shapes grouped by tokens per GPU: ``[{tokens, compared, geomean_ratio, worst,
     above_tie, wins}]``, ``wins`` counting which baseline was fastest (so a reader sees where the
     default loses: decode against Triton, prefill against quack)."""
-    rows = [r for r in summary["rows"] if r["set"] == shape_set and "ratio" in r]
+    rows = [r for r in summary["rows"]
+            if r["set"] == shape_set and "ratio" in r and r["tokens"] is not None]  # fmt: skip
     out = []
     for tokens in sorted({r["tokens"] for r in rows}):
         group = [r for r in rows if r["tokens"] == tokens]

@@ -369,6 +369,8 @@ def check_layer(impls: dict, problem: LayerProblem, device="cuda", seed: int = 1
             out[name] = (None, f"unavailable: {exc}", None)
             continue
         except Exception as exc:
+            if device_fault(exc, device):  # nothing after this can run in this process
+                raise _fault(name, problem, exc) from exc
             out[name] = (False, f"error: {type(exc).__name__}: {exc}"[:300], None)
             continue
         if tuple(got.shape) != tuple(ref.shape) or not torch.isfinite(got).all():
@@ -381,20 +383,47 @@ def check_layer(impls: dict, problem: LayerProblem, device="cuda", seed: int = 1
 
 class DeviceFault(RuntimeError):
     """A kernel faulted (an illegal address, say): the CUDA context is lost for this process, so
-    the run stops, naming the implementation whose graph faulted (``impl``)."""
+    the run stops, naming the implementation that faulted (``impl``; None when the fault came
+    while several implementations' graphs replayed in turn)."""
 
     impl: str | None = None
 
 
-def device_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` is a sticky CUDA error (after which every CUDA call of the process fails),
-    as opposed to an error of one implementation the run can record and go on from."""
+#: Words of the sticky CUDA errors, as torch ("CUDA error: an illegal memory access ..."), CuTe
+#: DSL ("CUDA_ERROR_ILLEGAL_ADDRESS") and Triton word them.
+STICKY_ERRORS = ("illegal memory access", "illegal address", "illegal instruction",
+                 "misaligned address", "unspecified launch failure", "device-side assert",
+                 "CUDA_ERROR_")  # fmt: skip
+
+
+def device_fault(exc: BaseException, device=None) -> bool:
+    """Whether ``exc`` left the CUDA context unusable (every later CUDA call of the process
+    fails), as opposed to an error of one implementation the run can record and go on from: its
+    text names a sticky error (:data:`STICKY_ERRORS`), or, given ``device``, a sync and a small
+    kernel there fail too (the fault surfaced under another name)."""
     text = str(exc)
-    return (
-        "illegal memory access" in text
-        or "illegal instruction" in text
-        or ("CUDA error" in text and "unspecified launch failure" in text)
-    )
+    if any(word in text for word in STICKY_ERRORS):
+        return True
+    return device is not None and str(device) != "cpu" and context_lost(device)
+
+
+def context_lost(device) -> bool:
+    """Whether a sync and a one-element kernel on ``device`` fail (a sticky error is pending)."""
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+    except Exception:
+        return True
+    return False
+
+
+def _fault(name: str | None, problem, exc: BaseException) -> DeviceFault:
+    where = f"{name}'s" if name else "an implementation's"
+    fault = DeviceFault(f"{where} kernels faulted on {problem.id}: {type(exc).__name__}: {exc}")
+    fault.impl = name
+    return fault
 
 
 def time_layers(
@@ -422,14 +451,17 @@ def time_layers(
             timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs,
                                       runs[0].config)  # fmt: skip
         except Exception as exc:
-            if device_fault(exc):  # the context is lost: nothing after this can run
-                fault = DeviceFault(f"{name}: its CUDA graph faulted on {problem.id}: {exc}")
-                fault.impl = name
-                raise fault from exc
+            if device_fault(exc, device):  # the context is lost: nothing after this can run
+                raise _fault(name, problem, exc) from exc
             results[name] = (exc, {})
             _sync(device)
-    timings = run_rounds(timers, rounds, reps, warmup_replays, zlib.crc32(problem.id.encode()),
-                         device)  # fmt: skip
+    try:
+        timings = run_rounds(timers, rounds, reps, warmup_replays,
+                             zlib.crc32(problem.id.encode()), device)  # fmt: skip
+    except Exception as exc:  # the graphs replay interleaved: the culprit is one of them
+        if device_fault(exc, device):
+            raise _fault(None, problem, exc) from exc
+        raise
     refs = [reference_layer(inp) for inp in inputs] if timers else []
     for name, timer in timers.items():
         timing = timings[name]
@@ -472,15 +504,16 @@ def validate_layer_run(run: dict) -> dict:
 
 
 def load_layer_run(gpu: str = "H200", root: Path | None = None) -> dict | None:
-    """The committed layer run ``results/<gpu>/moe_layer.json.gz`` (or ``.json``), validated;
-    None when there is none yet."""
+    """The layer run ``results/<gpu>/moe_layer.json`` (a run of this machine's) or else the
+    committed ``moe_layer.json.gz``, validated; None when there is neither (the order
+    :func:`pearl_moe.replay.load_run` reads bench runs in)."""
     import gzip
     import json
 
     from ..replay import RESULTS_DIR
 
     base = (Path(root) if root is not None else RESULTS_DIR) / gpu / "moe_layer.json"
-    for path, read in ((base.with_suffix(".json.gz"), gzip.open), (base, open)):
+    for path, read in ((base, open), (base.with_suffix(".json.gz"), gzip.open)):
         if path.exists():
             with read(path, "rt") as f:
                 return validate_layer_run(json.load(f))
@@ -537,6 +570,8 @@ def resume_layer_run(path: Path, run: dict) -> dict:
     env = dict(run["env"])
     env["parts"] = [*parts, {"date": env.get("date"), "command": env.get("command"),
                              "ceilings": run["ceilings"], "problems": []}]  # fmt: skip
+    if old["env"].get("faults"):  # what faulted in earlier parts stays on record
+        env["faults"] = list(old["env"]["faults"])
     return {**run, "env": env, "ceilings": old["ceilings"], "problems": old["problems"],
             "records": old["records"]}  # fmt: skip
 
@@ -586,12 +621,20 @@ def main(argv=None) -> int:
         try:
             timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
         except DeviceFault as fault:  # this process can run nothing more: keep what was measured
-            run["records"].append(_record(problem, fault.impl or "?", "error", ceilings,
-                                          message=str(fault)[:300]))  # fmt: skip
-            run["env"]["stopped"] = str(fault)[:300]
+            # the problem stays unmeasured (a --resume without the culprit times it); the fault is
+            # kept in env.faults, which resumed parts carry on
+            run["problems"] = [p for p in run["problems"] if p["id"] != problem.id]
+            run["records"] = [r for r in run["records"] if r["problem"] != problem.id]
+            if run["env"].get("parts"):
+                run["env"]["parts"][-1]["problems"].remove(problem.id)
+            run["env"].setdefault("faults", []).append(
+                {"problem": problem.id, "impl": fault.impl, "impls": sorted(impls),
+                 "message": str(fault)[:300]}
+            )  # fmt: skip
             write_layer_run(run, out)
-            print(f"error: {fault}\nwrote {out} up to here; run again without {fault.impl} "
-                  "(--impls) to time the others", file=sys.stderr)  # fmt: skip
+            culprit = fault.impl or "the implementation at fault (several graphs were replaying)"
+            print(f"error: {fault}\nwrote {out} up to here; run again with --resume without "
+                  f"{culprit} (--impls) to time the others", file=sys.stderr)  # fmt: skip
             return 3
         for n, (timing, config) in timed.items():
             if isinstance(timing, Exception):
