@@ -2,6 +2,7 @@
 
     ncu --profile-from-start off --clock-control none --metrics ... \\
         python3 scripts/ncu_kernels.py "GLM 5.3" 1024 grouped_mm pearl pearl-s7:tile_m=128+tile_n=128
+        python3 scripts/ncu_kernels.py MiniMax-M2:down:8 4096 pearl quack-tuned   # projection, EP
 
 Every implementation is prepared and run twice outside the range first (compiles, autotuners,
 workspace), so the profiled range holds only each one's forward call. ``--clock-control none``
@@ -22,10 +23,13 @@ def main(argv: list[str]) -> int:
     from pearl_moe.workloads import make_problem
 
     model, tokens, *names = argv
-    routing = "balanced"
-    if ":" in tokens:
+    routing, projection, ep = "balanced", "gate_up", 8
+    if ":" in tokens:  # 4096:skewed
         tokens, routing = tokens.split(":")
-    problem = make_problem(model, int(tokens), 8, routing, "gate_up")
+    if ":" in model:  # "MiniMax-M2:down" or "MiniMax-M2:down:1" (projection, EP degree)
+        model, projection, *rest = model.split(":")
+        ep = int(rest[0]) if rest else ep
+    problem = make_problem(model, int(tokens), ep, routing, projection)
     A, W, offsets = make_inputs(problem, "cuda", seed=0)
     out = torch.empty((A.shape[0], W.shape[1]), dtype=A.dtype, device="cuda")
     runs = []
