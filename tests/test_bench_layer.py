@@ -143,19 +143,31 @@ def test_the_layer_command_writes_a_valid_run(monkeypatch, tmp_path):
             out[n] = (t, {"impl": n})
         return out
 
+    def fake_steps(problem, rounds=6, reps=5, **kw):
+        t = Timing.from_rounds([[1e-5]] * rounds, 10, 1)
+        return {"gather": t, "combine": ValueError("not capturable")}
+
     monkeypatch.setattr(layer, "check_layer", fake_check)
     monkeypatch.setattr(layer, "time_layers", fake_time)
+    monkeypatch.setattr(layer, "time_layer_steps", fake_steps)
     out = tmp_path / "moe_layer.json"
     argv = ["--models", "glm,kimi", "--tokens", "1,64", "--skewed-tokens", "64",
-            "--impls", "pearl,pearl-fused,torch", "--out", str(out)]  # fmt: skip
+            "--impls", "pearl,pearl-fused,torch", "--steps-tokens", "64", "--out", str(out)]  # fmt: skip
     assert layer.main(argv) == 0
     run = layer.validate_layer_run(json.loads(out.read_text()))
     assert len(run["problems"]) == 6 and set(run["impls"]) == {"pearl", "pearl-fused", "torch"}
     status = {(r["problem"], r["impl"]): r["status"] for r in run["records"]}
     assert status[("GLM 5.3|layer|64|EP8|skewed", "torch")] == "incorrect"
     assert status[("Kimi K3|layer|1|EP8|balanced", "pearl-fused")] == "ok"
-    ok = [r for r in run["records"] if r["status"] == "ok"]
+    ok = [r for r in run["records"] if r["status"] == "ok" and not r["impl"].startswith("step:")]
     assert all(r["metrics"]["pct_of_floor"] > 0 for r in ok)
+    # the step breakdown: at 64 tokens with balanced routing only, no floor share (not the layer)
+    steps = {(r["problem"], r["impl"]): r for r in run["records"] if r["impl"].startswith("step:")}
+    assert set(steps) == {(f"{m}|layer|64|EP8|balanced", f"step:{s}")
+                          for m in ("GLM 5.3", "Kimi K3") for s in ("gather", "combine")}  # fmt: skip
+    gather = steps[("GLM 5.3|layer|64|EP8|balanced", "step:gather")]
+    assert gather["status"] == "ok" and "metrics" not in gather
+    assert steps[("GLM 5.3|layer|64|EP8|balanced", "step:combine")]["status"] == "error"
 
 
 def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp_path, capsys):
@@ -197,7 +209,7 @@ def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(layer, "context_lost", lambda device: False)  # torch's error is ordinary
     out = tmp_path / "moe_layer.json"
-    argv = ["--models", "glm", "--tokens", "1,64", "--skewed-tokens", "",
+    argv = ["--models", "glm", "--tokens", "1,64", "--skewed-tokens", "", "--steps-tokens", "",
             "--impls", "torch,quack", "--out", str(out)]  # fmt: skip
     assert layer.main(argv) == 3
     assert prepared == ["torch", "quack"]  # the second problem never started
@@ -261,7 +273,7 @@ def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path
     monkeypatch.setattr(layer.time, "monotonic", lambda: next(clock))
     out = tmp_path / "moe_layer.json"
     argv = ["--models", "glm", "--tokens", "1,16,64,256", "--skewed-tokens", "",
-            "--impls", "pearl", "--out", str(out)]  # fmt: skip
+            "--steps-tokens", "", "--impls", "pearl", "--out", str(out)]  # fmt: skip
     assert layer.main([*argv, "--deadline-s", "15"]) == 0
     first = json.loads(out.read_text())
     assert 0 < len(first["problems"]) < 4 and first["env"]["skipped_problems"]
@@ -364,3 +376,43 @@ def test_sonic_gets_its_documented_layout_and_routing(monkeypatch):
     monkeypatch.setattr(functional, "moe_general_routing_inputs", swapped)
     checks = layer.check_layer({"sonic": layer.layer_impl("sonic")}, problem, device="cpu")
     assert checks["sonic"][0] is False, checks["sonic"]
+
+
+def test_the_steps_chain_into_the_layer_and_are_timed_together(monkeypatch):
+    """step_calls cuts the forward at its passes: run in order, the steps give the layer's output;
+    time_layer_steps captures each in a graph of its own and times them in interleaved rounds."""
+    from pearl_moe.moe import moe_forward
+
+    problem = layer.LayerProblem(SMALL.name, 12, ep=1, routing="skewed")
+    inputs = layer.make_layer_inputs(problem, "cpu", seed=3)
+    calls = layer.step_calls(inputs, backend="loop")
+    assert list(calls) == [s for s in layer.STEPS if s != "gate+up (fused)"]  # fused: pearl only
+    whole = moe_forward(inputs["x"], inputs["w_gate_up"], inputs["w_down"], backend="loop",
+                        topk_ids=inputs["topk_ids"], topk_weights=inputs["topk_weights"])  # fmt: skip
+    assert torch.equal(calls["combine"](), whole)
+    assert calls["router"]().shape == inputs["topk_ids"].shape
+    assert calls["gate+up"]().shape == (problem.rows, 2 * problem.intermediate)
+
+    fake = FakeCuda().install(monkeypatch)
+    cost = {s: 1e-6 * (i + 1) for i, s in enumerate(layer.STEPS)}
+    real = layer.step_calls
+
+    def costed(inputs, backend="pearl"):
+        def charge(step, call):
+            def run():
+                if fake.capturing is not None:
+                    fake.capturing.cost += cost[step]
+                    fake.capturing.name = step
+                return call()
+
+            return run
+
+        return {s: charge(s, c) for s, c in real(inputs, "loop").items()}
+
+    monkeypatch.setattr(layer, "step_calls", costed)
+    timed = layer.time_layer_steps(problem, rounds=4, reps=2, launches=4, device="cpu")
+    assert list(timed) == list(calls)
+    for step, timing in timed.items():
+        assert timing.median_s == pytest.approx(cost[step]), step
+    names = [name for name, _ in fake.replays]
+    assert all(names.count(s) == names.count("router") for s in calls)  # interleaved, evenly

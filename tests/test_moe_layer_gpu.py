@@ -118,10 +118,19 @@ def test_the_layer_bench_times_each_implementation_in_its_own_process(name, tmp_
     out = tmp_path / "layer.json"
     cmd = [sys.executable, "-m", "pearl_moe", "layer", "--models", "Qwen3-30B-A3B",
            "--tokens", "16", "--skewed-tokens", "", "--impls", name, "--rounds", "2",
-           "--reps", "2", "--out", str(out)]  # fmt: skip
+           "--reps", "2", "--out", str(out),
+           # with our forward, also where its time goes: every step in a graph of its own
+           "--steps-tokens", "16" if name == "pearl" else ""]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
-    records = [r for r in json.loads(out.read_text())["records"] if r["impl"] == name]
+    run = json.loads(out.read_text())
+    records = [r for r in run["records"] if r["impl"] == name]
+    if name == "pearl":
+        from pearl_moe.bench.layer import STEPS
+
+        steps = {r["impl"]: r for r in run["records"] if r["impl"].startswith("step:")}
+        assert set(steps) == {f"step:{s}" for s in STEPS}
+        assert all(r["status"] == "ok" and r["time"]["median_us"] > 0 for r in steps.values())
     if name == "quack" and records and records[0]["status"] == "unavailable":
         pytest.skip("quack is not installed here")
     assert records and all(r["status"] == "ok" for r in records), records

@@ -14,7 +14,13 @@ output ``(tokens, hidden)`` from them (the router's own GEMM is the same for all
 * ``torch``: the composition a user writes today (:func:`pearl_moe.moe.torch_composition`);
 * ``quack``: quack's pieces composed as SonicMoE composes them: its gated GEMM reading the routed
   rows of ``x`` through an index (``A_idx``) and storing ``silu(gate) * up``, its varlen GEMM for
-  the down projection, then the weighted gather-sum (:func:`pearl_moe.moe.combine`).
+  the down projection, then the weighted gather-sum (:func:`pearl_moe.moe.combine`);
+* ``sonic``: SonicMoE itself, in its own environment and run (``scripts/layer_runs.sh sonic``).
+
+Where the time goes (``--steps-tokens``): each step of our forward (router, routing metadata,
+gather, gate+up, activation, down, combine, and the fused gate+up that replaces gate+up and
+activation) in a CUDA graph of its own on the previous step's output, all timed together in
+interleaved rounds (:func:`time_layer_steps`); recorded as implementations ``step:<name>``.
 
 Method, as for the grouped GEMMs (:mod:`pearl_moe.bench.harness`): each implementation is first
 checked on fresh random inputs against a float32 layer (within twice the torch composition's own
@@ -170,7 +176,8 @@ def layer_problems(models, tokens, routings=("balanced",), skewed_tokens=(), ep:
 # ------------------------------------------------------------------------------ inputs
 def make_layer_inputs(problem: LayerProblem, device="cuda", seed: int = 0) -> dict:
     """One input set: ``x ~ N(0, 1)``, weights ``~ N(0, 1 / fan_in)`` (bf16), the problem's
-    choices as ``topk_ids`` and softmax-normalized random router weights (float32)."""
+    choices as ``topk_ids`` and softmax-normalized random router weights (float32), and a router
+    weight ``router_w`` ``(experts, hidden)`` for the step breakdown."""
     import torch
 
     g = torch.Generator(device=device).manual_seed(seed)
@@ -182,13 +189,17 @@ def make_layer_inputs(problem: LayerProblem, device="cuda", seed: int = 0) -> di
 
     ids = torch.as_tensor(problem.choices(), device=device)
     weights = torch.softmax(torch.randn(t, k, generator=g, device=device), dim=-1)
-    return {
+    inputs = {
         "x": randn(t, h),
         "w_gate_up": randn(e, 2 * i, h, scale=h**-0.5),
         "w_down": randn(e, h, i, scale=i**-0.5),
         "topk_ids": ids,
         "topk_weights": weights,
     }
+    # the router's weight, drawn last (the tensors above stay as they were for a seed); only the
+    # step breakdown times the router (its GEMM is the same for every implementation)
+    inputs["router_w"] = randn(e, h, scale=h**-0.5)
+    return inputs
 
 
 def reference_layer(inputs: dict):
@@ -474,11 +485,98 @@ def time_layers(
     return {name: results[name] for name in impls}
 
 
+# ------------------------------------------------------------------------------ steps
+#: The steps of our forward (:func:`step_calls`), in order; ``gate+up (fused)`` stands for
+#: ``gate+up`` and ``activation`` together when the activation is fused into the epilogue.
+STEPS = ("router", "metadata", "gather", "gate+up", "activation", "down", "combine",
+         "gate+up (fused)")  # fmt: skip
+
+
+def step_calls(inputs: dict, backend: str = "pearl") -> dict:
+    """Every step of one forward on ``inputs`` as a call of its own, ``{step: call() -> tensor}``
+    in :data:`STEPS` order, each on the previous step's output (computed once, here): what
+    :func:`pearl_moe.moe.moe_forward` does, cut at its passes over memory. The router is
+    ``x @ router_w^T`` and the softmax top-k; ``gate+up (fused)`` needs the pearl backend."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..moe import combine, route_topk, select_experts
+    from ..moe.layer import grouped
+    from ..moe.reference import gated
+
+    x, ids, weights = inputs["x"], inputs["topk_ids"], inputs["topk_weights"]
+    w_up, w_down, router_w = inputs["w_gate_up"], inputs["w_down"], inputs["router_w"]
+    experts, top_k = w_up.shape[0], ids.shape[1]
+    routing = route_topk(ids, weights, experts, check=False)
+    A = x.index_select(0, routing.token_of_row)
+    h = grouped(A, w_up, routing.offsets, backend)
+    a = gated(h).to(torch.bfloat16)
+    y = grouped(a, w_down, routing.offsets, backend)
+    calls = {
+        "router": lambda: select_experts(F.linear(x, router_w), top_k)[1],
+        "metadata": lambda: route_topk(ids, weights, experts, check=False).token_of_row,
+        "gather": lambda: x.index_select(0, routing.token_of_row),
+        "gate+up": lambda: grouped(A, w_up, routing.offsets, backend),
+        "activation": lambda: gated(h).to(torch.bfloat16),
+        "down": lambda: grouped(a, w_down, routing.offsets, backend),
+        "combine": lambda: combine(y, routing),
+    }
+    if backend == "pearl":
+        from ..kernels import grouped_gemm, interleave_gate_up
+
+        w_fused = interleave_gate_up(w_up)
+        calls["gate+up (fused)"] = lambda: grouped_gemm(
+            A, w_fused, routing.offsets, check=False, activation="swiglu"
+        )
+    return calls
+
+
+def time_layer_steps(
+    problem: LayerProblem, rounds: int = 6, reps: int = 5, launches: int = 10, device="cuda",
+    seed: int = 200, backend: str = "pearl", warmup_replays: int = 1,
+) -> dict:  # fmt: skip
+    """Where the time of our forward goes: each step of :func:`step_calls` in a CUDA graph of its
+    own over as many rotating input sets as the whole layer's timing uses, all steps timed
+    together in interleaved rounds. ``{step: Timing or exception}``. A step that reads few bytes
+    (the router, the metadata) finds them in L2 across the sets, as it would inside the layer."""
+    import torch
+
+    from .harness import GraphTimer, _sync, graph_of, input_sets_for, run_rounds
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    sets = input_sets_for(problem.bytes_moved(), l2)
+    launches = max(launches, sets)
+    inputs = [make_layer_inputs(problem, device, seed + s) for s in range(sets)]
+    per_set = [step_calls(inp, backend) for inp in inputs]
+    timers, results = {}, {}
+    for step in per_set[0]:
+        try:
+            graph, outputs = graph_of(
+                lambda i, step=step: per_set[i % sets][step](), sets, launches, device
+            )
+            timers[step] = GraphTimer(step, graph, launches, sets, inputs, outputs,
+                                      {"step": step, "backend": backend})  # fmt: skip
+        except Exception as exc:
+            if device_fault(exc, device):
+                raise _fault(f"step:{step}", problem, exc) from exc
+            results[step] = exc
+            _sync(device)
+    try:
+        timings = run_rounds(timers, rounds, reps, warmup_replays,
+                             zlib.crc32(f"{problem.id} steps".encode()), device)  # fmt: skip
+    except Exception as exc:
+        if device_fault(exc, device):
+            raise _fault(None, problem, exc) from exc
+        raise
+    results.update(timings)
+    return {step: results[step] for step in per_set[0]}
+
+
 # ------------------------------------------------------------------------------ records, CLI
 def _record(problem: LayerProblem, name: str, status: str, ceilings: dict, **fields) -> dict:
     rec = {"problem": problem.id, "impl": name, "status": status, **fields}
     timing = fields.get("time")
-    if timing and ceilings:
+    if timing and ceilings and not name.startswith("step:"):  # a step is not the layer
         floor = problem.floor_seconds(ceilings["read_bytes_per_s"], ceilings["bf16_flops_per_s"])
         rec["metrics"] = {"floor_us": floor * 1e6,
                           "pct_of_floor": 100.0 * floor / (timing["median_us"] * 1e-6)}  # fmt: skip
@@ -536,6 +634,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", default="all", help="comma list of model names, or 'all'")
     p.add_argument("--tokens", default="1,16,64,256,1024,4096", help="tokens per GPU")
     p.add_argument("--skewed-tokens", default="64", help="also skewed routing at these counts")
+    p.add_argument(
+        "--steps-tokens",
+        default="1,64,4096",
+        help="at these token counts (balanced routing) also time each step of our forward "
+        "(records step:<name>); empty for none",
+    )
     p.add_argument("--ep", type=int, default=8)
     p.add_argument("--impls", default="pearl,pearl-fused,torch,quack")
     p.add_argument("--rounds", type=int, default=6)
@@ -582,6 +686,7 @@ def main(argv=None) -> int:
     ints = lambda s: [int(t) for t in s.split(",") if t.strip()]  # noqa: E731
     problems = layer_problems(models, ints(args.tokens), ("balanced",), ints(args.skewed_tokens),
                               args.ep)  # fmt: skip
+    steps_tokens = set(ints(args.steps_tokens))
     import torch
 
     if not torch.cuda.is_available():
@@ -612,14 +717,17 @@ def main(argv=None) -> int:
         run["problems"].append(problem.entry(ceilings))
         if run["env"].get("parts"):
             run["env"]["parts"][-1]["problems"].append(problem.id)
-        checks = check_layer(impls, problem)
-        good = {n: impls[n] for n, (ok, _, _) in checks.items() if ok}
-        for n, (ok, message, _) in checks.items():
-            if not ok:
-                status = "unavailable" if ok is None else "incorrect"
-                run["records"].append(_record(problem, n, status, ceilings, message=message))
         try:
+            checks = check_layer(impls, problem)
+            good = {n: impls[n] for n, (ok, _, _) in checks.items() if ok}
+            for n, (ok, message, _) in checks.items():
+                if not ok:
+                    status = "unavailable" if ok is None else "incorrect"
+                    run["records"].append(_record(problem, n, status, ceilings, message=message))
             timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
+            steps = {}
+            if problem.routing == "balanced" and problem.tokens in steps_tokens:
+                steps = time_layer_steps(problem, args.rounds, args.reps)
         except DeviceFault as fault:  # this process can run nothing more: keep what was measured
             # the problem stays unmeasured (a --resume without the culprit times it); the fault is
             # kept in env.faults, which resumed parts carry on
@@ -653,6 +761,13 @@ def main(argv=None) -> int:
                 problem, n, status, ceilings, time=timing.as_dict(), config=config,
                 correctness={"rel_err": checks[n][2], "message": checks[n][1]},
             ))  # fmt: skip
+        for step, timing in steps.items():
+            if isinstance(timing, Exception):
+                run["records"].append(_record(problem, f"step:{step}", "error", ceilings,
+                                              message=f"{type(timing).__name__}: {timing}"[:300]))  # fmt: skip
+            else:
+                run["records"].append(_record(problem, f"step:{step}", "ok", ceilings,
+                                              time=timing.as_dict(), config={"step": step}))  # fmt: skip
         torch.cuda.empty_cache()
         write_layer_run(run, out)
         print(f"{problem.name}: " + ", ".join(
