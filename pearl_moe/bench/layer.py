@@ -740,9 +740,13 @@ def main(argv=None) -> int:
                  "message": str(fault)[:300]}
             )  # fmt: skip
             write_layer_run(run, out)
-            culprit = fault.impl or "the implementation at fault (several graphs were replaying)"
-            print(f"error: {fault}\nwrote {out} up to here; run again with --resume without "
-                  f"{culprit} (--impls) to time the others", file=sys.stderr)  # fmt: skip
+            if fault.impl and fault.impl.startswith("step:"):
+                advice = "with --steps-tokens '' (no step breakdown)"
+            else:
+                culprit = fault.impl or "the implementation at fault (several graphs replayed)"
+                advice = f"without {culprit} (--impls) to time the others"
+            print(f"error: {fault}\nwrote {out} up to here; run again with --resume {advice}",
+                  file=sys.stderr)  # fmt: skip
             return 3
         for n, (timing, config) in timed.items():
             if isinstance(timing, Exception):
