@@ -437,6 +437,51 @@ def _fault(name: str | None, problem, exc: BaseException) -> DeviceFault:
     return fault
 
 
+def _layer_input_sets(problem: LayerProblem, device, seed: int) -> list[dict]:
+    """Enough input sets that cycling through them moves 4x the L2 (a problem that fits in L2 is
+    then not timed from cache), each from :func:`make_layer_inputs`."""
+    import torch
+
+    from .harness import input_sets_for
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    sets = input_sets_for(problem.bytes_moved(), l2)
+    return [make_layer_inputs(problem, device, seed + s) for s in range(sets)]
+
+
+def _time_graphs(
+    builders: dict, problem: LayerProblem, inputs: list, launches: int, rounds: int, reps: int,
+    warmup_replays: int, device, order_key: str, label=lambda name: name,
+):  # fmt: skip
+    """Capture each ``builders[name]() -> (call(i), config)`` in a CUDA graph of ``launches``
+    calls over the input sets (:func:`harness.graph_of`), then time all graphs together in
+    interleaved rounds (:func:`harness.run_rounds`, round order seeded by ``order_key``). Returns
+    ``(timers, timings, failed)``: ``failed`` holds the builders that raised an ordinary error. A
+    sticky CUDA error raises :class:`DeviceFault`, naming ``label(name)`` when one capture faulted."""
+    from .harness import GraphTimer, _sync, graph_of, run_rounds
+
+    sets = len(inputs)
+    timers, failed = {}, {}
+    for name, build in builders.items():
+        try:
+            call, config = build()
+            graph, outputs = graph_of(call, sets, launches, device)
+            timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs, config)
+        except Exception as exc:
+            if device_fault(exc, device):  # the context is lost: nothing after this can run
+                raise _fault(label(name), problem, exc) from exc
+            failed[name] = exc
+            _sync(device)
+    try:
+        timings = run_rounds(timers, rounds, reps, warmup_replays,
+                             zlib.crc32(order_key.encode()), device)  # fmt: skip
+    except Exception as exc:  # the graphs replay interleaved: the culprit is one of them
+        if device_fault(exc, device):
+            raise _fault(None, problem, exc) from exc
+        raise
+    return timers, timings, failed
+
+
 def time_layers(
     impls: dict, problem: LayerProblem, rounds: int = 6, reps: int = 5, launches: int = 10,
     device="cuda", seed: int = 100, warmup_replays: int = 1,
@@ -444,35 +489,21 @@ def time_layers(
     """Time the layer implementations together: each in its own CUDA graph over rotating input
     sets (enough to cycle 4x the L2), interleaved rounds (:func:`harness.run_rounds`), outputs
     checked after the replays. ``{name: (Timing or exception, config)}``."""
-    import torch
+    inputs = _layer_input_sets(problem, device, seed)
+    sets = len(inputs)
 
-    from .harness import GraphTimer, _sync, graph_of, input_sets_for, run_rounds
-
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    sets = input_sets_for(problem.bytes_moved(), l2)
-    launches = max(launches, sets)
-    inputs = [make_layer_inputs(problem, device, seed + s) for s in range(sets)]
-    timers, results = {}, {}
-    for name, impl in impls.items():
-        try:
+    def builder(impl):
+        def build():
             runs = [impl.prepare(inp) for inp in inputs]
-            graph, outputs = graph_of(
-                lambda i, runs=runs: runs[i % sets].run(), sets, launches, device
-            )
-            timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs,
-                                      runs[0].config)  # fmt: skip
-        except Exception as exc:
-            if device_fault(exc, device):  # the context is lost: nothing after this can run
-                raise _fault(name, problem, exc) from exc
-            results[name] = (exc, {})
-            _sync(device)
-    try:
-        timings = run_rounds(timers, rounds, reps, warmup_replays,
-                             zlib.crc32(problem.id.encode()), device)  # fmt: skip
-    except Exception as exc:  # the graphs replay interleaved: the culprit is one of them
-        if device_fault(exc, device):
-            raise _fault(None, problem, exc) from exc
-        raise
+            return (lambda i: runs[i % sets].run()), runs[0].config
+
+        return build
+
+    timers, timings, failed = _time_graphs(
+        {name: builder(impl) for name, impl in impls.items()}, problem, inputs,
+        max(launches, sets), rounds, reps, warmup_replays, device, problem.id,
+    )  # fmt: skip
+    results = {name: (exc, {}) for name, exc in failed.items()}
     refs = [reference_layer(inp) for inp in inputs] if timers else []
     for name, timer in timers.items():
         timing = timings[name]
@@ -539,36 +570,19 @@ def time_layer_steps(
     own over as many rotating input sets as the whole layer's timing uses, all steps timed
     together in interleaved rounds. ``{step: Timing or exception}``. A step that reads few bytes
     (the router, the metadata) finds them in L2 across the sets, as it would inside the layer."""
-    import torch
-
-    from .harness import GraphTimer, _sync, graph_of, input_sets_for, run_rounds
-
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    sets = input_sets_for(problem.bytes_moved(), l2)
-    launches = max(launches, sets)
-    inputs = [make_layer_inputs(problem, device, seed + s) for s in range(sets)]
+    inputs = _layer_input_sets(problem, device, seed)
+    sets = len(inputs)
     per_set = [step_calls(inp, backend) for inp in inputs]
-    timers, results = {}, {}
-    for step in per_set[0]:
-        try:
-            graph, outputs = graph_of(
-                lambda i, step=step: per_set[i % sets][step](), sets, launches, device
-            )
-            timers[step] = GraphTimer(step, graph, launches, sets, inputs, outputs,
-                                      {"step": step, "backend": backend})  # fmt: skip
-        except Exception as exc:
-            if device_fault(exc, device):
-                raise _fault(f"step:{step}", problem, exc) from exc
-            results[step] = exc
-            _sync(device)
-    try:
-        timings = run_rounds(timers, rounds, reps, warmup_replays,
-                             zlib.crc32(f"{problem.id} steps".encode()), device)  # fmt: skip
-    except Exception as exc:
-        if device_fault(exc, device):
-            raise _fault(None, problem, exc) from exc
-        raise
-    results.update(timings)
+
+    def builder(step):
+        config = {"step": step, "backend": backend}
+        return lambda: ((lambda i: per_set[i % sets][step]()), config)
+
+    _, timings, failed = _time_graphs(
+        {step: builder(step) for step in per_set[0]}, problem, inputs, max(launches, sets),
+        rounds, reps, warmup_replays, device, f"{problem.id} steps", label=lambda s: f"step:{s}",
+    )  # fmt: skip
+    results = {**failed, **timings}
     return {step: results[step] for step in per_set[0]}
 
 
