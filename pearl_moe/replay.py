@@ -146,18 +146,21 @@ def validate_run(run: dict) -> dict:
     return run
 
 
-def read_run(path: str | Path) -> dict:
-    """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped).
-    The clocks of runs recorded with the older, shorter label are shown with
-    :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
+def read_json(path: str | Path):
+    """The JSON in ``path``, gunzipped first when it ends in ``.gz``."""
     path = Path(path)
     if path.suffix == ".gz":
         import gzip
 
-        text = gzip.decompress(path.read_bytes()).decode()
-    else:
-        text = path.read_text()
-    run = validate_run(json.loads(text))
+        return json.loads(gzip.decompress(path.read_bytes()).decode())
+    return json.loads(path.read_text())
+
+
+def read_run(path: str | Path) -> dict:
+    """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped).
+    The clocks of runs recorded with the older, shorter label are shown with
+    :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
+    run = validate_run(read_json(path))
     clocks = run["env"].get("clocks")
     if isinstance(clocks, dict) and clocks.get("source") == _LEGACY_IDLE_CLOCK_SOURCE:
         clocks["source"] = IDLE_CLOCK_SOURCE
@@ -203,11 +206,17 @@ def list_runs(root: str | Path | None = None) -> list[dict]:
     ]
 
 
-def load_run(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> dict:
-    """The run ``results/<gpu>/<kind>.json`` (or ``.json.gz``), validated."""
+def run_path(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> Path:
+    """The file a run of ``kind`` is read from: ``results/<gpu>/<kind>.json`` when it exists (a
+    run of this machine's), else the committed ``<kind>.json.gz`` (which may not exist either)."""
     root = Path(root) if root is not None else RESULTS_DIR
     path = root / gpu / f"{kind}.json"
-    return read_run(path if path.exists() else path.with_suffix(".json.gz"))
+    return path if path.exists() else path.with_suffix(".json.gz")
+
+
+def load_run(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> dict:
+    """The run ``results/<gpu>/<kind>.json`` (or ``.json.gz``: :func:`run_path`), validated."""
+    return read_run(run_path(gpu, kind, root))
 
 
 # ---------------------------------------------------------------------------- metadata

@@ -460,7 +460,7 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
     course shapes of the same run; the shapes above the tie, those the run did not reach, and
     the shapes whose pick has changed since the run (the table or the picker changed)."""
     from .bench.compare import by_tokens, changed_picks, compare_summary
-    from .replay import load_run
+    from .replay import load_run, run_path
 
     root = results_root or ROOT / "results"
     try:
@@ -472,8 +472,7 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
         )
     s = compare_summary(run)
     env = run["env"]
-    plain = root / gpu / "compare_general.json"
-    name = plain.name if plain.exists() else plain.name + ".gz"  # the file load_run read
+    name = run_path(gpu, "compare_general", root).name  # the file load_run read
     lines = [
         f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} "
         f"({str(env.get('date', '?'))[:10]}), "

@@ -619,17 +619,10 @@ def load_layer_run(gpu: str = "H200", root: Path | None = None) -> dict | None:
     """The layer run ``results/<gpu>/moe_layer.json`` (a run of this machine's) or else the
     committed ``moe_layer.json.gz``, validated; None when there is neither (the order
     :func:`pearl_moe.replay.load_run` reads bench runs in)."""
-    import gzip
-    import json
+    from ..replay import read_json, run_path
 
-    from ..replay import RESULTS_DIR
-
-    base = (Path(root) if root is not None else RESULTS_DIR) / gpu / "moe_layer.json"
-    for path, read in ((base, open), (base.with_suffix(".json.gz"), gzip.open)):
-        if path.exists():
-            with read(path, "rt") as f:
-                return validate_layer_run(json.load(f))
-    return None
+    path = run_path(gpu, "moe_layer", root)
+    return validate_layer_run(read_json(path)) if path.exists() else None
 
 
 def write_layer_run(run: dict, path: Path) -> Path:
