@@ -152,15 +152,16 @@ def check_resumable(run: dict, kind: str, gpu: str | None, path: Path) -> None:
         )
 
 
-def drop_changed_picks(path: Path) -> list[dict]:
-    """Remove from the run at ``path`` every problem (and its records) whose default pick has
-    changed since it was timed (:func:`pearl_moe.bench.compare.changed_picks`); returns them.
+def drop_changed_picks(path: Path, run: dict | None = None) -> list[dict]:
+    """Remove from the run at ``path`` (``run``: it, already read) every problem and its records
+    whose default pick has changed since it was timed
+    (:func:`pearl_moe.bench.compare.changed_picks`); returns them.
     Each problem's ratios are paired inside the part that times it, so re-timing a problem in a
     later part keeps the run's comparison sound."""
     from .compare import changed_picks
     from .records import read_run, write_run
 
-    run = read_run(path)
+    run = read_run(path) if run is None else run
     changed = changed_picks(run)
     gone = {c["problem"] for c in changed}
     if gone:
@@ -467,16 +468,17 @@ def run_problems(
     return run
 
 
-def resume_run(path: Path, part: dict, problems) -> tuple[dict, list]:
-    """The recorded run at ``path`` continued by ``part`` (a new run's head: this command's env
-    and probed ceilings), and the ``problems`` it has not recorded yet.
+def resume_run(path: Path, part: dict, problems, recorded: dict | None = None) -> tuple[dict, list]:
+    """The recorded run at ``path`` (``recorded``: it, already read) continued by ``part`` (a new
+    run's head: this command's env and probed ceilings), and the ``problems`` it has not recorded
+    yet.
 
     The run's env becomes this part's, with ``env.parts`` listing every part (date, command,
     clocks, probed ceilings, problems); its ceilings stay the first part's probes, raised over
     all records as always (:func:`~pearl_moe.bench.records.raise_read_ceiling`). Ratios are
     paired within a problem, all of whose implementations one part times, so parts taken on one
     GPU compare as one run."""
-    run = read_run(path)
+    run = read_run(path) if recorded is None else recorded
     check_resumable(run, part["kind"], part["env"].get("gpu"), path)
     parts = run["env"].get("parts") or [
         {**_part_env(run["env"]), "ceilings": dict(run["ceilings"]),
@@ -604,13 +606,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.remeasure_changed and not args.resume:
         print("error: --remeasure-changed continues a run: give --resume too", file=sys.stderr)
         return 2
-    if args.resume and out.exists():
-        check_resumable(read_run(out), args.kind, env.get("gpu"), out)  # before changing the file
-    if args.resume and args.remeasure_changed and out.exists():
-        redone = drop_changed_picks(out)
-        print(f"{len(redone)} problems' picks changed since they were timed: timing them again")
-    if args.resume and out.exists():
-        done = {p["id"] for p in read_run(out)["problems"]}
+    recorded = read_run(out) if args.resume and out.exists() else None  # read once, used below
+    if recorded is not None:
+        check_resumable(recorded, args.kind, env.get("gpu"), out)  # before changing the file
+        if args.remeasure_changed:
+            redone = drop_changed_picks(out, recorded)
+            print(f"{len(redone)} problems' picks changed since they were timed: timing them again")
+        done = {p["id"] for p in recorded["problems"]}
         todo = [p for p in problems if _problem_id(p) not in done]
     ahead = precompile_default_picks(todo, _csv(args.impls))  # compiles while ceilings run
     print(f"{device_name}: measuring the ceilings ...", flush=True)
@@ -624,8 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"clocks under load: {env['clocks_under_load'][0]}", flush=True)
     run = new_run(args.kind, env, ceilings)
     run["method"] = method_text(args)
-    if args.resume and out.exists():
-        run, problems = resume_run(out, run, problems)
+    if recorded is not None:
+        run, problems = resume_run(out, run, problems, recorded)
         if redone:
             run["env"]["parts"][-1]["remeasured_changed_picks"] = redone
         print(f"resuming {out}: {len(run['problems'])} problems done, {len(problems)} to go")
