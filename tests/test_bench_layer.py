@@ -116,20 +116,28 @@ def test_step_bytes_count_each_pass_and_what_fusing_the_activation_removes():
     assert sum(fused.values()) > p.bytes_moved()  # a fully fused layer moves less still
 
 
+def _fake_gpu_command(monkeypatch, environment=None, measure_ceilings=None):
+    """What the layer command needs of a GPU, faked: a visible H200, the run's environment and
+    its probed ceilings (the given ones, or a fixed env and 4 TB/s, 800 TFLOP/s)."""
+    from pearl_moe.bench import harness, records
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(records, "environment",
+                        environment or (lambda command=None: {"date": "D"}))  # fmt: skip
+    monkeypatch.setattr(harness, "measure_ceilings", measure_ceilings or (
+        lambda: {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14}))  # fmt: skip
+
+
 def test_the_layer_command_writes_a_valid_run(monkeypatch, tmp_path):
     """layer's GPU path wired end to end with the GPU work faked: checks, timings and a run file
     that validates, with a failing implementation recorded as such."""
     import json
 
-    from pearl_moe.bench import harness, records
     from pearl_moe.bench.harness import Timing
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(records, "environment", lambda command=None: {"date": "D"})
-    monkeypatch.setattr(harness, "measure_ceilings",
-                        lambda: {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14})  # fmt: skip
+    _fake_gpu_command(monkeypatch)
 
     def fake_check(impls, problem, device="cuda", seed=1):
         return {n: ((False, "incorrect: wrong", 0.5) if n == "torch" else (True, "ok", 1e-3))
@@ -176,14 +184,9 @@ def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp
     the process); an ordinary exception is only recorded for its implementation."""
     import json
 
-    from pearl_moe.bench import harness, records
+    from pearl_moe.bench import harness
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(records, "environment", lambda command=None: {"date": "D"})
-    monkeypatch.setattr(harness, "measure_ceilings",
-                        lambda: {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14})  # fmt: skip
+    _fake_gpu_command(monkeypatch)
     monkeypatch.setattr(layer, "check_layer",
                         lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
     prepared = []
@@ -245,19 +248,16 @@ def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path
     part's ceilings for every floor and listing both parts in env.parts."""
     import json
 
-    from pearl_moe.bench import harness, records
     from pearl_moe.bench.harness import Timing
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     reads = iter([4e12, 3e12])
-    monkeypatch.setattr(harness, "measure_ceilings",
-                        lambda: {"read_bytes_per_s": next(reads), "bf16_flops_per_s": 8e14})  # fmt: skip
     part = iter(["first", "second"])
-    monkeypatch.setattr(records, "environment",
-                        lambda command=None: {"date": next(part), "gpu": "NVIDIA H200",
-                                              "command": command})  # fmt: skip
+    _fake_gpu_command(
+        monkeypatch,
+        environment=lambda command=None: {"date": next(part), "gpu": "NVIDIA H200",
+                                          "command": command},
+        measure_ceilings=lambda: {"read_bytes_per_s": next(reads), "bf16_flops_per_s": 8e14},
+    )  # fmt: skip
     monkeypatch.setattr(layer, "check_layer",
                         lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
     timed = []
