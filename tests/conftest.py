@@ -27,6 +27,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def package_tuning_table(monkeypatch):
+    """The default call picks from the package's own tuning table: no ``PEARL_MOE_TUNING``, no
+    table a test installed, before and after the test."""
+    from pearl_moe.kernels import autotune
+
+    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
+    autotune.use_table(None)
+    yield
+    autotune.use_table(None)
+
+
+@pytest.fixture
 def wheel_nvdisasm_on_path(monkeypatch):
     """Put the ``nvidia-cuda-nvdisasm`` wheel's nvdisasm first on PATH (the disassembler a machine
     uses when the DSL refuses to dump SASS itself); skips where the wheel is not installed."""

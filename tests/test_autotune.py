@@ -19,12 +19,7 @@ from pearl_moe.kernels.ladder import stage_config
 GLM = (4096, 6144, 32)  # n, k, local experts at EP=8
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
-    autotune.use_table(None)
-    yield
-    autotune.use_table(None)
+pytestmark = pytest.mark.usefixtures("package_tuning_table")  # tests/conftest.py
 
 
 def _table(entries, gpu="H200", arch="sm_90a"):

@@ -22,12 +22,7 @@ def run():
     return read_run(RUN)
 
 
-@pytest.fixture(autouse=True)
-def _package_table(monkeypatch):
-    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
-    autotune.use_table(None)
-    yield
-    autotune.use_table(None)
+pytestmark = pytest.mark.usefixtures("package_tuning_table")  # tests/conftest.py
 
 
 def test_the_token_groups_add_up_to_each_set(run):

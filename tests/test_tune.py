@@ -26,12 +26,7 @@ META = {
 TINY = GroupedProblem(k=128, n=256, counts=(4, 0, 9, 3, 4, 4, 4, 4), name="tiny", meta=META)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
-    autotune.use_table(None)
-    yield
-    autotune.use_table(None)
+pytestmark = pytest.mark.usefixtures("package_tuning_table")  # tests/conftest.py
 
 
 def _args(**kw):
