@@ -370,6 +370,11 @@ def m_tiles(rows_per_expert: float, tile_m: int) -> int:
 WAVE_EXPONENT = 0.25
 
 
+def wave_slots(tiles: int, sms: int) -> int:
+    """SM slots ``tiles`` persistent tiles occupy: whole waves of ``sms`` (the last one padded)."""
+    return -(-tiles // sms) * sms
+
+
 def wave_cost(n: int, experts: int, rows_per_expert: float, config: GemmConfig, sms: int = 132):
     """SM slots a candidate's tiles occupy over the slots they use: ``waves x sms / tiles``
     (1.0: every wave full; 96 tiles on 132 SMs: 1.375).
@@ -382,7 +387,7 @@ def wave_cost(n: int, experts: int, rows_per_expert: float, config: GemmConfig, 
     active = experts if rows_per_expert >= 1 else max(1, min(experts, round(rows)))
     per_active = max(1.0, rows / active)
     tiles = active * math.ceil(per_active / config.tile_m) * math.ceil(n / config.tile_n)
-    return math.ceil(tiles / sms) * sms / tiles
+    return wave_slots(tiles, sms) / tiles
 
 
 def _carry_over(config: GemmConfig, here: tuple, entry: dict, there: float, sms: int) -> float:
@@ -607,7 +612,7 @@ def wave_width(n: int, active_experts: int, sms: int = 132) -> int:
 
     def busy(width: int) -> float:
         tiles = active_experts * -(-n // width)
-        return tiles / (-(-tiles // sms) * sms)
+        return tiles / wave_slots(tiles, sms)
 
     widths = [w for w in range(32, 257, 32) if w <= max(n, 32)]
     return max(widths, key=lambda w: (round(busy(w), 3), w))
