@@ -248,7 +248,7 @@ def changed_picks(run: dict, ours: str = "pearl", gpu: str | None = None) -> lis
     records name no configuration gives none."""
     from ..kernels import autotune
 
-    gpu = gpu or (run.get("env", {}).get("gpu") or "H200").replace("NVIDIA ", "")
+    gpu = gpu or autotune.short_gpu_name(run.get("env", {}).get("gpu") or "H200")
     timed = {
         r["problem"]: (r.get("config") or {}).get("config")
         for r in run["records"]

@@ -102,6 +102,17 @@ def table_key(n: int, k: int, experts: int, bucket: int) -> str:
 _GPU_NAMES: dict = {}
 
 
+def short_gpu_name(full: str) -> str:
+    """The name a tuning table goes by for a device named ``full`` ("NVIDIA H200" -> "H200"):
+    the hardware catalogue's, else the name with "NVIDIA" dropped and spaces replaced."""
+    from ..hardware import get_gpu
+
+    try:
+        return get_gpu(full).name
+    except ValueError:
+        return "_".join(full.replace("NVIDIA", "").split())
+
+
 def gpu_name(device=None) -> str | None:
     """The short name of a CUDA device ("H200", "B200"; else its name with spaces replaced), cached
     per device index: a host-side query, no sync. None where it cannot be read (not a CUDA device);
@@ -117,14 +128,7 @@ def gpu_name(device=None) -> str | None:
             index = torch.cuda.current_device()
         name = _GPU_NAMES.get(index)
         if name is None:
-            full = torch.cuda.get_device_name(index)
-            from ..hardware import get_gpu
-
-            try:
-                name = get_gpu(full).name
-            except ValueError:
-                name = "_".join(full.replace("NVIDIA", "").split())
-            _GPU_NAMES[index] = name
+            name = _GPU_NAMES[index] = short_gpu_name(torch.cuda.get_device_name(index))
         return name
     except (RuntimeError, AssertionError, ValueError):
         return None
