@@ -416,3 +416,34 @@ def test_the_steps_chain_into_the_layer_and_are_timed_together(monkeypatch):
         assert timing.median_s == pytest.approx(cost[step]), step
     names = [name for name, _ in fake.replays]
     assert all(names.count(s) == names.count("router") for s in calls)  # interleaved, evenly
+
+
+def test_quack_counts_the_dsl_as_installed_code_wherever_it_is_unpacked(tmp_path):
+    """quack stops fingerprinting at installed code, which it knows by a site-packages folder; the
+    shim adds the DSL's own folder, leaves every other function to quack's rule, and is applied
+    once however often the quack implementation is prepared."""
+    import types
+
+    from pearl_moe.bench.layer import count_dsl_as_installed
+
+    def quacks_rule(fn):
+        return "site-packages" in fn.__code__.co_filename
+
+    identity = types.SimpleNamespace(_is_extern_function=quacks_rule)
+    dsl = tmp_path / "site" / "nvidia_cutlass_dsl"
+
+    def function_in(path):
+        return types.FunctionType(compile("def f(): pass", str(path), "exec").co_consts[0], {})
+
+    in_dsl = function_in(dsl / "dsl_packages" / "cutlass" / "_mlir_helpers" / "op.py")
+    beside_dsl = function_in(tmp_path / "site" / "nvidia_cutlass_dsl_other" / "x.py")
+    in_site = function_in(tmp_path / "site-packages" / "y.py")
+    user = function_in(tmp_path / "work" / "epilogue.py")
+    assert not identity._is_extern_function(in_dsl)
+
+    count_dsl_as_installed(identity, str(dsl))
+    shimmed = identity._is_extern_function
+    assert shimmed(in_dsl) and shimmed(in_site)
+    assert not shimmed(user) and not shimmed(beside_dsl)
+    count_dsl_as_installed(identity, str(dsl))
+    assert identity._is_extern_function is shimmed

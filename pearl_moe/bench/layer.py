@@ -34,6 +34,7 @@ must move at least.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import zlib
@@ -262,12 +263,51 @@ def _torch(inputs: dict) -> Prepared:
     return Prepared(run, {"composition": "index_select, _grouped_mm, silu*mul, index_add_"})
 
 
+def count_dsl_as_installed(identity, dsl_root: str) -> None:
+    """Make quack fingerprint CuTe DSL's functions by name, wherever the DSL is unpacked.
+
+    quack keys its compile cache on a fingerprint of the epilogue function: it recurses into what
+    the function calls and stops at installed code, which it recognises by a ``site-packages`` or
+    ``dist-packages`` folder in the file's path (``identity._is_extern_function``). The device
+    bundle unpacks the DSL under ``/tmp/site``, so quack recursed into the DSL's own internals and
+    refused their ``ContextVar`` (``epilogue fn depends on <ContextVar name='_LOC_TRANSFORMS'>``):
+    ``gemm_gated`` could not compile. Files under ``dsl_root`` count as installed too, as they
+    would in a pip install. Idempotent."""
+    check = identity._is_extern_function
+    if getattr(check, "dsl_root", None) == dsl_root:
+        return
+    root = os.path.join(os.path.abspath(dsl_root), "")
+
+    def is_extern_function(fn, _check=check):
+        code = getattr(fn, "__code__", None)
+        if code is not None and os.path.abspath(code.co_filename).startswith(root):
+            return True
+        return _check(fn)
+
+    is_extern_function.dsl_root = dsl_root
+    identity._is_extern_function = is_extern_function
+
+
+def _dsl_root() -> str:
+    """The folder that holds the ``cutlass`` package (``.../nvidia_cutlass_dsl``)."""
+    import cutlass
+
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(cutlass.__file__))))
+
+
 def _quack(inputs: dict) -> Prepared:
     try:
         from quack.gemm_interface import gemm, gemm_gated
     except ImportError as exc:
         raise ImplementationUnavailable(f"quack is not installed ({exc})") from None
     import torch
+
+    try:  # quack >= 0.6 fingerprints epilogues; older releases have no such module
+        import quack.gemm_runtime.identity as identity
+    except ImportError:
+        pass
+    else:
+        count_dsl_as_installed(identity, _dsl_root())
 
     from ..moe import combine, route_topk
 
