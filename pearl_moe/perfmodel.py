@@ -85,7 +85,7 @@ Kernel structure (stages)
   "warp-parallel", the default); the calibration passes each record's: its configuration's
   ``walk`` where recorded, else its run's (:func:`pearl_moe.bench.records.run_scheduler`). The
   model counts the walk's loads only, not the L2 reuse a walk's timing wins or loses between CTAs
-  (``results/H200/walk.json`` has the serial walk faster at prefill with 64 x 128 tiles).
+  (``results/H200/walk.json.gz`` has the serial walk faster at prefill with 64 x 128 tiles).
 
 What the model leaves out
 -------------------------

@@ -323,11 +323,11 @@ def test_notebook_08_claims(committed):
 @pytest.fixture(scope="module")
 def walk_run():
     from pearl_moe.bench.records import read_run
-    from pearl_moe.course.results import results_path
+    from pearl_moe.replay import run_path
 
-    path = results_path("walk.json")
+    path = run_path("H200", "walk")
     if not path.exists():
-        pytest.skip("no committed results/H200/walk.json")
+        pytest.skip("no committed results/H200/walk.json.gz")
     return read_run(path)
 
 

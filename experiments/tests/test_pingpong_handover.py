@@ -24,7 +24,7 @@ def test_early_pingpong_hand_over_trial():
     # four earlier runs with the hand-over after the drain: 1.03-1.20x and 0.81-0.99x
     before = {1024: [], 4096: []}
     for path in (
-        RESULTS / "walk.json",
+        RESULTS / "walk.json.gz",
         RESULTS / "ablation.json",
         RESULTS / "ladder.json.gz",
         data("reproducibility", "ladder_2.json.gz"),

@@ -76,10 +76,11 @@ def load_kernel_results(
     :mod:`pearl_moe.replay`): ``results/<gpu>/stages.json`` (stages 1-3 and the torch
     baselines over the models and batch sizes) or ``results/<gpu>/stage_sweep.json`` (stage 3 at
     several pipeline depths and tile shapes). It is read with :func:`pearl_moe.replay.read_run`,
-    which raises on a file that breaks the schema; only a missing file gives None. The path is added
+    which raises on a file that breaks the schema; only a missing file gives None. A run stored
+    gzipped (``<kind>.json.gz``) is read the same way (:func:`pearl_moe.replay.run_path`). The path is added
     under ``_path`` so labels can name it.
     """
-    path = Path(path) if path is not None else results_path(f"{kind}.json", gpu, root)
+    path = Path(path) if path is not None else replay.run_path(gpu, kind, root)
     if not path.exists():
         return None
     run = replay.read_run(path)

@@ -710,7 +710,7 @@ def candidates(
     * **the scheduler's walk**: from :data:`SERIAL_WALK_ROWS` rows per expert on, the slots the
       space above leaves under ``limit`` go to serial-walk twins of its single-consumer
       candidates, in order (on the H200 the serial walk took 0.83-0.95x the warp-parallel walk's
-      time with 64 x 128 tiles at 4096 tokens, and 1.03-1.06x at 1 token: ``results/H200/walk.json``).
+      time with 64 x 128 tiles at 4096 tokens, and 1.03-1.06x at 1 token: ``results/H200/walk.json.gz``).
 
     Configurations of stages whose kernel does not exist here (``stage_module`` would raise
     ModuleNotFoundError) or that the kernel refuses (:func:`pearl_moe.kernels.api.can_implement`)
