@@ -447,3 +447,41 @@ def test_quack_counts_the_dsl_as_installed_code_wherever_it_is_unpacked(tmp_path
     assert not shimmed(user) and not shimmed(beside_dsl)
     count_dsl_as_installed(identity, str(dsl))
     assert identity._is_extern_function is shimmed
+
+
+def test_a_layer_implementations_prepared_weights_live_until_its_graph_is_timed(monkeypatch):
+    """pearl-fused converts its gate+up weight in ``prepare``; only its call holds the result. The
+    graph of the next implementation is captured before the replays, and capturing empties the
+    allocator's cache: on the H200 the freed 1.6 GB weight was unmapped and the replays faulted."""
+    import gc
+    import weakref
+
+    from pearl_moe.bench import harness
+
+    fake = FakeCuda().install(monkeypatch)
+    alive = []
+
+    def allocating(name):
+        base = _impl(name, fake)
+
+        def prepare(inputs):
+            prepared = base.prepare(inputs)
+            scratch = torch.empty(4)
+            alive.append(weakref.ref(scratch))
+            run = prepared.run
+            prepared.run = lambda: (scratch, run())[1]
+            return prepared
+
+        return Implementation(name, prepare)
+
+    def run_rounds(*args, **kwargs):
+        gc.collect()
+        assert alive and all(ref() is not None for ref in alive), "freed before the replays"
+        return real_run_rounds(*args, **kwargs)
+
+    real_run_rounds = harness.run_rounds
+    monkeypatch.setattr(harness, "run_rounds", run_rounds)
+    problem = layer.LayerProblem(SMALL.name, 8, ep=1)
+    impls = {"a": allocating("a"), "b": allocating("b")}
+    out = layer.time_layers(impls, problem, rounds=2, reps=2, launches=4, device="cpu")
+    assert out["a"][0].outputs_ok and out["b"][0].outputs_ok

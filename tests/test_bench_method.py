@@ -307,3 +307,38 @@ def test_default_rounds_are_whole_cycles_of_the_order():
     assert cli.rounds_for(types.SimpleNamespace(rounds=7), 5) == 7
     for n in (2, 3, 4, 5, 6):
         assert cli.rounds_for(auto, n) % harness.order_cycle(n) == 0
+
+
+def test_what_a_prepared_call_allocated_lives_until_its_graph_is_timed(monkeypatch):
+    """A CUDA graph holds raw addresses, not tensors: a weight converted or an offsets tensor made
+    in ``prepare`` must outlive the capture of the implementations after it (capturing the next
+    graph empties the allocator's cache, so a freed block may be unmapped before the replays)."""
+    import gc
+    import weakref
+
+    fake = FakeCuda().install(monkeypatch)
+    alive = []
+
+    def allocating(name):
+        base = fake.impl(name, 1e-4)
+
+        def prepare(A, W, offsets, counts):
+            prepared = base.prepare(A, W, offsets, counts)
+            scratch = torch.empty(4)  # what only the prepared call holds
+            alive.append(weakref.ref(scratch))
+            run = prepared.run
+            prepared.run = lambda out: (scratch, run(out))[1]
+            return prepared
+
+        return registry.Implementation(name, prepare)
+
+    def run_rounds(*args, **kwargs):
+        gc.collect()
+        assert alive and all(ref() is not None for ref in alive), "freed before the replays"
+        return real_run_rounds(*args, **kwargs)
+
+    real_run_rounds = harness.run_rounds
+    monkeypatch.setattr(harness, "run_rounds", run_rounds)
+    impls = {"a": allocating("a"), "b": allocating("b")}
+    out = harness.time_interleaved(impls, SMALL, rounds=2, reps=2, launches=4, device="cpu")
+    assert out["a"][0].outputs_ok and out["b"][0].outputs_ok

@@ -489,6 +489,11 @@ class GraphTimer:
     rounds: list = field(default_factory=list)
     failure: Exception | None = None
     after: list = field(default_factory=list)  # per round: the implementation timed just before
+    #: what the graph's kernels read and nothing else holds: the prepared calls and what they
+    #: allocated (a converted weight, an offsets tensor). A CUDA graph keeps raw addresses, not
+    #: tensors, so without this reference a replay reads memory the allocator has reused or
+    #: released (capturing the next graph empties the allocator's cache).
+    keep: Any = None
 
 
 def capture(impl: Implementation, problem: GroupedProblem, inputs: list, launches: int, device):
@@ -513,7 +518,7 @@ def capture(impl: Implementation, problem: GroupedProblem, inputs: list, launche
         return out if prepared.writes_out else result
 
     graph, outputs = graph_of(call, sets, launches, device)
-    return GraphTimer(impl.name, graph, launches, sets, inputs, outputs, config)
+    return GraphTimer(impl.name, graph, launches, sets, inputs, outputs, config, keep=runs)
 
 
 def graph_of(call, sets: int, launches: int, device):

@@ -506,7 +506,8 @@ def _time_graphs(
         try:
             call, config = build()
             graph, outputs = graph_of(call, sets, launches, device)
-            timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs, config)
+            timers[name] = GraphTimer(name, graph, launches, sets, inputs, outputs, config,
+                                      keep=call)  # fmt: skip
         except Exception as exc:
             if device_fault(exc, device):  # the context is lost: nothing after this can run
                 raise _fault(label(name), problem, exc) from exc
