@@ -135,3 +135,23 @@ def test_the_layer_bench_times_each_implementation_in_its_own_process(name, tmp_
         pytest.skip("quack is not installed here")
     assert records and all(r["status"] == "ok" for r in records), records
     assert all(r["time"]["median_us"] > 0 for r in records)
+
+
+def test_the_layer_bench_times_a_converted_weight_beside_another_implementation(tmp_path):
+    """pearl-fused converts its weight when it is prepared; timed with torch after it, that copy
+    must live until pearl-fused's graph is replayed (the next capture empties the allocator's
+    cache, and a freed weight was unmapped: the replays faulted). A process of its own, as above."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "layer.json"
+    cmd = [sys.executable, "-m", "pearl_moe", "layer", "--models", "Qwen3-30B-A3B",
+           "--tokens", "16", "--skewed-tokens", "", "--impls", "pearl-fused,torch", "--rounds",
+           "2", "--reps", "2", "--steps-tokens", "", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    records = json.loads(out.read_text())["records"]
+    assert {r["impl"] for r in records} == {"pearl-fused", "torch"}
+    assert all(r["status"] == "ok" and r["time"]["median_us"] > 0 for r in records), records
