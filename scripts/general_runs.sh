@@ -8,10 +8,11 @@
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
 #
 # `tune` measures the shapes the table lacks; `prefill` re-times the tuning set's prefill shapes
-# (more than 256 rows per expert) over the candidate space as it is now (24 candidates: the
-# 128 x 128 ping-pong tile joined it at prefill); it re-times all 14 each time, so give it a call
-# of its own or a deadline that lets it finish (about 3 minutes). `compare` first drops the problems whose default pick changed since they were timed,
-# then times them again with the problems not yet measured.
+# (more than 256 rows per expert) over the whole candidate space as it is now (24-30 candidates:
+# the 128 x 128 ping-pong tile and the 256-row tiles joined it at prefill); it re-times all 14 each
+# time, so give it a call of its own or a deadline that lets it finish (about 4 minutes).
+# `compare` first drops the problems whose default pick changed since they were timed, then times
+# them again with the problems not yet measured.
 #
 # Between calls, copy $OUT/H200.json over pearl_moe/tuning/H200.json and store $OUT/compare_general.json
 # as results/H200/compare_general.json.gz (gzip -9 -n -c ... >, it keeps the tree small) and commit
@@ -30,7 +31,7 @@ case "${1:-}" in
   prefill)
     cp pearl_moe/tuning/H200.json "$OUT/H200.json"
     python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
-      --limit 24 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
+      --limit 30 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;
   compare)

@@ -39,6 +39,9 @@ CASES = {
         7,
         stage_config("sm_90a", 7).with_(tile_m=128, activation="swiglu"),
     ),  # fmt: skip
+    # 256-row tiles: two consumer warpgroups of 128 rows (two m64 blocks each per k block)
+    "s3-256x128": (3, BASE.with_(tile_m=256, ring_depth=None)),
+    "s4-256x192-direct": (4, stage_config("sm_90a", 4).with_(tile_m=256, tile_n=192)),
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
@@ -137,6 +140,21 @@ def test_128_row_pingpong_runs_two_m64_wgmma_per_k_block(reports):
     assert pp.families["HGMMA (wgmma)"] == 2 * kblocks
     assert coop.families["HGMMA (wgmma)"] == kblocks
     assert "HGMMA.64x128x16.F32.BF16" in Path(pp.files["sass"]).read_text()
+
+
+def test_256_row_tiles_give_each_of_two_warpgroups_two_m64_blocks(reports):
+    """A 256-row tile runs on two consumer warpgroups (as a 128-row one), each computing 128 rows:
+    two m64 wgmma per 16-deep k block, with ``tile_n`` accumulator registers a thread and no
+    spills (192 columns: 192 of the 232 registers a consumer thread gets)."""
+    kblocks = 64 // 16
+    for name, width in (("s3-256x128", 128), ("s4-256x192-direct", 192)):
+        report = reports[name]
+        assert report.families["HGMMA (wgmma)"] == 2 * kblocks, name
+        assert f"HGMMA.64x{width}x16.F32.BF16" in Path(report.files["sass"]).read_text()
+    from pearl_moe.kernels.sm90 import stage3_persistent
+
+    kernel = stage3_persistent.PersistentGroupedGemmKernel(reports["s3-256x128"].gemm_config)
+    assert (kernel.num_mma_warpgroups, kernel.mma_m, kernel.threads_per_cta) == (2, 256, 384)
 
 
 @pytest.mark.parametrize("name", SWAPPED)

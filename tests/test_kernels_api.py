@@ -148,7 +148,12 @@ def _one_problem(problems, pattern):
 
 def test_can_implement_sm90():
     assert can_implement(GemmConfig(arch="sm_90a"), 4096, 6144) == []
-    _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_m=256), 4096, 6144), "warpgroups")
+    # 256-row tiles: two cooperative warpgroups of 128 rows, tile_n registers a thread
+    assert can_implement(GemmConfig(arch="sm_90a", tile_m=256), 4096, 6144) == []
+    wide = GemmConfig(arch="sm_90a", tile_m=256, tile_n=256, epilogue="direct_store")
+    _one_problem(can_implement(wide, 4096, 6144, stage=4), "at most 192")
+    wide_b = GemmConfig(arch="sm_90a", tile_m=256, epilogue="direct_store", b_k_tiles=2)
+    assert any("cooperative" in p for p in can_implement(wide_b, 4096, 6144, stage=6))
     direct = GemmConfig(arch="sm_90a", epilogue="direct_store")
     _one_problem(can_implement(direct, 4096, 6144), "direct register-to-global store arrives")
     assert can_implement(direct, 4096, 6144, stage=4) == []
@@ -229,7 +234,7 @@ def fake_gpu(monkeypatch):
     [
         ("sm_90a", dict(arch="sm_100a"), "config is for sm_100a but the GPU is sm_90a"),
         ("sm_100a", dict(arch="sm_90a"), "config is for sm_90a but the GPU is sm_100a"),
-        ("sm_90a", dict(arch="sm_90a", tile_m=256), "warpgroups"),
+        ("sm_90a", dict(arch="sm_90a", tile_m=256, tile_n=256), "at most 192"),
         ("sm_100a", dict(epilogue="direct_store"), r"arrives in stage 4 \(asked for stage 3\)"),
         ("sm_100a", dict(tile_m=256, tile_n=256, cta_group=2, stage=1), "arrives in stage 3"),
     ],

@@ -47,6 +47,10 @@ VARIANTS = {
     "s6-8x128-swapAB": (6, dict(tile_m=8, shift_a_box=True, swap_ab=True)),
     "s6-32x256-swapAB": (6, dict(tile_m=32, tile_n=256, shift_a_box=True, swap_ab=True)),
     "s5-64x128-swapAB-noshift": (5, dict(tile_m=64, swap_ab=True)),
+    # 256-row tiles: two consumer warpgroups of 128 rows each (two m64 blocks per k block)
+    "s3-256x128": (3, dict(tile_m=256)),
+    "s4-256x128": (4, dict(tile_m=256, tile_n=128)),
+    "s4-256x192-shiftA": (4, dict(tile_m=256, tile_n=192, shift_a_box=True)),
     # the tile scheduler's first walk (one expert per dependent load)
     "s6-serialwalk": (6, dict(walk="serial")),
     "s7-serialwalk": (7, dict(walk="serial")),

@@ -600,8 +600,8 @@ def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
         shapes = [(64, 128), (64, 256), (64, 64), (64, 192), (128, 128)]
     elif per_expert <= 256:  # mid: padding of the last m tile matters (146 rows: 3 x 64 < 2 x 128)
         shapes = [(64, 128), (128, 128), (64, 256), (128, 256), (128, 192), (64, 192)]
-    else:  # prefill: large tiles, more reuse of each weight tile
-        shapes = [(128, 128), (128, 256), (128, 192), (64, 256), (64, 128)]
+    else:  # prefill: large tiles, more reuse of each weight tile (256 rows: two warpgroups of 128)
+        shapes = [(128, 128), (128, 256), (256, 128), (128, 192), (256, 192), (64, 256), (64, 128)]
     return [(m, t) for m, t in shapes if t <= max(n, 64) and (t != 192 or n % 192 == 0)]
 
 
@@ -697,7 +697,8 @@ def candidates(
       flight and every extra entry helped on the H200 (2-7 entries at 64 tokens, monotone); at
       prefill the ring only needs to cover the load latency, which it does at any depth >= 4.
     * **tile shape** by rows per expert (:func:`_tile_shapes`): 64-row tiles at decode (a 128-row
-      tile at 16 rows per expert is 7/8 padding), 128-row tiles at prefill, both in between;
+      tile at 16 rows per expert is 7/8 padding), 128- and 256-row tiles at prefill, both in
+      between;
       ``tile_n`` 192 only where it divides ``n``; never wider than ``n``.
     * **options** in the order of the course's stages (:data:`OPTIONS`): TMA store (stage 3), direct
       store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7; 64-row tiles, and

@@ -58,6 +58,9 @@ from ..ladder import stage_problems
 __all__ = ["KernelBase", "can_implement", "WARPGROUP_THREADS"]
 
 WARPGROUP_THREADS = 128
+#: Widest tile a 256-row cooperative tile may have: its two consumer warpgroups hold 128 rows each,
+#: ``tile_n`` fp32 registers a thread, and a consumer thread gets 232 (``setmaxnreg``).
+MAX_256_ROW_TILE_N = 192
 #: 32-bit words reserved after the barriers: the budget model's BOOKKEEPING_BYTES, which both
 #: architectures share (sm_100a keeps its TMEM address and 2-CTA barrier there; sm_90a uses none).
 _BOOKKEEPING_WORDS = 16
@@ -68,11 +71,23 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
     problems = stage_problems(config, stage)
     if config.arch != "sm_90a":
         problems.append(f"sm90 kernels need arch='sm_90a', got {config.arch!r}")
-    if config.tile_m not in (8, 16, 32, 64, 128):
+    if config.tile_m not in (8, 16, 32, 64, 128, 256):
         problems.append(
-            "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64 or 128 (or 8, 16, 32 rows "
-            f"of A under a 64-row wgmma), got {config.tile_m}"
+            "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64, 128 or 256 (or 8, 16, 32 "
+            f"rows of A under a 64-row wgmma), got {config.tile_m}"
         )
+    if config.tile_m == 256:
+        if config.acc_slots != 1 or config.swap_ab or config.b_k_tiles != 1:
+            problems.append(
+                "a 256-row tile is cooperative (two warpgroups of 128 rows): not with ping-pong, "
+                "swap_ab or wide B entries"
+            )
+        if config.tile_n > MAX_256_ROW_TILE_N:
+            problems.append(
+                f"a 256-row tile keeps tile_n fp32 accumulator registers per thread (two "
+                f"warpgroups of 128 rows); at most {MAX_256_ROW_TILE_N} leave room under the "
+                f"232 a consumer thread gets, got tile_n={config.tile_n}"
+            )
     if config.tile_k % 64:
         problems.append(
             f"tile_k must be a multiple of 64 (one 128-byte swizzle row), got {config.tile_k}"
@@ -136,12 +151,14 @@ class KernelBase:
         self.wide_b = config.b_k_tiles > 1
         self.b_ring_depth = config.b_ring_depth
         self.pingpong = config.acc_slots == 2
-        # One wgmma warpgroup per 64 accumulator rows (wgmma's M is 64) computes a tile; in
+        # One wgmma warpgroup per 64 accumulator rows (wgmma's M is 64) computes a tile, at most
+        # two: a 256-row tile gives each of the two 128 rows (two m64 blocks per k block; four
+        # consumer warpgroups would need 4 x 128 x 232 registers, more than the SM's 64 K). In
         # ping-pong two warpgroups each own a whole tile and take alternate tiles (a 128-row tile
         # is then two m64 wgmma per k block in one warpgroup). A tile of fewer rows still runs a
         # 64-row wgmma (its extra accumulator rows are dropped).
         self.mma_m = max(self.tile_m, 64)
-        self.num_mma_warpgroups = 1 if self.pingpong else self.mma_m // 64
+        self.num_mma_warpgroups = 1 if self.pingpong else min(self.mma_m // 64, 2)
         # Swapped operands: the tile's tile_n weight rows are the wgmma's M (tile_n / 64 m64
         # blocks, one warpgroup) and its tile_m tokens the wgmma's N.
         self.swap_ab = config.swap_ab
