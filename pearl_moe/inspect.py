@@ -497,6 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--acc-buffers", type=int, default=None)
     p.add_argument("--acc-slots", type=int, default=None, choices=(1, 2))
+    p.add_argument(
+        "--cluster-n", type=int, default=None, choices=(1, 2),
+        help="sm_90a: clusters of CTAs along N that share A by multicast",
+    )  # fmt: skip
     p.add_argument("--epi-tile-n", type=int, default=None)
     p.add_argument("--epi-buffers", type=int, default=None)
     p.add_argument("--m", type=int, default=None, help="rows (all experts together)")
@@ -527,6 +531,7 @@ def config_from_args(args) -> GemmConfig:
             "walk",
             "acc_buffers",
             "acc_slots",
+            "cluster_n",
             "epi_tile_n",
             "epi_buffers",
         )

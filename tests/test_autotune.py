@@ -293,11 +293,11 @@ def test_serial_walk_twins_fill_the_free_slots_at_prefill_only(model):
 
     for tokens in (1, 64, 256, 1024, 4096):
         p = make_problem(model, tokens, ep=8)
-        # a limit above the prefill space (about 30 configurations) leaves slots for twins
-        cands = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=40)
+        # a limit above the prefill space (about 40 configurations) leaves slots for twins
+        cands = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=60)
         twins = [c for _, c in cands if c.walk == "serial"]
         base = [c for _, c in cands if c.walk != "serial"]
-        assert len(cands) <= 40
+        assert len(cands) <= 60
         full = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=len(base))
         assert [c for _, c in full] == base  # twins only take slots the space leaves free
         if p.rows / p.experts < autotune.SERIAL_WALK_ROWS:
@@ -397,3 +397,26 @@ def test_decode_candidates_include_the_width_that_fills_the_waves():
     assert autotune.wave_width(4096, 32) == 256  # 512 tiles: 3.9 waves at any width
     widths = {c.tile_n for _, c in autotune.candidates("sm_90a", 1536, 2048, 16, 128, limit=40)}
     assert 192 in widths
+
+
+def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
+    """At prefill the tuner also times 256-row tiles and, for tiles of 128 rows and more, twins
+    in clusters of two CTAs sharing A (``cluster_n=2``); not at decode, never on sm_100a."""
+    from pearl_moe.workloads import make_problem
+
+    for tokens in (1, 64, 256, 4096):
+        p = make_problem("GLM 5.3", tokens, ep=8)
+        space = [c for _, c in autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, 60)]
+        clustered = [c for c in space if c.cluster_n == 2]
+        tall = [c for c in space if c.tile_m == 256]
+        if p.rows / p.experts <= autotune.PREFILL_ROWS:
+            assert not clustered and not tall
+            continue
+        assert {(c.tile_m, c.tile_n) for c in tall} == {(256, 128)}  # 192 does not divide 4096
+        assert all(c.tile_m >= 128 and c.b_k_tiles == 1 for c in clustered)
+        assert all(c.with_(cluster_n=1) in space for c in clustered if c.acc_slots == 1)
+        assert any(c.acc_slots == 2 for c in clustered)  # the 128 x 128 ping-pong twin
+        for c in clustered + tall:
+            assert not api.can_implement("sm_90a", autotune.stage_for(c, p.n, p.k), c, p.n, p.k)
+    blackwell = autotune.candidates("sm_100a", 4096, 6144, 32, 32 * 1024, 60)
+    assert all(c.cluster_n == 1 for _, c in blackwell)

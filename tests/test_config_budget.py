@@ -124,6 +124,13 @@ def test_2cta_splits_a_and_b_across_the_pair():
         ),
         (dict(arch="sm_90a", tile_m=128, tile_n=256, acc_slots=2), "at most 128 registers"),
         (dict(walk="linear"), "walk must be one of"),
+        (dict(cluster_n=2), "sm_90a kernels only"),
+        (dict(arch="sm_90a", cluster_n=4), "cluster_n must be 1 or 2"),
+        (
+            dict(arch="sm_90a", tile_m=16, cluster_n=2, epilogue="direct_store"),
+            "tile_m >= 64",
+        ),
+        (dict(arch="sm_90a", cluster_n=2, b_k_tiles=2), "not with wide B entries"),
     ],
 )
 def test_configurations_that_cannot_exist(kwargs, message):
@@ -141,6 +148,11 @@ def test_describe_is_short_and_informative():
     label = resolve(BLOG.with_(epilogue="direct_store", b_k_tiles=2)).describe()
     assert label.startswith("sm_100a 128x128x64 1cta") and "B2" in label and "direct" in label
     assert "walk" not in label and "serialwalk" in BLOG.with_(walk="serial").describe()
+    clustered = GemmConfig(arch="sm_90a", tile_n=256, cluster_n=2, epilogue="direct_store")
+    label = resolve(clustered).describe()
+    assert label == "sm_90a 128x256x64 1cta r4 clusterN2 direct"
+    assert GemmConfig.from_label(label) == resolve(clustered)
+    assert "cluster" not in resolve(GemmConfig(arch="sm_90a")).describe()
 
 
 def test_config_and_budget_import_one_way():

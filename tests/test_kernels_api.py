@@ -154,6 +154,10 @@ def test_can_implement_sm90():
     _one_problem(can_implement(wide, 4096, 6144, stage=4), "at most 192")
     wide_b = GemmConfig(arch="sm_90a", tile_m=256, epilogue="direct_store", b_k_tiles=2)
     assert any("cooperative" in p for p in can_implement(wide_b, 4096, 6144, stage=6))
+    # clusters run in the persistent kernel (stage 3 on)
+    clustered = GemmConfig(arch="sm_90a", cluster_n=2)
+    assert can_implement(clustered, 4096, 6144, stage=3) == []
+    _one_problem(can_implement(clustered, 4096, 6144, stage=2), "multicast")
     direct = GemmConfig(arch="sm_90a", epilogue="direct_store")
     _one_problem(can_implement(direct, 4096, 6144), "direct register-to-global store arrives")
     assert can_implement(direct, 4096, 6144, stage=4) == []

@@ -51,6 +51,12 @@ VARIANTS = {
     "s3-256x128": (3, dict(tile_m=256)),
     "s4-256x128": (4, dict(tile_m=256, tile_n=128)),
     "s4-256x192-shiftA": (4, dict(tile_m=256, tile_n=192, shift_a_box=True)),
+    # clusters of two CTAs along N sharing A by multicast (an odd count of n tiles leaves the
+    # second CTA of the last pair a tile past n: n = 136 with 128-wide tiles, 2816 with 256)
+    "s3-128x128-clusterN2": (3, dict(cluster_n=2)),
+    "s4-128x256-clusterN2-shiftA": (4, dict(tile_m=128, tile_n=256, cluster_n=2, shift_a_box=True)),
+    "s4-256x128-clusterN2": (4, dict(tile_m=256, tile_n=128, cluster_n=2)),
+    "s7-128x128-pingpong-clusterN2": (7, dict(tile_m=128, b_k_tiles=1, cluster_n=2)),
     # the tile scheduler's first walk (one expert per dependent load)
     "s6-serialwalk": (6, dict(walk="serial")),
     "s7-serialwalk": (7, dict(walk="serial")),

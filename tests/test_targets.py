@@ -66,6 +66,9 @@ def test_persistent_grid_without_a_device():
     assert targets.persistent_ctas("sm_100a", pair, 148) == 148
     assert targets.persistent_ctas("sm_100a", pair, 147) == 146  # whole clusters only
     assert targets.persistent_ctas("sm_90a", GemmConfig(arch="sm_90a"), 132) == 132
+    clustered = GemmConfig(arch="sm_90a", cluster_n=2)  # sm_90a clusters of two along N
+    assert targets.persistent_ctas("sm_90a", clustered, 132) == 132
+    assert targets.persistent_ctas("sm_90a", clustered, 131) == 130
 
 
 def test_persistent_grid_asks_the_driver_for_clusters(monkeypatch):
@@ -76,6 +79,10 @@ def test_persistent_grid_asks_the_driver_for_clusters(monkeypatch):
     assert targets.persistent_ctas("sm_100a", pair, 148, "cuda:0") == 140
     one_cta = GemmConfig(tile_m=128, tile_n=128)
     assert targets.persistent_ctas("sm_100a", one_cta, 148, "cuda:0") == 148
+    monkeypatch.setattr(targets, "max_active_clusters", lambda index, size: 60)
+    clustered = GemmConfig(arch="sm_90a", cluster_n=2)
+    assert targets.persistent_ctas("sm_90a", clustered, 132, "cuda:0") == 120
+    assert targets.persistent_ctas("sm_90a", GemmConfig(arch="sm_90a"), 132, "cuda:0") == 132
 
 
 def test_grouped_gemm_launches_the_clusters_that_fit(monkeypatch):

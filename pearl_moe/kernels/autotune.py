@@ -679,6 +679,25 @@ def _small_tile_candidates(
     return out
 
 
+def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
+    """Prefill twins in clusters of two CTAs along N that share their A tile (``cluster_n=2``,
+    the TMA multicasts each CTA's half into both), of the 128- and 256-row tiles among
+    ``configs`` (and of the 128 x 128 direct-store tile in ping-pong), where ``n`` gives at least
+    two n tiles. At prefill a tile's operands cross from L2
+    to the SM once per k tile: a 128 x 256 tile moves 48 KB per 4.2 MFLOP, about 9 TB/s over 132
+    SMs at the bf16 peak, so sharing A saves a third of that traffic (quack's tuned Hopper
+    configurations use 2-CTA clusters on every prefill shape of the held-out set)."""
+    out = []
+    for config in configs:
+        if config.tile_m < 128 or config.b_k_tiles != 1 or n < 2 * config.tile_n:
+            continue
+        twins = [config.with_(cluster_n=2)]
+        if config.tile_m * config.tile_n == 128 * 128 and config.epilogue == "direct_store":
+            twins.append(twins[0].with_(acc_slots=2))  # the 128 x 128 ping-pong tile too
+        out += twins
+    return out
+
+
 #: Rows per expert from which the tuner also times serial-walk twins (the 4096-token shapes of the
 #: three models have 512-1024; their 1024-token shapes, 128-256, fill the limit without them).
 SERIAL_WALK_ROWS = 512
@@ -733,6 +752,8 @@ def candidates(
                     ordered.append(base.with_(tile_m=tile_m, tile_n=tile_n, **fields))
                 except ValueError:
                     continue
+        if first == 0 and arch == "sm_90a" and per_expert > PREFILL_ROWS:
+            ordered += _cluster_candidates(ordered, n)
     out: list[tuple[int, GemmConfig]] = []
     seen = set()
     for config in ordered:

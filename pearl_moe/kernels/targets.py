@@ -132,13 +132,16 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
 def persistent_ctas(family: str, config, sms: int, device=None) -> int:
     """CTAs of a persistent launch of ``config`` on a GPU with ``sms`` SMs.
 
-    One per SM, except 2-CTA kernels on sm_100a: two per cluster the driver says fit at once
-    (:func:`max_active_clusters`), at most ``sms // 2`` clusters. Without a device (a CPU
-    compile), ``sms // 2`` clusters. The result is a compile-time constant of the kernel (its grid
-    and the scheduler's stride) and part of its cache key.
+    One per SM, except kernels launched in clusters (2-CTA kernels on sm_100a, ``cluster_n=2`` on
+    sm_90a): two per cluster the driver says fit at once (:func:`max_active_clusters`), at most
+    ``sms // 2`` clusters. Without a device (a CPU compile), ``sms // 2`` clusters. The result is
+    a compile-time constant of the kernel (its grid and the scheduler's stride) and part of its
+    cache key.
     """
-    cta_group = getattr(config, "cta_group", 1)
-    if family != "sm_100a" or cta_group == 1:
+    cta_group = getattr(config, "cta_group", 1) if family == "sm_100a" else 1
+    if family == "sm_90a":
+        cta_group = getattr(config, "cluster_n", 1)
+    if cta_group == 1:
         return sms
     clusters = sms // cta_group
     if device is not None and str(device).startswith("cuda"):
@@ -150,7 +153,7 @@ def persistent_ctas(family: str, config, sms: int, device=None) -> int:
         if clusters < 1:
             raise ValueError(
                 f"the GPU reports room for no cluster of {cta_group} CTAs at once (an MPS or "
-                "green-context limit?): the 2-CTA kernels cannot run here; use a cta_group=1 "
-                "configuration"
+                "green-context limit?): the clustered kernels cannot run here; use a "
+                "configuration without clusters (cta_group=1, cluster_n=1)"
             )
     return cta_group * clusters

@@ -166,6 +166,8 @@ class KernelBase:
             self.mma_m = self.tile_n
             self.num_mma_warpgroups = 1
         self.shift_a_box = config.shift_a_box
+        # clusters of cluster_n CTAs along N share (multicast) one A tile; 1: no clusters
+        self.cluster_n = config.cluster_n
         self.activation = config.activation  # fused act(gate) * up in the direct store, or None
         self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
         self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups
@@ -214,11 +216,15 @@ class KernelBase:
             self.c_dtype, row, self.epi_tile, self.epi_buffers
         )
 
-    def _tma_load_atom(self, tensor, smem_layout_staged, tile):
+    def _tma_load_atom(self, tensor, smem_layout_staged, tile, multicast: int = 1):
+        """TMA load of one ring entry's ``tile``; with ``multicast`` CTAs, each loads
+        ``1 / multicast`` of the box and the TMA writes it into every CTA of the cluster."""
         one = cute.slice_(smem_layout_staged, (None, None, 0))
-        return cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), tensor, one, tile
-        )
+        if multicast == 1:
+            op = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        else:
+            op = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
+        return cute.nvgpu.cpasync.make_tiled_tma_atom(op, tensor, one, tile, multicast)
 
     def _tma_store_atom(self, tensor):
         one = cute.slice_(self.epi_smem_layout, (None, None, 0))
@@ -275,21 +281,45 @@ class KernelBase:
         )
 
     def _tma_pipeline(self, barriers, entries: int, consumer_warps: int, tx_bytes: int):
+        """With clusters (``cluster_n`` > 1) a ring entry of A is written by every CTA of the
+        cluster (multicast), so it is free again only when the consumers of all of them released
+        it: each consumer warp arrives on the empty barrier of every CTA of its cluster
+        (``mcast_mode_mn=(1, 0)``: the partners are the CTAs of the same rows), and an entry's
+        empty barrier counts ``cluster_n x consumer_warps`` arrivals. The full barrier's byte
+        count is unchanged: the whole A tile (half from each CTA) and this CTA's B tile."""
         return pipeline.PipelineTmaAsync.create(
             barrier_storage=barriers,
             num_stages=entries,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, consumer_warps * self.cluster_n
+            ),
             tx_count=tx_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            cta_layout_vmnk=self.cluster_layout_vmnk(),
+            mcast_mode_mn=(1, 0),
         )
 
+    def cluster_layout_vmnk(self):
+        """(V, M, N, K) = (1, 1, cluster_n, 1): the CTAs of a cluster side by side along N."""
+        return cute.make_layout((1, 1, self.cluster_n, 1))
+
     @cute.jit
-    def _issue_loads(self, ab_pipeline, state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB):
-        """One ring entry: wait until it is empty, then TMA A and B k tile ``state.count`` into it."""
+    def _issue_loads(
+        self, ab_pipeline, state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, a_mcast_mask=None
+    ):
+        """One ring entry: wait until it is empty, then TMA A and B k tile ``state.count`` into it
+        (with ``a_mcast_mask``, this CTA's part of A into every CTA of the mask)."""
         ab_pipeline.producer_acquire(state)
         bar = ab_pipeline.producer_get_barrier(state)
-        cute.copy(tma_atom_a, tAgA[(None, state.count)], tAsA[(None, state.index)], tma_bar_ptr=bar)
+        if cutlass.const_expr(a_mcast_mask is None):
+            cute.copy(
+                tma_atom_a, tAgA[(None, state.count)], tAsA[(None, state.index)], tma_bar_ptr=bar
+            )
+        else:
+            cute.copy(
+                tma_atom_a, tAgA[(None, state.count)], tAsA[(None, state.index)], tma_bar_ptr=bar,
+                mcast_mask=a_mcast_mask,
+            )  # fmt: skip
         cute.copy(tma_atom_b, tBgB[(None, state.count)], tBsB[(None, state.index)], tma_bar_ptr=bar)
         ab_pipeline.producer_commit(state)
 

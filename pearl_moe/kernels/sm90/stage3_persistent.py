@@ -95,15 +95,23 @@ class PersistentGroupedGemmKernel(
         # (rows, n_out): out as it is, for the direct store (n_out = n / 2 with a fused activation)
         n_out = self.config.output_columns(n)
         mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n_out), stride=(n_out, 1)))
-        tma_atom_a, tma_a = self._tma_load_atom(mA, self.a_smem_layout, (self.tile_m, self.tile_k))
+        tma_atom_a, tma_a = self._tma_load_atom(
+            mA, self.a_smem_layout, (self.tile_m, self.tile_k), multicast=self.cluster_n
+        )
         tma_atom_b, tma_b = self._tma_load_atom(
             mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles)
         )
         tma_atom_c, tma_c3 = self._tma_store_atom(mC3)
         self.experts = experts
         self.n_tiles = (n + self.tile_n - 1) // self.tile_n
+        # the scheduler hands out the tiles of a cluster: cluster_n neighbouring n tiles of the
+        # same rows (a last, odd n tile leaves one CTA a tile past n: its B box reads zeros and
+        # its stores are clipped)
+        self.cluster_n_tiles = (self.n_tiles + self.cluster_n - 1) // self.cluster_n
         self.k_tiles = (k + self.tile_k - 1) // self.tile_k
         self.b_entries_per_tile = (self.k_tiles + self.b_k_tiles - 1) // self.b_k_tiles
+        # clusters only where asked for: the kernels without them launch as before
+        cluster = {"cluster": [self.cluster_n, 1, 1]} if self.cluster_n > 1 else {}
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mC, mOffs,
             self.tiled_mma, self.a_smem_layout, self.b_smem_layout, self.epi_smem_layout,
@@ -113,6 +121,7 @@ class PersistentGroupedGemmKernel(
             block=[self.threads_per_cta, 1, 1],
             min_blocks_per_mp=1,
             stream=stream,
+            **cluster,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ device side
@@ -138,6 +147,8 @@ class PersistentGroupedGemmKernel(
         warpgroup = cute.arch.make_warp_uniform(tidx // WARPGROUP_THREADS)
         cta, _, _ = cute.arch.block_idx()
         ctas, _, _ = cute.arch.grid_dim()
+        # a cluster's CTAs are neighbours in the grid: cluster cta // cluster_n, rank cta % cluster_n
+        rank = cta % self.cluster_n
         if warp_idx == self.load_warp:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
@@ -157,15 +168,18 @@ class PersistentGroupedGemmKernel(
                 barriers, self.mma_threads_per_tile // 32, b_smem_layout
             )
         # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
+        # With clusters it is a list of cluster tiles (cluster_n n tiles wide), walked by the
+        # clusters: both CTAs of one see the same expert and rows, in the same order.
         sched = scheduler.TileScheduler(
             mOffs,
             cute.size(mA_mk, mode=[0]),
             self.experts,
             self.tile_m,
-            self.n_tiles,
-            ctas,
+            self.cluster_n_tiles,
+            ctas // self.cluster_n,
             self.config.walk,
         )
+        cluster = cta // self.cluster_n
 
         # ============ TMA producer warpgroup ============
         if warpgroup < self.producer_warpgroups:
@@ -177,9 +191,16 @@ class PersistentGroupedGemmKernel(
                 b_state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.b_ring_depth
                 )
-                tile, expert, first = sched.first_tile(cta)
+                a_mcast_mask = None
+                if cutlass.const_expr(self.cluster_n > 1):
+                    # A mode 2 (N) of the cluster: every CTA of this one's rows
+                    a_mcast_mask = cute.nvgpu.cpasync.create_tma_multicast_mask(
+                        self.cluster_layout_vmnk(), (0, 0, rank, 0), mcast_mode=2
+                    )
+                tile, expert, first = sched.first_tile(cluster)
                 while expert < self.experts:
-                    m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
+                    m_tile, cluster_n_tile, row0, valid = sched.decode(tile, expert, first)
+                    n_tile = cluster_n_tile * self.cluster_n + rank
                     # (tile_m, tile_k, k_tiles): A rows from a_row0 (the tile's first row, or
                     # earlier so that the box ends inside A)
                     gA = cute.local_tile(
@@ -193,9 +214,10 @@ class PersistentGroupedGemmKernel(
                         (self.tile_n, self.tile_k * self.b_k_tiles),
                         (n_tile, None),
                     )
-                    # (TMA, ring_depth), (TMA, k_tiles)
+                    # (TMA, ring_depth), (TMA, k_tiles): with clusters, this CTA's 1 / cluster_n
+                    # of each A box (the TMA multicasts it to the others)
                     tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-                        tma_atom_a, 0, cute.make_layout(1),
+                        tma_atom_a, rank, cute.make_layout(self.cluster_n),
                         cute.group_modes(self._a_box_view(sA, a_smem_layout), 0, 2), cute.group_modes(gA, 0, 2),
                     )  # fmt: skip
                     # (TMA, b_ring_depth), (TMA, k_tiles / b_k_tiles)
@@ -212,8 +234,9 @@ class PersistentGroupedGemmKernel(
                         a_state.reset_count()
                         for _ in cutlass.range(self.k_tiles, unroll=1):
                             self._issue_loads(
-                                ab_pipeline, a_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB
-                            )
+                                ab_pipeline, a_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB,
+                                tBsB, a_mcast_mask,
+                            )  # fmt: skip
                             a_state.advance()
                     tile, expert, first = sched.next_tile(tile, expert, first)
                 ab_pipeline.producer_tail(a_state)
@@ -274,9 +297,10 @@ class PersistentGroupedGemmKernel(
             )
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tiles_done = cutlass.Int32(0)
-            tile, expert, first = sched.first_tile(cta)
+            tile, expert, first = sched.first_tile(cluster)
             while expert < self.experts:
-                m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
+                m_tile, cluster_n_tile, row0, valid = sched.decode(tile, expert, first)
+                n_tile = cluster_n_tile * self.cluster_n + rank
                 # the next tile is found before this one is stored: ping-pong hands its turn
                 # over only when the other warpgroup has a tile to take
                 next_tile, next_expert, next_first = sched.next_tile(tile, expert, first)
