@@ -349,3 +349,12 @@ def test_the_stage_table_maps_every_stage_to_one_of_three_kernel_modules():
         api.stage_module("sm_80", 3)
     pkgs = [Path(api.__file__).parent / d for d in ("sm90", "sm100")]
     assert not [f.name for d in pkgs for f in d.glob("stage[4-9]*.py")]  # no alias modules
+
+
+def test_a_clustered_kernel_needs_a_whole_number_of_clusters():
+    from pearl_moe.kernels.sm90.stage3_persistent import build
+
+    clustered = GemmConfig(arch="sm_90a", cluster_n=2)
+    assert build(clustered, 132).sms == 132
+    with pytest.raises(ValueError, match="whole number of clusters"):
+        build(clustered, 131)

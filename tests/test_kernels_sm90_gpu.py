@@ -129,6 +129,9 @@ EDGE_CASES = [
     ((5, 127, 129, 0, 3), 136, 200),
     ((1,), 4096, 6144),
     ((300, 0, 0, 0), 1024, 1024),
+    # 3 n tiles of 128 (or 2 of 256, the second partial): with 2-CTA clusters the second CTA of
+    # the last pair gets a tile wholly past n
+    ((70, 0, 260, 9), 384, 512),
 ]
 
 

@@ -387,9 +387,22 @@ class KernelBase:
         )
         slices = cute.size(gC_epi, mode=[1])
         slice_size = cute.size(tRS_rC)
+        # a slice's values: (value, m block, column group) in tRS_rC; in tRS_rAcc each m block
+        # holds its values column group by column group across the whole tile (mode 0), and
+        # the m blocks follow one another (two per thread in a 256-row tile, one below)
+        v_n, m_n, j_n = (cute.size(tRS_rC, mode=[i]) for i in range(3))
+        per_m = cute.size(tRS_rAcc, mode=[0])
         for s in cutlass.range_constexpr(slices):
-            for v in cutlass.range_constexpr(slice_size):
-                tRS_rC[v] = tRS_rAcc[s * slice_size + v]
+            if cutlass.const_expr(m_n == 1):
+                for v in cutlass.range_constexpr(slice_size):
+                    tRS_rC[v] = tRS_rAcc[s * slice_size + v]
+            else:
+                for m in cutlass.range_constexpr(m_n):
+                    for j in cutlass.range_constexpr(j_n):
+                        for v in cutlass.range_constexpr(v_n):
+                            tRS_rC[v + v_n * (m + m_n * j)] = tRS_rAcc[
+                                v + v_n * (s * j_n + j) + per_m * m
+                            ]
             tRS_rC_out.store(tRS_rC.load().to(self.c_dtype))
             buf = (buffer_base + s) % self.epi_buffers
             cute.copy(tiled_copy_r2s, tRS_rC_out, tRS_sC[(None, None, None, buf)])

@@ -66,6 +66,10 @@ class PersistentGroupedGemmKernel(
     def __init__(self, config: GemmConfig, sms: int = 132, stage: int = LAST_STAGE):
         self.max_stage = stage  # the course stage the config is checked against (3-7)
         super().__init__(config)
+        if sms % self.cluster_n:
+            raise ValueError(
+                f"a grid of {sms} CTAs is not a whole number of clusters of {self.cluster_n}"
+            )
         self.sms = sms
         self.producer_warpgroups = 1
         self.threads_per_cta = (self.producer_warpgroups * WARPGROUP_THREADS) + self.num_mma_threads
