@@ -522,10 +522,82 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
     return "\n".join(lines)
 
 
+def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> str:
+    """The whole MoE layer forward (``python -m pearl_moe layer``): per problem the fused layer's
+    time against its floor and its ratio to each other implementation (paired round by round),
+    then the layer benchmark's goals, met or not, judged on the committed run."""
+    from .bench import layer
+    from .replay import run_path
+
+    root = results_root or ROOT / "results"
+    run = layer.load_layer_run(gpu, root)
+    if run is None:
+        return (
+            f"_No layer run recorded for {gpu} yet (`bash scripts/layer_runs.sh` on the GPU): "
+            "no layer time is claimed here._"
+        )
+    s = layer.layer_summary(run)
+    ours, others = s["ours"], s["impls"][1:]
+    env = run["env"]
+    lines = [
+        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} "
+        f"({str(env.get('date', '?'))[:10]}), `results/{gpu}/{run_path(gpu, 'moe_layer', root).name}`"
+        f": the whole layer forward (routing metadata, gather, gate+up, activation, down, "
+        f"combine) in CUDA graphs, interleaved rounds. `{ours}` is ours with the activation in "
+        "the gate+up epilogue; the floor moves both weight sets of the active experts and the "
+        "activations at the run's read ceiling. Ratio = ours / theirs (below 1: ours is faster).",
+        "",
+        "| model | tokens | routing | floor us | "
+        + " | ".join([ours, *others])
+        + " | "
+        + " | ".join(f"vs {o}" for o in others)
+        + " |",
+        "|---|---|---|---|" + "---|" * (1 + 2 * len(others)),
+    ]
+    for r in s["rows"]:
+        times = []
+        for impl in [ours, *others]:
+            us = r["us"].get(impl)
+            cell = "-" if us is None else f"{us:.1f}"
+            if impl == ours and "of_floor" in r:
+                cell += f" ({r['of_floor']:.2f}x)"
+            times.append(cell)
+        ratios = [f"{r['vs'][o]['ratio']:.3f}" if o in r["vs"] else "-" for o in others]
+        floor = f"{r['floor_us']:.1f}" if r["floor_us"] else "-"
+        lines.append(
+            f"| {r['model']} | {r['tokens']} | {r['routing']} | {floor} | "
+            + " | ".join(times + ratios)
+            + " |"
+        )
+    g, met = s["goals"], s["goals"]["met"]
+
+    def verdict(key):
+        return {True: "met", False: "**not met**", None: "not judged (no data)"}[met[key]]
+
+    def num(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    lines += [
+        "",
+        f"Goals: at decode (up to {layer.DECODE_TOKENS} tokens per GPU) within {layer.FLOOR_GOAL:.2f}x the "
+        f"floor: worst {num(g['decode_worst_of_floor'], '.2f')}x, {verdict('floor')}; "
+        f"against quack's composition a geomean of at most {layer.QUACK_GEOMEAN_GOAL:.2f} and no shape "
+        f"above {layer.TIE:.2f}: geomean {num(g['quack_geomean'], '.3f')}, worst "
+        f"{num(g['quack_worst'], '.3f')}, {g['quack_above_tie']} of {g['quack_shapes']} above, "
+        f"{verdict('quack')}; at decode at least {layer.TORCH_GOAL:.1f}x faster than the torch "
+        f"composition: {num(g['decode_speedup_over_torch'], '.2f')}x, {verdict('torch')}.",
+    ]
+    unreached = g["missing"] + list(env.get("skipped_problems") or [])
+    if unreached:
+        lines += ["", f"Not measured in this run ({len(unreached)}): " + ", ".join(unreached) + "."]
+    return "\n".join(lines)
+
+
 _BLOCKS = {
     "stages": render_stage_table,
     "compare": render_compare_table,
     "general": render_general_table,
+    "layer": render_layer_table,
     "speed": render_speed_table,
 }
 

@@ -485,3 +485,49 @@ def test_a_layer_implementations_prepared_weights_live_until_its_graph_is_timed(
     impls = {"a": allocating("a"), "b": allocating("b")}
     out = layer.time_layers(impls, problem, rounds=2, reps=2, launches=4, device="cpu")
     assert out["a"][0].outputs_ok and out["b"][0].outputs_ok
+
+
+def _layer_run(times: dict, tokens=(1, 4096)) -> dict:
+    """A layer run with ``times[(tokens, impl)] = per-round medians in us`` (floor 100 us)."""
+    ceilings = {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14}
+    problems, records = [], []
+    for t in tokens:
+        p = layer.LayerProblem("GLM 5.3", t)
+        entry = p.entry(ceilings)
+        entry["floor_us"] = 100.0
+        problems.append(entry)
+        for (tt, impl), rounds in times.items():
+            if tt == t:
+                med = sorted(rounds)[len(rounds) // 2]
+                records.append({"problem": p.id, "impl": impl, "status": "ok",
+                                "time": {"median_us": med, "round_median_us": rounds}})  # fmt: skip
+    return {"schema": layer.LAYER_SCHEMA, "env": {"gpu": "NVIDIA H200", "date": "2026-12-02"},
+            "ceilings": ceilings, "problems": problems, "records": records}  # fmt: skip
+
+
+def test_the_layer_summary_judges_the_goals_on_paired_rounds(tmp_path):
+    from pearl_moe.stages import render_layer_table
+
+    fused = [105.0, 106.0, 104.0]
+    run = _layer_run({
+        (1, "pearl-fused"): fused, (1, "quack"): [120.0, 121.0, 119.0],
+        (1, "torch"): [170.0, 168.0, 171.0], (1, "step:router"): [3.0, 3.0, 3.0],
+        (4096, "pearl-fused"): [500.0, 505.0, 498.0], (4096, "quack"): [480.0, 482.0, 478.0],
+    })  # fmt: skip
+    s = layer.layer_summary(run)
+    assert s["impls"] == ["pearl-fused", "quack", "torch"]  # steps are not implementations
+    one, big = s["rows"]
+    assert one["of_floor"] == pytest.approx(1.05)
+    assert one["vs"]["quack"]["ratio"] == pytest.approx(105 / 120, rel=0.01)
+    g = s["goals"]
+    assert g["decode_worst_of_floor"] == pytest.approx(1.05)  # 4096 tokens is not decode
+    assert g["quack_shapes"] == 2 and g["quack_above_tie"] == 1  # 500 / 480 = 1.04
+    assert g["decode_speedup_over_torch"] == pytest.approx(170 / 105, rel=0.01)
+    assert g["met"] == {"floor": True, "quack": False, "torch": True}
+    root = tmp_path / "results"
+    (root / "H200").mkdir(parents=True)
+    layer.write_layer_run(run, root / "H200" / "moe_layer.json")
+    table = render_layer_table(root)
+    assert "| GLM 5.3 | 1 | balanced | 100.0 | 105.0 (1.05x) | 120.0 | 170.0 | 0.875 |" in table
+    assert "1 of 2 above" in table and "**not met**" in table
+    assert "No layer run" in render_layer_table(tmp_path / "empty")

@@ -37,6 +37,7 @@ def test_update_readme_rewrites_only_the_block(tmp_path):
         "intro\n<!-- stages:begin -->\nstale\n<!-- stages:end -->\n"
         "<!-- compare:begin -->\n<!-- compare:end -->\n"
         "<!-- general:begin -->\n<!-- general:end -->\n"
+        "<!-- layer:begin -->\n<!-- layer:end -->\n"
         "<!-- speed:begin -->\n<!-- speed:end -->\noutro\n"
     )
     assert update_readme(readme) is True
@@ -97,3 +98,9 @@ def test_compare_table_says_when_nothing_was_recorded(tmp_path):
     (tmp_path / "H200").mkdir()
     shutil.copy(ROOT / "results" / "H200" / "compare.json", tmp_path / "H200")
     assert "geomean ratio" in render_compare_table(results_root=tmp_path)
+
+
+def test_readme_layer_table_is_up_to_date():
+    from pearl_moe.stages import render_layer_table
+
+    assert render_layer_table() in (ROOT / "README.md").read_text()

@@ -50,6 +50,7 @@ __all__ = [
     "LayerProblem",
     "LAYER_SCHEMA",
     "LAYER_IMPLS",
+    "layer_summary",
     "layer_impl",
     "make_layer_inputs",
     "reference_layer",
@@ -654,6 +655,64 @@ def validate_layer_run(run: dict) -> dict:
         if rec.get("status") == "ok" and "time" not in rec:
             raise ValueError(f"ok record {rec['impl']} on {rec['problem']} has no time")
     return run
+
+
+#: The layer benchmark's goals (issue "the whole MoE layer"): at decode (up to DECODE_TOKENS
+#: tokens per GPU) the fused layer within FLOOR_GOAL x its floor and at least TORCH_GOAL x faster
+#: than the torch composition; over every shape a geometric mean of at most QUACK_GEOMEAN_GOAL
+#: against quack's composition, and no shape above TIE (what one run resolves).
+DECODE_TOKENS = 256
+FLOOR_GOAL = 1.10
+TORCH_GOAL = 1.5
+QUACK_GEOMEAN_GOAL = 0.95
+TIE = 1.03
+
+
+def layer_summary(run: dict, ours: str = "pearl-fused") -> dict:
+    """Per problem, ``ours`` against the floor and against each other implementation (ratios
+    paired round by round, :func:`pearl_moe.bench.compare.paired_ratio`), and the goals judged
+    over the run. ``{"rows": [...], "goals": {...}, "impls": [...]}``; a goal is None where the
+    run has nothing to judge it on."""
+    from .compare import geomean, paired_ratio
+
+    ok = {(r["problem"], r["impl"]): r for r in run["records"] if r.get("status") == "ok"}
+    others = sorted({i for _, i in ok if i != ours and not i.startswith("step:")})
+    rows = []
+    for p in run["problems"]:
+        mine = ok.get((p["id"], ours))
+        row = {"problem": p["id"], "model": p["model"], "tokens": p["tokens_per_gpu"],
+               "routing": p["routing"], "floor_us": p.get("floor_us"), "us": {}, "vs": {}}  # fmt: skip
+        for impl in [ours, *others]:
+            rec = ok.get((p["id"], impl))
+            if rec is not None:
+                row["us"][impl] = rec["time"]["median_us"]
+                if mine is not None and impl != ours:
+                    row["vs"][impl] = paired_ratio(mine, rec)
+        if mine is not None and row["floor_us"]:
+            row["of_floor"] = mine["time"]["median_us"] / row["floor_us"]
+        rows.append(row)
+    decode = [r for r in rows if r["tokens"] <= DECODE_TOKENS and "of_floor" in r]
+    vs_quack = [r["vs"]["quack"]["ratio"] for r in rows if "quack" in r["vs"]]
+    vs_torch = [r["vs"]["torch"]["ratio"] for r in decode if "torch" in r["vs"]]
+    goals = {
+        "decode_worst_of_floor": max((r["of_floor"] for r in decode), default=None),
+        "quack_geomean": geomean(vs_quack) if vs_quack else None,
+        "quack_worst": max(vs_quack, default=None),
+        "quack_above_tie": sum(v > TIE for v in vs_quack),
+        "quack_shapes": len(vs_quack),
+        "decode_speedup_over_torch": 1 / geomean(vs_torch) if vs_torch else None,
+        "missing": [r["problem"] for r in rows if ours not in r["us"]],
+    }
+    g = goals
+    goals["met"] = {
+        "floor": None if g["decode_worst_of_floor"] is None
+        else g["decode_worst_of_floor"] <= FLOOR_GOAL,
+        "quack": None if g["quack_geomean"] is None
+        else g["quack_geomean"] <= QUACK_GEOMEAN_GOAL and g["quack_above_tie"] == 0,
+        "torch": None if g["decode_speedup_over_torch"] is None
+        else g["decode_speedup_over_torch"] >= TORCH_GOAL,
+    }  # fmt: skip
+    return {"rows": rows, "goals": goals, "impls": [ours, *others], "ours": ours}
 
 
 def load_layer_run(gpu: str = "H200", root: Path | None = None) -> dict | None:
