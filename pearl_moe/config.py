@@ -37,7 +37,9 @@ Terms used throughout:
   on) share the tiles statically: CTA ``c`` of ``C`` takes tiles ``c, c + C, c + 2C, ...``.
 * ``cluster_n=2`` (sm_90a) launches clusters of two CTAs that compute neighbouring n tiles of the
   same rows: each loads half of their shared A tile and the TMA multicasts it into both CTAs'
-  shared memory, so A crosses from L2 once per pair instead of twice.
+  shared memory, so A crosses from L2 once per pair instead of twice. ``cluster_m=2`` is the same
+  along M: the two CTAs compute neighbouring m tiles of one expert and share the B (weight) tile.
+  One of the two at a time.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -125,6 +127,7 @@ class GemmConfig:
     walk: str = "warp-parallel"  # how the tile scheduler finds a tile's expert (WALKS)
     activation: str | None = None  # fused act(gate) * up in the epilogue (ACTIVATIONS): n / 2 out
     cluster_n: int = 1  # sm_90a: CTAs of a cluster side by side along N, sharing A (multicast)
+    cluster_m: int = 1  # sm_90a: CTAs of a cluster one above the other along M, sharing B
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -183,8 +186,11 @@ class GemmConfig:
             yield from self._sm90_problems()
 
     def _sm100_problems(self):
-        if self.cluster_n != 1:
-            yield "cluster_n is implemented by the sm_90a kernels only (sm_100a pairs CTAs by cta_group)"
+        if self.cluster_n != 1 or self.cluster_m != 1:
+            yield (
+                "cluster_n / cluster_m are implemented by the sm_90a kernels only (sm_100a pairs "
+                "CTAs by cta_group)"
+            )
         if self.shift_a_box:
             yield "shift_a_box is implemented by the sm_90a kernels only"
         if self.swap_ab:
@@ -227,16 +233,19 @@ class GemmConfig:
     def _sm90_problems(self):
         if self.cta_group != 1:
             yield "cta_group=2 is a Blackwell (sm_100a) feature; Hopper wgmma is 1-CTA"
-        if self.cluster_n not in (1, 2):
-            yield f"cluster_n must be 1 or 2, got {self.cluster_n}"
-        elif self.cluster_n == 2:
+        if self.cluster_n not in (1, 2) or self.cluster_m not in (1, 2):
+            yield f"cluster_n and cluster_m must be 1 or 2, got {self.cluster_n}, {self.cluster_m}"
+        elif self.cluster_n * self.cluster_m == 4:
+            yield "a cluster is two CTAs along N (cluster_n=2) or along M (cluster_m=2), not both"
+        elif self.cluster_n * self.cluster_m == 2:
+            which = "cluster_n" if self.cluster_n == 2 else "cluster_m"
             if self.tile_m < 64 or self.swap_ab:
                 yield (
-                    "cluster_n=2 multicasts the A tile of tile_m >= 64 rows (not with tiles of "
-                    "fewer rows or swap_ab, whose A boxes are decode-sized)"
+                    f"{which}=2 is for prefill tiles of tile_m >= 64 rows (not with tiles of "
+                    "fewer rows or swap_ab, which are decode-sized)"
                 )
             if self.b_k_tiles != 1:
-                yield "cluster_n=2 multicasts A through the A/B ring: not with wide B entries"
+                yield f"{which}=2 multicasts through the A/B ring: not with wide B entries"
         if self.tile_m not in (8, 16, 32, 64, 128, 256):
             yield (
                 f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), or 8, 16 or 32 "
@@ -401,6 +410,8 @@ class GemmConfig:
                     fields["walk"] = word.removesuffix("walk")
                 elif word.startswith("clusterN") and word[8:].isdigit():
                     fields["cluster_n"] = int(word[8:])
+                elif word.startswith("clusterM") and word[8:].isdigit():
+                    fields["cluster_m"] = int(word[8:])
                 elif word.startswith("direct"):
                     fields["epilogue"] = "direct_store"
                     fields["store_bits"] = int(word[6:]) if word[6:] else None
@@ -437,6 +448,8 @@ class GemmConfig:
             parts.append(f"{self.walk}walk")
         if self.cluster_n != 1:
             parts.append(f"clusterN{self.cluster_n}")
+        if self.cluster_m != 1:
+            parts.append(f"clusterM{self.cluster_m}")
         if self.epilogue == "direct_store":
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:

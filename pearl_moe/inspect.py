@@ -501,6 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--cluster-n", type=int, default=None, choices=(1, 2),
         help="sm_90a: clusters of CTAs along N that share A by multicast",
     )  # fmt: skip
+    p.add_argument(
+        "--cluster-m", type=int, default=None, choices=(1, 2),
+        help="sm_90a: clusters of CTAs along M that share B by multicast",
+    )  # fmt: skip
     p.add_argument("--epi-tile-n", type=int, default=None)
     p.add_argument("--epi-buffers", type=int, default=None)
     p.add_argument("--m", type=int, default=None, help="rows (all experts together)")
@@ -532,6 +536,7 @@ def config_from_args(args) -> GemmConfig:
             "acc_buffers",
             "acc_slots",
             "cluster_n",
+            "cluster_m",
             "epi_tile_n",
             "epi_buffers",
         )

@@ -293,7 +293,7 @@ def test_serial_walk_twins_fill_the_free_slots_at_prefill_only(model):
 
     for tokens in (1, 64, 256, 1024, 4096):
         p = make_problem(model, tokens, ep=8)
-        # a limit above the prefill space (about 40 configurations) leaves slots for twins
+        # a limit above the prefill space (about 45 configurations) leaves slots for twins
         cands = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=60)
         twins = [c for _, c in cands if c.walk == "serial"]
         base = [c for _, c in cands if c.walk != "serial"]
@@ -407,16 +407,21 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
     for tokens in (1, 64, 256, 4096):
         p = make_problem("GLM 5.3", tokens, ep=8)
         space = [c for _, c in autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, 60)]
-        clustered = [c for c in space if c.cluster_n == 2]
+        clustered = [c for c in space if c.cluster_n * c.cluster_m == 2]
         tall = [c for c in space if c.tile_m == 256]
         if p.rows / p.experts <= autotune.PREFILL_ROWS:
             assert not clustered and not tall
             continue
         assert {(c.tile_m, c.tile_n) for c in tall} == {(256, 128)}  # 192 does not divide 4096
         assert all(c.tile_m >= 128 and c.b_k_tiles == 1 for c in clustered)
-        assert all(c.with_(cluster_n=1) in space for c in clustered if c.acc_slots == 1)
+        single = [c.with_(cluster_n=1, cluster_m=1) for c in clustered if c.acc_slots == 1]
+        assert all(c in space for c in single)
         assert any(c.acc_slots == 2 for c in clustered)  # the 128 x 128 ping-pong twin
+        # the shared operand is the larger tile: A (along N) when tile_m >= tile_n, else B
+        assert all(c.tile_m >= c.tile_n for c in clustered if c.cluster_n == 2)
+        assert all(c.tile_n >= c.tile_m for c in clustered if c.cluster_m == 2)
+        assert {c.cluster_m for c in clustered} == {1, 2}
         for c in clustered + tall:
             assert not api.can_implement("sm_90a", autotune.stage_for(c, p.n, p.k), c, p.n, p.k)
     blackwell = autotune.candidates("sm_100a", 4096, 6144, 32, 32 * 1024, 60)
-    assert all(c.cluster_n == 1 for _, c in blackwell)
+    assert all(c.cluster_n == c.cluster_m == 1 for _, c in blackwell)

@@ -48,6 +48,7 @@ CASES = {
         7,
         stage_config("sm_90a", 7).with_(tile_m=128, b_k_tiles=1, cluster_n=2),
     ),  # fmt: skip
+    "s4-128x256-clusterM2": (4, stage_config("sm_90a", 4).with_(tile_n=256, cluster_m=2)),
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
@@ -163,15 +164,20 @@ def test_256_row_tiles_give_each_of_two_warpgroups_two_m64_blocks(reports):
     assert (kernel.num_mma_warpgroups, kernel.mma_m, kernel.threads_per_cta) == (2, 256, 384)
 
 
-@pytest.mark.parametrize("name", ["s3-128x256-clusterN2", "s7-128x128-pingpong-clusterN2"])
-def test_clusters_multicast_a_and_release_entries_in_both_ctas(reports, name):
+@pytest.mark.parametrize(
+    "name", ["s3-128x256-clusterN2", "s7-128x128-pingpong-clusterN2", "s4-128x256-clusterM2"]
+)
+def test_clusters_multicast_one_operand_and_release_entries_in_both_ctas(reports, name):
     """With ``cluster_n=2`` the A copy is a multicast TMA (each CTA loads half of the box into
-    both), B stays a plain copy, the consumers' releases reach the other CTA's empty barriers
-    (remote arrives), and the CTAs of a cluster meet at a cluster barrier after the mbarriers are
+    both) and B a plain copy; with ``cluster_m=2`` the other way round (A is 2-D, B 3-D: the
+    experts' weights). The consumers' releases reach the other CTA's empty barriers (remote
+    arrives), and the CTAs of a cluster meet at a cluster barrier after the mbarriers are
     initialized, before any multicast can reach them. Without clusters none of that is there."""
     sass = Path(reports[name].files["sass"]).read_text()
     loads = [line for line in sass.splitlines() if "UTMALDG" in line]
     assert len(loads) == 2 and sum(".MULTICAST" in line for line in loads) == 1
+    shared = "UTMALDG.3D" if reports[name].gemm_config.cluster_m == 2 else "UTMALDG.2D"
+    assert any(".MULTICAST" in line and shared in line for line in loads)
     assert "SYNCS.ARRIVE.TRANS64.RED" in sass and "UCGABAR_WAIT" in sass
     plain = Path(reports["s3-128x128x64"].files["sass"]).read_text()
     assert ".MULTICAST" not in plain and "UCGABAR" not in plain

@@ -125,12 +125,15 @@ def test_2cta_splits_a_and_b_across_the_pair():
         (dict(arch="sm_90a", tile_m=128, tile_n=256, acc_slots=2), "at most 128 registers"),
         (dict(walk="linear"), "walk must be one of"),
         (dict(cluster_n=2), "sm_90a kernels only"),
-        (dict(arch="sm_90a", cluster_n=4), "cluster_n must be 1 or 2"),
+        (dict(arch="sm_90a", cluster_n=4), "cluster_n and cluster_m must be 1 or 2"),
         (
             dict(arch="sm_90a", tile_m=16, cluster_n=2, epilogue="direct_store"),
             "tile_m >= 64",
         ),
         (dict(arch="sm_90a", cluster_n=2, b_k_tiles=2), "not with wide B entries"),
+        (dict(arch="sm_90a", cluster_n=2, cluster_m=2), "not both"),
+        (dict(arch="sm_90a", cluster_m=2, swap_ab=True, tile_m=16), "decode-sized"),
+        (dict(cluster_m=2), "sm_90a kernels only"),
     ],
 )
 def test_configurations_that_cannot_exist(kwargs, message):
@@ -153,6 +156,9 @@ def test_describe_is_short_and_informative():
     assert label == "sm_90a 128x256x64 1cta r4 clusterN2 direct"
     assert GemmConfig.from_label(label) == resolve(clustered)
     assert "cluster" not in resolve(GemmConfig(arch="sm_90a")).describe()
+    along_m = resolve(clustered.with_(cluster_n=1, cluster_m=2))
+    assert "clusterM2" in along_m.describe()
+    assert GemmConfig.from_label(along_m.describe()) == along_m
 
 
 def test_config_and_budget_import_one_way():

@@ -57,6 +57,14 @@ VARIANTS = {
     "s4-128x256-clusterN2-shiftA": (4, dict(tile_m=128, tile_n=256, cluster_n=2, shift_a_box=True)),
     "s4-256x128-clusterN2": (4, dict(tile_m=256, tile_n=128, cluster_n=2)),
     "s7-128x128-pingpong-clusterN2": (7, dict(tile_m=128, b_k_tiles=1, cluster_n=2)),
+    # clusters of two CTAs along M sharing B (an odd count of m tiles in an expert leaves the
+    # second CTA rows past the expert: computed, never stored)
+    "s3-128x128-clusterM2": (3, dict(cluster_m=2)),
+    "s4-128x256-clusterM2": (4, dict(tile_m=128, tile_n=256, cluster_m=2)),
+    "s7-128x128-pingpong-clusterM2-shiftA": (
+        7,
+        dict(tile_m=128, b_k_tiles=1, cluster_m=2, shift_a_box=True),
+    ),
     # the tile scheduler's first walk (one expert per dependent load)
     "s6-serialwalk": (6, dict(walk="serial")),
     "s7-serialwalk": (7, dict(walk="serial")),

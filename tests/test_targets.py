@@ -69,6 +69,8 @@ def test_persistent_grid_without_a_device():
     clustered = GemmConfig(arch="sm_90a", cluster_n=2)  # sm_90a clusters of two along N
     assert targets.persistent_ctas("sm_90a", clustered, 132) == 132
     assert targets.persistent_ctas("sm_90a", clustered, 131) == 130
+    along_m = GemmConfig(arch="sm_90a", cluster_m=2)
+    assert targets.persistent_ctas("sm_90a", along_m, 131) == 130
 
 
 def test_persistent_grid_asks_the_driver_for_clusters(monkeypatch):

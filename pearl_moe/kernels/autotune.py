@@ -680,20 +680,26 @@ def _small_tile_candidates(
 
 
 def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
-    """Prefill twins in clusters of two CTAs along N that share their A tile (``cluster_n=2``,
-    the TMA multicasts each CTA's half into both), of the 128- and 256-row tiles among
-    ``configs`` (and of the 128 x 128 direct-store tile in ping-pong), where ``n`` gives at least
-    two n tiles. At prefill a tile's operands cross from L2
-    to the SM once per k tile: a 128 x 256 tile moves 48 KB per 4.2 MFLOP, about 9 TB/s over 132
-    SMs at the bf16 peak, so sharing A saves a third of that traffic (quack's tuned Hopper
-    configurations use 2-CTA clusters on every prefill shape of the held-out set)."""
+    """Prefill twins in clusters of two CTAs that share their larger operand tile by TMA
+    multicast (each CTA loads half of it into both), of the 128- and 256-row tiles among
+    ``configs`` (and of the 128 x 128 direct-store tile in ping-pong): along N sharing A
+    (``cluster_n=2``, where ``tile_m >= tile_n`` and ``n`` gives at least two n tiles), along M
+    sharing B (``cluster_m=2``, where ``tile_n >= tile_m``). At prefill a tile's operands cross
+    from L2 to the SM once per k tile: a 128 x 256 tile moves 48 KB per 4.2 MFLOP, about 9 TB/s
+    over 132 SMs at the bf16 peak, and sharing its B tile saves two thirds of a CTA's share of
+    that (quack's tuned Hopper configurations use 2-CTA clusters on every prefill shape of the
+    held-out set, along M or along N)."""
     out = []
     for config in configs:
-        if config.tile_m < 128 or config.b_k_tiles != 1 or n < 2 * config.tile_n:
+        if config.tile_m < 128 or config.b_k_tiles != 1:
             continue
-        twins = [config.with_(cluster_n=2)]
+        twins = []
+        if config.tile_m >= config.tile_n and n >= 2 * config.tile_n:
+            twins.append(config.with_(cluster_n=2))
+        if config.tile_n >= config.tile_m:
+            twins.append(config.with_(cluster_m=2))
         if config.tile_m * config.tile_n == 128 * 128 and config.epilogue == "direct_store":
-            twins.append(twins[0].with_(acc_slots=2))  # the 128 x 128 ping-pong tile too
+            twins += [t.with_(acc_slots=2) for t in twins]  # the 128 x 128 ping-pong tile too
         out += twins
     return out
 

@@ -132,15 +132,15 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
 def persistent_ctas(family: str, config, sms: int, device=None) -> int:
     """CTAs of a persistent launch of ``config`` on a GPU with ``sms`` SMs.
 
-    One per SM, except kernels launched in clusters (2-CTA kernels on sm_100a, ``cluster_n=2`` on
-    sm_90a): two per cluster the driver says fit at once (:func:`max_active_clusters`), at most
+    One per SM, except kernels launched in clusters (2-CTA kernels on sm_100a, ``cluster_n=2`` or
+    ``cluster_m=2`` on sm_90a): two per cluster the driver says fit at once (:func:`max_active_clusters`), at most
     ``sms // 2`` clusters. Without a device (a CPU compile), ``sms // 2`` clusters. The result is
     a compile-time constant of the kernel (its grid and the scheduler's stride) and part of its
     cache key.
     """
     cta_group = getattr(config, "cta_group", 1) if family == "sm_100a" else 1
     if family == "sm_90a":
-        cta_group = getattr(config, "cluster_n", 1)
+        cta_group = getattr(config, "cluster_n", 1) * getattr(config, "cluster_m", 1)
     if cta_group == 1:
         return sms
     clusters = sms // cta_group
@@ -154,6 +154,6 @@ def persistent_ctas(family: str, config, sms: int, device=None) -> int:
             raise ValueError(
                 f"the GPU reports room for no cluster of {cta_group} CTAs at once (an MPS or "
                 "green-context limit?): the clustered kernels cannot run here; use a "
-                "configuration without clusters (cta_group=1, cluster_n=1)"
+                "configuration without clusters (cta_group=1, cluster_n=cluster_m=1)"
             )
     return cta_group * clusters

@@ -166,8 +166,10 @@ class KernelBase:
             self.mma_m = self.tile_n
             self.num_mma_warpgroups = 1
         self.shift_a_box = config.shift_a_box
-        # clusters of cluster_n CTAs along N share (multicast) one A tile; 1: no clusters
+        # clusters of two CTAs along N share (multicast) one A tile, along M one B tile
         self.cluster_n = config.cluster_n
+        self.cluster_m = config.cluster_m
+        self.cluster_size = self.cluster_n * self.cluster_m  # 1: no clusters
         self.activation = config.activation  # fused act(gate) * up in the direct store, or None
         self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
         self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups
@@ -281,47 +283,50 @@ class KernelBase:
         )
 
     def _tma_pipeline(self, barriers, entries: int, consumer_warps: int, tx_bytes: int):
-        """With clusters (``cluster_n`` > 1) a ring entry of A is written by every CTA of the
-        cluster (multicast), so it is free again only when the consumers of all of them released
-        it: each consumer warp arrives on the empty barrier of every CTA of its cluster
-        (``mcast_mode_mn=(1, 0)``: the partners are the CTAs of the same rows), and an entry's
-        empty barrier counts ``cluster_n x consumer_warps`` arrivals. The full barrier's byte
-        count is unchanged: the whole A tile (half from each CTA) and this CTA's B tile."""
+        """With clusters a ring entry of the shared operand (A with ``cluster_n=2``, B with
+        ``cluster_m=2``) is written by both CTAs of the cluster (multicast), so it is free again
+        only when the consumers of both released it: each consumer warp arrives on the empty
+        barrier of both CTAs (``mcast_mode_mn``: (1, 0) makes the CTAs of the same rows
+        partners, (0, 1) those of the same columns), and an entry's empty barrier counts
+        ``2 x consumer_warps`` arrivals. The full barrier's byte count is unchanged: the whole
+        shared tile (half from each CTA) and this CTA's own tile of the other operand."""
         return pipeline.PipelineTmaAsync.create(
             barrier_storage=barriers,
             num_stages=entries,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, consumer_warps * self.cluster_n
+                pipeline.Agent.Thread, consumer_warps * self.cluster_size
             ),
             tx_count=tx_bytes,
             cta_layout_vmnk=self.cluster_layout_vmnk(),
-            mcast_mode_mn=(1, 0),
+            mcast_mode_mn=(0, 1) if self.cluster_m > 1 else (1, 0),
         )
 
     def cluster_layout_vmnk(self):
-        """(V, M, N, K) = (1, 1, cluster_n, 1): the CTAs of a cluster side by side along N."""
-        return cute.make_layout((1, 1, self.cluster_n, 1))
+        """(V, M, N, K) = (1, cluster_m, cluster_n, 1): where the CTAs of a cluster sit."""
+        return cute.make_layout((1, self.cluster_m, self.cluster_n, 1))
 
     @cute.jit
     def _issue_loads(
-        self, ab_pipeline, state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, a_mcast_mask=None
-    ):
+        self, ab_pipeline, state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB,
+        a_mcast_mask=None, b_mcast_mask=None,
+    ):  # fmt: skip
         """One ring entry: wait until it is empty, then TMA A and B k tile ``state.count`` into it
-        (with ``a_mcast_mask``, this CTA's part of A into every CTA of the mask)."""
+        (with a multicast mask, this CTA's part of that operand into every CTA of the mask)."""
         ab_pipeline.producer_acquire(state)
         bar = ab_pipeline.producer_get_barrier(state)
-        if cutlass.const_expr(a_mcast_mask is None):
-            cute.copy(
-                tma_atom_a, tAgA[(None, state.count)], tAsA[(None, state.index)], tma_bar_ptr=bar
-            )
-        else:
-            cute.copy(
-                tma_atom_a, tAgA[(None, state.count)], tAsA[(None, state.index)], tma_bar_ptr=bar,
-                mcast_mask=a_mcast_mask,
-            )  # fmt: skip
-        cute.copy(tma_atom_b, tBgB[(None, state.count)], tBsB[(None, state.index)], tma_bar_ptr=bar)
+        self._tma_copy(tma_atom_a, tAgA[(None, state.count)], tAsA[(None, state.index)], bar,
+                       a_mcast_mask)  # fmt: skip
+        self._tma_copy(tma_atom_b, tBgB[(None, state.count)], tBsB[(None, state.index)], bar,
+                       b_mcast_mask)  # fmt: skip
         ab_pipeline.producer_commit(state)
+
+    @cute.jit
+    def _tma_copy(self, atom, src, dst, bar, mcast_mask=None):
+        if cutlass.const_expr(mcast_mask is None):
+            cute.copy(atom, src, dst, tma_bar_ptr=bar)
+        else:
+            cute.copy(atom, src, dst, tma_bar_ptr=bar, mcast_mask=mcast_mask)
 
     @cute.jit
     def mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, a_index, b_index=None, b_kblock0=0):

@@ -66,9 +66,9 @@ class PersistentGroupedGemmKernel(
     def __init__(self, config: GemmConfig, sms: int = 132, stage: int = LAST_STAGE):
         self.max_stage = stage  # the course stage the config is checked against (3-7)
         super().__init__(config)
-        if sms % self.cluster_n:
+        if sms % self.cluster_size:
             raise ValueError(
-                f"a grid of {sms} CTAs is not a whole number of clusters of {self.cluster_n}"
+                f"a grid of {sms} CTAs is not a whole number of clusters of {self.cluster_size}"
             )
         self.sms = sms
         self.producer_warpgroups = 1
@@ -103,19 +103,21 @@ class PersistentGroupedGemmKernel(
             mA, self.a_smem_layout, (self.tile_m, self.tile_k), multicast=self.cluster_n
         )
         tma_atom_b, tma_b = self._tma_load_atom(
-            mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles)
-        )
+            mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles),
+            multicast=self.cluster_m,
+        )  # fmt: skip
         tma_atom_c, tma_c3 = self._tma_store_atom(mC3)
         self.experts = experts
         self.n_tiles = (n + self.tile_n - 1) // self.tile_n
         # the scheduler hands out the tiles of a cluster: cluster_n neighbouring n tiles of the
         # same rows (a last, odd n tile leaves one CTA a tile past n: its B box reads zeros and
-        # its stores are clipped)
+        # its stores are clipped), or cluster_m neighbouring m tiles of one expert under the same
+        # weights (an odd count leaves one CTA rows past the expert: computed, never stored)
         self.cluster_n_tiles = (self.n_tiles + self.cluster_n - 1) // self.cluster_n
         self.k_tiles = (k + self.tile_k - 1) // self.tile_k
         self.b_entries_per_tile = (self.k_tiles + self.b_k_tiles - 1) // self.b_k_tiles
         # clusters only where asked for: the kernels without them launch as before
-        cluster = {"cluster": [self.cluster_n, 1, 1]} if self.cluster_n > 1 else {}
+        cluster = {"cluster": [self.cluster_size, 1, 1]} if self.cluster_size > 1 else {}
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mC, mOffs,
             self.tiled_mma, self.a_smem_layout, self.b_smem_layout, self.epi_smem_layout,
@@ -151,8 +153,8 @@ class PersistentGroupedGemmKernel(
         warpgroup = cute.arch.make_warp_uniform(tidx // WARPGROUP_THREADS)
         cta, _, _ = cute.arch.block_idx()
         ctas, _, _ = cute.arch.grid_dim()
-        # a cluster's CTAs are neighbours in the grid: cluster cta // cluster_n, rank cta % cluster_n
-        rank = cta % self.cluster_n
+        # a cluster's CTAs are neighbours in the grid: cluster cta // size, rank cta % size
+        rank = cta % self.cluster_size
         if warp_idx == self.load_warp:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
@@ -178,12 +180,12 @@ class PersistentGroupedGemmKernel(
             mOffs,
             cute.size(mA_mk, mode=[0]),
             self.experts,
-            self.tile_m,
+            self.tile_m * self.cluster_m,
             self.cluster_n_tiles,
-            ctas // self.cluster_n,
+            ctas // self.cluster_size,
             self.config.walk,
         )
-        cluster = cta // self.cluster_n
+        cluster = cta // self.cluster_size
 
         # ============ TMA producer warpgroup ============
         if warpgroup < self.producer_warpgroups:
@@ -195,16 +197,22 @@ class PersistentGroupedGemmKernel(
                 b_state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.b_ring_depth
                 )
-                a_mcast_mask = None
+                a_mcast_mask, b_mcast_mask = None, None
                 if cutlass.const_expr(self.cluster_n > 1):
-                    # A mode 2 (N) of the cluster: every CTA of this one's rows
+                    # A to mode 2 (N) of the cluster: every CTA of this one's rows
                     a_mcast_mask = cute.nvgpu.cpasync.create_tma_multicast_mask(
                         self.cluster_layout_vmnk(), (0, 0, rank, 0), mcast_mode=2
                     )
+                if cutlass.const_expr(self.cluster_m > 1):
+                    # B to mode 1 (M) of the cluster: every CTA of this one's columns
+                    b_mcast_mask = cute.nvgpu.cpasync.create_tma_multicast_mask(
+                        self.cluster_layout_vmnk(), (0, rank, 0, 0), mcast_mode=1
+                    )
                 tile, expert, first = sched.first_tile(cluster)
                 while expert < self.experts:
-                    m_tile, cluster_n_tile, row0, valid = sched.decode(tile, expert, first)
-                    n_tile = cluster_n_tile * self.cluster_n + rank
+                    m_tile, n_tile, row0, valid = self._cluster_tile(
+                        sched, tile, expert, first, rank
+                    )
                     # (tile_m, tile_k, k_tiles): A rows from a_row0 (the tile's first row, or
                     # earlier so that the box ends inside A)
                     gA = cute.local_tile(
@@ -218,15 +226,16 @@ class PersistentGroupedGemmKernel(
                         (self.tile_n, self.tile_k * self.b_k_tiles),
                         (n_tile, None),
                     )
-                    # (TMA, ring_depth), (TMA, k_tiles): with clusters, this CTA's 1 / cluster_n
-                    # of each A box (the TMA multicasts it to the others)
+                    # (TMA, ring_depth), (TMA, k_tiles): with cluster_n=2, this CTA's half of
+                    # each A box (the TMA multicasts it to both)
                     tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-                        tma_atom_a, rank, cute.make_layout(self.cluster_n),
+                        tma_atom_a, rank % self.cluster_n, cute.make_layout(self.cluster_n),
                         cute.group_modes(self._a_box_view(sA, a_smem_layout), 0, 2), cute.group_modes(gA, 0, 2),
                     )  # fmt: skip
                     # (TMA, b_ring_depth), (TMA, k_tiles / b_k_tiles)
+                    # (with cluster_m=2, this CTA's half of each B box, multicast to both)
                     tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                        tma_atom_b, 0, cute.make_layout(1),
+                        tma_atom_b, rank % self.cluster_m, cute.make_layout(self.cluster_m),
                         cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2),
                     )  # fmt: skip
                     if cutlass.const_expr(self.wide_b):
@@ -239,7 +248,7 @@ class PersistentGroupedGemmKernel(
                         for _ in cutlass.range(self.k_tiles, unroll=1):
                             self._issue_loads(
                                 ab_pipeline, a_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB,
-                                tBsB, a_mcast_mask,
+                                tBsB, a_mcast_mask, b_mcast_mask,
                             )  # fmt: skip
                             a_state.advance()
                     tile, expert, first = sched.next_tile(tile, expert, first)
@@ -303,8 +312,7 @@ class PersistentGroupedGemmKernel(
             tiles_done = cutlass.Int32(0)
             tile, expert, first = sched.first_tile(cluster)
             while expert < self.experts:
-                m_tile, cluster_n_tile, row0, valid = sched.decode(tile, expert, first)
-                n_tile = cluster_n_tile * self.cluster_n + rank
+                m_tile, n_tile, row0, valid = self._cluster_tile(sched, tile, expert, first, rank)
                 # the next tile is found before this one is stored: ping-pong hands its turn
                 # over only when the other warpgroup has a tile to take
                 next_tile, next_expert, next_first = sched.next_tile(tile, expert, first)
@@ -336,6 +344,22 @@ class PersistentGroupedGemmKernel(
                     store_pipeline.producer_tail()
 
     # ------------------------------------------------------------------ one tile, per option
+    @cute.jit
+    def _cluster_tile(self, sched, tile, expert, first, rank):
+        """``(m_tile, n_tile, row0, valid)`` of this CTA's part of a cluster tile: with
+        ``cluster_n=2`` n tile ``2 t + rank`` of the same rows; with ``cluster_m=2`` the
+        ``rank``-th ``tile_m`` rows of a ``2 x tile_m``-row tile (``valid`` 0 where the expert
+        ends before them: the CTA still loads its half of B for its partner, and stores
+        nothing). Without clusters, the scheduler's tile."""
+        m_tile, n_tile, row0, valid = sched.decode(tile, expert, first)
+        if cutlass.const_expr(self.cluster_n > 1):
+            n_tile = n_tile * self.cluster_n + rank
+        if cutlass.const_expr(self.cluster_m > 1):
+            m_tile = m_tile * self.cluster_m + rank
+            row0 = row0 + rank * self.tile_m
+            valid = cutlass.max(cutlass.min(valid - rank * self.tile_m, self.tile_m), 0)
+        return m_tile, n_tile, row0, valid
+
     @cute.jit
     def _a_box_row(self, row0, rows):
         """First row of the tile's A box: ``row0``, or with ``shift_a_box`` the latest start
