@@ -65,10 +65,40 @@ def flat_copies(s, v_n, m_n, j_n, per_m):
 
 # ------------------------------------------------------------------ worker (CUTE_DSL_ARCH=sm_90a)
 def _coords(tensor):
-    """The (row, col) tuples of a static coordinate tensor, by flat (colexicographic) index."""
+    """The (row, col) tuples of a static coordinate tensor, by flat (colexicographic) index.
+
+    Each index builds an op (about 0.4 ms); :class:`_ThreadCoords` needs it for one thread only.
+    """
     import cutlass.cute as cute
 
     return [tuple(int(x) for x in tensor[i]) for i in range(cute.size(tensor))]
+
+
+class _ThreadCoords:
+    """Coordinates of a per-thread partition for every thread, evaluated in full for a few.
+
+    A static partition for thread ``t`` is ``base_t o layout``: the thread moves the base
+    coordinate only, so one thread's coordinates relative to its base, shifted by each thread's
+    base (``tensor[0]``), give every thread's. Checked: every thread's layout is the first
+    thread's, and the full evaluation of the threads in ``FULL_THREADS`` agrees.
+    """
+
+    FULL_THREADS = (0, 37, 127, 128, 201, 255)
+
+    def __init__(self):
+        self.layout = self.rel = None
+
+    def __call__(self, tidx, tensor):
+        layout = str(tensor.layout)
+        base = tuple(int(x) for x in tensor[0])
+        if self.layout is None:
+            self.layout = layout
+            self.rel = [tuple(x - b for x, b in zip(c, base, strict=True)) for c in _coords(tensor)]
+        assert layout == self.layout, (tidx, layout, self.layout)
+        coords = [tuple(x + b for x, b in zip(r, base, strict=True)) for r in self.rel]
+        if tidx in self.FULL_THREADS:
+            assert coords == _coords(tensor), tidx
+        return coords
 
 
 def _check(kernel, result):
@@ -94,6 +124,7 @@ def _check(kernel, result):
     tile_coords = cute.make_identity_tensor((kernel.mma_m, kernel.tile_n))
     slice_coords = cute.make_identity_tensor(kernel.epi_tile)
 
+    src_coords, dst_coords = _ThreadCoords(), _ThreadCoords()
     counts = {"kernel": 0, "flat": 0}
     stored, held = [], []
     for tidx in range(kernel.num_mma_threads):
@@ -106,7 +137,7 @@ def _check(kernel, result):
         assert cute.shape(dst_t) == rc_shape, (cute.shape(dst_t), rc_shape)
         v_n, m_n, j_n = (cute.size(rc_shape, mode=[i]) for i in range(3))
         per_m = cute.size(src_t, mode=[0])
-        src, dst = _coords(src_t), _coords(dst_t)
+        src, dst = src_coords(tidx, src_t), dst_coords(tidx, dst_t)
         held += src
         for s in range(slices):
             for name, copies in (("kernel", kernel_copies), ("flat", flat_copies)):
@@ -128,9 +159,18 @@ def _check(kernel, result):
     )
 
 
-def _worker(cases):
+def _trace(kernel, result):
+    """Run :func:`_check` inside a ``@cute.jit`` (ops need its MLIR context) and compile it."""
     import cutlass.cute as cute
 
+    @cute.jit
+    def trace():
+        _check(kernel, result)  # a plain Python callee: its loops run at trace time, unrewritten
+
+    cute.compile(trace)
+
+
+def _worker(cases):
     from pearl_moe.config import GemmConfig
     from pearl_moe.kernels.sm90.stage3_persistent import PersistentGroupedGemmKernel
 
@@ -141,12 +181,7 @@ def _worker(cases):
         ).resolved()
         kernel = PersistentGroupedGemmKernel(config)
         result = {}
-
-        @cute.jit
-        def trace():
-            _check(kernel, result)  # plain Python: its loops run at trace time
-
-        cute.compile(trace)
+        _trace(kernel, result)
         results[f"{tile_m}x{tile_n}/{epi_tile_n}"] = result
     return results
 
