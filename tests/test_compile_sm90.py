@@ -49,6 +49,7 @@ CASES = {
         stage_config("sm_90a", 7).with_(tile_m=128, b_k_tiles=1, cluster_n=2),
     ),  # fmt: skip
     "s4-128x256-clusterM2": (4, stage_config("sm_90a", 4).with_(tile_n=256, cluster_m=2)),
+    "s3-128x128-clusterM2": (3, BASE.with_(cluster_m=2, ring_depth=None)),
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
@@ -165,7 +166,13 @@ def test_256_row_tiles_give_each_of_two_warpgroups_two_m64_blocks(reports):
 
 
 @pytest.mark.parametrize(
-    "name", ["s3-128x256-clusterN2", "s7-128x128-pingpong-clusterN2", "s4-128x256-clusterM2"]
+    "name",
+    [
+        "s3-128x256-clusterN2",
+        "s7-128x128-pingpong-clusterN2",
+        "s4-128x256-clusterM2",
+        "s3-128x128-clusterM2",
+    ],
 )
 def test_clusters_multicast_one_operand_and_release_entries_in_both_ctas(reports, name):
     """With ``cluster_n=2`` the A copy is a multicast TMA (each CTA loads half of the box into

@@ -174,8 +174,9 @@ class PersistentGroupedGemmKernel(
                 barriers, self.mma_threads_per_tile // 32, b_smem_layout
             )
         # The ragged tile list, with the expert offsets clamped into [0, rows] (see scheduler).
-        # With clusters it is a list of cluster tiles (cluster_n n tiles wide), walked by the
-        # clusters: both CTAs of one see the same expert and rows, in the same order.
+        # With clusters it is a list of cluster tiles (cluster_n n tiles wide, or cluster_m
+        # row blocks tall), walked by the clusters: both CTAs of one see the same expert and
+        # rows, in the same order.
         sched = scheduler.TileScheduler(
             mOffs,
             cute.size(mA_mk, mode=[0]),
@@ -356,8 +357,11 @@ class PersistentGroupedGemmKernel(
             n_tile = n_tile * self.cluster_n + rank
         if cutlass.const_expr(self.cluster_m > 1):
             m_tile = m_tile * self.cluster_m + rank
-            row0 = row0 + rank * self.tile_m
-            valid = cutlass.max(cutlass.min(valid - rank * self.tile_m, self.tile_m), 0)
+            mine = valid - rank * self.tile_m  # rows of the cluster tile below this CTA's start
+            # with no rows of its own the CTA keeps the cluster tile's first row, so that its A
+            # box stays inside A (a box wholly past A's end would rely on the TMA zero-filling it)
+            row0 = cutlass.select_(mine > 0, row0 + rank * self.tile_m, row0)
+            valid = cutlass.max(cutlass.min(mine, self.tile_m), 0)
         return m_tile, n_tile, row0, valid
 
     @cute.jit
