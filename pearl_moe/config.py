@@ -40,6 +40,10 @@ Terms used throughout:
   shared memory, so A crosses from L2 once per pair instead of twice. ``cluster_m=2`` is the same
   along M: the two CTAs compute neighbouring m tiles of one expert and share the B (weight) tile.
   One of the two at a time.
+* ``gather_a`` (sm_90a) reads A's rows through an index: row ``r`` of the output is
+  ``x[a_index[r]] @ W[e]^T`` (an MoE layer's token gather, without materializing ``x[a_index]``).
+  The producer warpgroup loads A with ``cp.async`` (16 bytes a thread) instead of a TMA box; B
+  stays a TMA copy (:mod:`pearl_moe.kernels.sm90.gather_a`).
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -128,6 +132,7 @@ class GemmConfig:
     activation: str | None = None  # fused act(gate) * up in the epilogue (ACTIVATIONS): n / 2 out
     cluster_n: int = 1  # sm_90a: CTAs of a cluster side by side along N, sharing A (multicast)
     cluster_m: int = 1  # sm_90a: CTAs of a cluster one above the other along M, sharing B
+    gather_a: bool = False  # sm_90a: A's rows read through an index (x[a_index[r]]), by cp.async
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -193,6 +198,8 @@ class GemmConfig:
             )
         if self.shift_a_box:
             yield "shift_a_box is implemented by the sm_90a kernels only"
+        if self.gather_a:
+            yield "gather_a is implemented by the sm_90a kernels only"
         if self.swap_ab:
             yield "swap_ab is implemented by the sm_90a kernels only"
         if self.cta_group not in (1, 2):
@@ -279,12 +286,35 @@ class GemmConfig:
                 "the fused activation stores 16 bytes per thread from 64 accumulator columns (32 "
                 f"outputs): tile_n must be a multiple of 64, got {self.tile_n}"
             )
+        if self.gather_a:
+            yield from self._gather_a_problems()
         if self.acc_slots == 2 and self.tile_m * self.tile_n > 128 * 128:
             yield (
                 "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate tiles "
                 "(ping-pong), each holding a whole tile's fp32 accumulator in its registers: "
                 f"tile_m x tile_n / 128 threads must be at most 128 registers, got "
                 f"{self.tile_m} x {self.tile_n} ({self.tile_m * self.tile_n // 128})"
+            )
+
+    def _gather_a_problems(self):
+        """What the cp.async gather of A (sm_90a) does not combine with."""
+        if self.tile_m < 64:
+            yield (
+                "gather_a loads whole tile_m-row A entries with the producer warpgroup's 128 "
+                f"threads (16 rows a pass): tile_m must be at least 64, got {self.tile_m}"
+            )
+        if self.swap_ab:
+            yield "gather_a keeps the tokens as the wgmma's M: not with swap_ab"
+        if self.cluster_n != 1 or self.cluster_m != 1:
+            yield "gather_a loads A by cp.async, which cannot multicast: cluster_n = cluster_m = 1"
+        if self.b_k_tiles != 1:
+            yield "gather_a fills one A/B ring entry per K tile: b_k_tiles must be 1"
+        if self.shift_a_box:
+            yield "gather_a has no A box to shift (rows come through the index): not shift_a_box"
+        if self.tile_k != 64:
+            yield (
+                "gather_a's producer keeps one row index per 16-row pass of a 64-deep K tile "
+                f"(its register budget): tile_k must be 64, got {self.tile_k}"
             )
 
     # ------------------------------------------------------------------ derived
@@ -406,6 +436,8 @@ class GemmConfig:
                     fields["shift_a_box"] = True
                 elif word == "swapAB":
                     fields["swap_ab"] = True
+                elif word == "gatherA":
+                    fields["gather_a"] = True
                 elif word.endswith("walk"):
                     fields["walk"] = word.removesuffix("walk")
                 elif word.startswith("clusterN") and word[8:].isdigit():
@@ -444,6 +476,8 @@ class GemmConfig:
             parts.append("shiftA")
         if self.swap_ab:
             parts.append("swapAB")
+        if self.gather_a:
+            parts.append("gatherA")
         if self.walk != "warp-parallel":
             parts.append(f"{self.walk}walk")
         if self.cluster_n != 1:

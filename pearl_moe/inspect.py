@@ -505,6 +505,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--cluster-m", type=int, default=None, choices=(1, 2),
         help="sm_90a: clusters of CTAs along M that share B by multicast",
     )  # fmt: skip
+    p.add_argument(
+        "--gather-a", action="store_true", default=None,
+        help="sm_90a: A's rows read through an index by cp.async (grouped_gemm's a_index)",
+    )  # fmt: skip
     p.add_argument("--epi-tile-n", type=int, default=None)
     p.add_argument("--epi-buffers", type=int, default=None)
     p.add_argument("--m", type=int, default=None, help="rows (all experts together)")
@@ -537,6 +541,7 @@ def config_from_args(args) -> GemmConfig:
             "acc_slots",
             "cluster_n",
             "cluster_m",
+            "gather_a",
             "epi_tile_n",
             "epi_buffers",
         )

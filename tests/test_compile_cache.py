@@ -102,7 +102,7 @@ def test_second_process_loads_instead_of_compiling(tmp_path):
     assert second["stats"]["hits"] == 1 and second["stats"]["misses"] == 0
     assert second["type"] == "CudaDialectJitCompiledFunction"
     assert second["params"] == [
-        "a_ptr", "w_ptr", "offs_ptr", "c_ptr", "rows", "stream"
+        "a_ptr", "w_ptr", "offs_ptr", "c_ptr", "idx_ptr", "rows", "stream"
     ]  # fmt: skip
     assert second["kernel_s"] < first["kernel_s"]
     print(

@@ -61,6 +61,10 @@ CASES = {
         5,
         stage_config("sm_90a", 5).with_(tile_m=8, tile_n=256, shift_a_box=True, swap_ab=True),
     ),  # fmt: skip
+    # beyond the post: A's rows gathered through an index (cp.async), B by TMA
+    "s3-128x128-gatherA": (3, BASE.with_(gather_a=True)),
+    "s4-128x128-gatherA": (4, stage_config("sm_90a", 4).with_(gather_a=True)),
+    "s3-256x128-gatherA": (3, BASE.with_(tile_m=256, gather_a=True, ring_depth=None)),
 }
 SWAPPED = [name for name, (_, cfg) in CASES.items() if cfg.swap_ab]
 DIRECT = [
@@ -69,6 +73,7 @@ DIRECT = [
     if cfg.epilogue == "direct_store" and name not in SWAPPED
 ]
 TMA_STORE = [name for name in CASES if name not in DIRECT + SWAPPED]
+GATHERED = [name for name, (_, cfg) in CASES.items() if cfg.gather_a]
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +262,33 @@ def test_scheduler_walk_is_the_one_configured(reports):
         elif cfg.arch == "sm_90a" and name[1] in "34567":
             ups = sum(n for op, n in reports[name].opcodes.items() if op.startswith("SHFL.UP"))
             assert ups > 0 and ups % 5 == 0, (name, ups)
+
+
+@pytest.mark.parametrize("name", GATHERED)
+def test_gather_a_loads_a_by_cp_async_and_b_by_one_tma(reports, name):
+    """With ``gather_a`` the producer warpgroup copies A with 16-byte cp.async (LDGSTS), one per
+    16-row pass of a K tile (``tile_m / 16`` per thread), each thread's completion arriving on
+    the entry's full barrier; B stays one TMA copy of the 3-D weight view; the consumers fence
+    the generic-proxy writes before their wgmma. Registers: the producer keeps 40 up to 128 rows,
+    56 at 256 (the consumers then 224). The kernels without the option have none of it."""
+    report = reports[name]
+    cfg = report.gemm_config
+    sass = Path(report.files["sass"]).read_text()
+    lines = sass.splitlines()
+    cp_async = [line for line in lines if re.search(r"\sLDGSTS\.", line)]
+    assert all("LDGSTS.E.BYPASS.128" in line for line in cp_async)
+    # pass i writes 16 rows x 128 bytes = 0x800 bytes further into the entry (the compiler may
+    # duplicate a copy on two paths: count the passes by their shared-memory offsets)
+    offsets = {
+        int(m or "0", 16) for m in re.findall(r"LDGSTS\S* \[R\d+(?:\+(0x[0-9a-f]+))?\]", sass)
+    }
+    assert offsets == {0x800 * i for i in range(cfg.tile_m // 16)}
+    tma = [line for line in lines if "UTMALDG" in line]
+    assert len(tma) == 1 and "UTMALDG.3D" in tma[0]
+    assert "ARRIVES.LDGSTSBAR" in sass
+    producer = 56 if cfg.tile_m == 256 else 40
+    assert f"USETMAXREG.DEALLOC.CTAPOOL {producer:#x}" in sass
+    assert report.smem_bytes == report.model_smem_bytes
+    assert _count(report, "STL", "LDL") == 0
+    for plain in ("s3-128x128x64", "s4-course", "s3-256x128"):
+        assert "LDGSTS" not in Path(reports[plain].files["sass"]).read_text()

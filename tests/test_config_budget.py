@@ -193,3 +193,51 @@ def test_retired_schedule_variants_are_refused_and_recorded_static_configs_still
         GemmConfig.from_dict({**recorded, "walk": "hybrid"})
     with pytest.raises(ValueError, match="walk must be one of"):
         GemmConfig(arch="sm_90a", walk="hybrid")
+
+
+def test_gather_a_label_round_trip_and_budget():
+    """``gather_a`` reads A's rows through an index: the label names it (``gatherA``) and reads
+    back; the ring entry and barriers are the same, so the budget model does not move."""
+    plain = resolve(GemmConfig(arch="sm_90a", epilogue="direct_store"))
+    gathered = plain.with_(gather_a=True)
+    assert gathered.describe() == plain.describe().replace(" direct", " gatherA direct")
+    assert GemmConfig.from_label(gathered.describe()) == gathered
+    assert "gatherA" not in plain.describe()
+    tma = resolve(GemmConfig(arch="sm_90a", tile_m=256, gather_a=True))
+    assert GemmConfig.from_label(tma.describe()) == tma
+    assert smem_budget(gathered).total == smem_budget(plain).total
+    assert (
+        resolve(GemmConfig(arch="sm_90a", gather_a=True)).ring_depth
+        == resolve(GemmConfig(arch="sm_90a")).ring_depth
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(), "sm_90a kernels only"),
+        (dict(arch="sm_90a", tile_m=32, epilogue="direct_store"), "at least 64"),
+        (
+            dict(arch="sm_90a", tile_m=64, swap_ab=True, epilogue="direct_store"),
+            "not with swap_ab",
+        ),
+        (dict(arch="sm_90a", cluster_n=2), "cannot multicast"),
+        (dict(arch="sm_90a", cluster_m=2), "cannot multicast"),
+        (dict(arch="sm_90a", b_k_tiles=2), "b_k_tiles must be 1"),
+        (dict(arch="sm_90a", shift_a_box=True, epilogue="direct_store"), "not shift_a_box"),
+        (dict(arch="sm_90a", tile_k=128), "tile_k must be 64"),
+    ],
+)
+def test_gather_a_refusals(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GemmConfig(gather_a=True, **kwargs)
+
+
+def test_gather_a_arrives_in_the_persistent_kernel():
+    from pearl_moe.kernels.ladder import stage_problems
+
+    cfg = GemmConfig(arch="sm_90a", gather_a=True)
+    assert stage_problems(cfg, 3) == []
+    for stage in (1, 2):
+        (why,) = stage_problems(cfg, stage)
+        assert "arrives in stage 3" in why

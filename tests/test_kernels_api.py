@@ -206,7 +206,7 @@ def fake_gpu(monkeypatch):
     far: every ValueError must come before either.
     """
     calls = {"compiled": [], "launched": []}
-    state = types.SimpleNamespace(arch="sm_90a", calls=calls)
+    state = types.SimpleNamespace(arch="sm_90a", calls=calls, a_index=[])
     monkeypatch.setattr(api, "validate", functools.partial(validate, device_type="cpu"))
     monkeypatch.setattr(api, "_arch_of", lambda device: state.arch)
     monkeypatch.setattr(
@@ -220,8 +220,9 @@ def fake_gpu(monkeypatch):
         return "fn"
 
     def module(arch, stage):
-        def launch(fn, A, W, end_offsets, out, host_offsets, stream):
+        def launch(fn, A, W, end_offsets, out, host_offsets, stream, a_index=None):
             calls["launched"].append((stage, end_offsets, host_offsets))
+            state.a_index.append(a_index)
 
         return types.SimpleNamespace(launch=launch)
 
@@ -358,3 +359,105 @@ def test_a_clustered_kernel_needs_a_whole_number_of_clusters():
     assert build(clustered, 132).sms == 132
     with pytest.raises(ValueError, match="whole number of clusters"):
         build(clustered, 131)
+
+
+# ---------------------------------------------------------------------------- a_index (gather_a)
+def _gather_inputs(x_rows=5, rows=10, k=64, n=32):
+    """x (x_rows, k), W (3, n, k), end offsets of 3 experts (one empty) over ``rows`` rows, and a
+    top-k style index: every row of x, some twice."""
+    x = torch.randn(x_rows, k).to(torch.bfloat16)
+    W = torch.randn(3, n, k).to(torch.bfloat16)
+    offs = torch.tensor([3, 3, rows], dtype=torch.int32)
+    idx = (torch.arange(rows, dtype=torch.int32) * 3) % x_rows
+    return x, W, offs, idx
+
+
+def _validate_gather(x, W, offs, idx, out=None, check=True):
+    return validate(x, W, offs, out, check, device_type="cpu", a_index=idx)
+
+
+def test_a_index_sets_the_rows_and_passes_good_inputs():
+    x, W, offs, idx = _gather_inputs()
+    assert _validate_gather(x, W, offs, idx) == (10, 32, 64, 3, [3, 3, 10])
+    out = torch.empty(10, 32, dtype=torch.bfloat16)
+    assert _validate_gather(x, W, offs, idx, out=out)[0] == 10
+    with pytest.raises(ValueError, match="shape"):  # out has the index's rows, not x's
+        _validate_gather(x, W, offs, idx, out=torch.empty(5, 32, dtype=torch.bfloat16))
+    # check=False copies nothing to the host: values are not inspected, only dtype/shape/device
+    bad = idx.clone()
+    bad[0] = 5
+    assert _validate_gather(x, W, offs, bad, check=False)[4] is None
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda i: i.long(), "a_index must be int32"),
+        (lambda i: i.float(), "a_index must be int32"),
+        (lambda i: i.view(2, 5), "a_index must be 1-D"),
+        (lambda i: i.to("meta"), "a_index is on meta"),
+        (lambda i: i.tolist(), "a_index must be a torch.Tensor"),
+        (lambda i: torch.cat([i, i])[::2], "contiguous"),
+        (lambda i: i[:9], "a_index has 9 entries"),
+        (lambda i: torch.where(i == 4, 5, i).int(), r"a_index holds 5, outside \[0, 5\)"),
+        (lambda i: torch.where(i == 4, -1, i).int(), r"a_index holds -1, outside \[0, 5\)"),
+    ],
+)
+def test_bad_a_index_raises_value_error(mutate, message):
+    x, W, offs, idx = _gather_inputs()
+    with pytest.raises(ValueError, match=message):
+        _validate_gather(x, W, offs, mutate(idx))
+
+
+def test_out_must_not_alias_a_index():
+    x, W, offs, idx = _gather_inputs(n=32)
+    out = torch.empty(10, 32, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="overlaps a_index"):
+        _validate_gather(x, W, offs, out.view(-1)[:20].view(torch.int32)[:10], out=out)
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(a_index=torch.arange(10, dtype=torch.int64)), "a_index must be int32"),
+        (dict(a_index=torch.full((10,), 7, dtype=torch.int32)), r"outside \[0, 5\)"),
+        (dict(config=GemmConfig(arch="sm_90a", epilogue="direct_store")), "gather_a=True"),
+        (dict(stage=2), "arrives in stage 3"),
+        (dict(arch="sm_100a"), "sm_90a kernels only"),
+    ],
+)
+def test_grouped_gemm_rejects_bad_gathers_before_compiling(fake_gpu, kwargs, pattern):
+    x, W, offs, idx = _gather_inputs()
+    kwargs = dict(kwargs)
+    fake_gpu.arch = kwargs.pop("arch", "sm_90a")
+    kwargs.setdefault("a_index", idx)
+    with pytest.raises(ValueError, match=pattern):
+        grouped_gemm(x, W, offs, **kwargs)
+    assert fake_gpu.calls == {"compiled": [], "launched": []}
+
+
+def test_grouped_gemm_gathers_with_a_gather_config(fake_gpu):
+    x, W, offs, idx = _gather_inputs()
+    out = grouped_gemm(x, W, offs, a_index=idx, stage=4)
+    assert out.shape == (10, 32)
+    cfg = GemmConfig(arch="sm_90a", gather_a=True)  # the TMA store, 128 x 128
+    grouped_gemm(x, W, offs, a_index=idx, config=cfg)
+    (c4, c3) = fake_gpu.calls["compiled"]
+    assert c4[1] == 4 and c4[2] == api.default_config("sm_90a", 4).with_(gather_a=True)
+    assert c3[1] == 3 and c3[2] == cfg.resolved()
+    assert all(i is idx for i in fake_gpu.a_index)
+    # a stage whose own configuration cannot gather (16-row swapped tiles at stage 5 on: a
+    # tile_m below 64) gets the plain 128 x 128 direct-store tile with the gather
+    picked = api.with_gather(stage_config("sm_90a", 6).with_(tile_m=16, swap_ab=True), 32, 64, 6)
+    assert picked.gather_a and (picked.tile_m, picked.tile_n, picked.epilogue) == (
+        128,
+        128,
+        "direct_store",
+    )
+    # without a_index nothing is passed (the other kernels' launch takes no such argument)
+    grouped_gemm(*_inputs(), stage=3)
+    assert fake_gpu.a_index[-1] is None
+    launched = len(fake_gpu.calls["launched"])
+    with pytest.raises(ValueError, match="no a_index"):
+        grouped_gemm(*_inputs(), config=cfg)
+    assert len(fake_gpu.calls["launched"]) == launched

@@ -283,3 +283,79 @@ def test_fused_gated_activation(name, counts, n, k):
     torch_out = gated(torch_bf16(A, W, host), activation).to(torch.bfloat16)
     res = compare(out, ref, torch_out)
     assert res["ok"], (name, res)
+
+
+# ------------------------------------------------------------------ A's rows through an index
+#: gather_a configurations (stage, config): TMA store and direct store, 64 to 256 rows, ping-pong
+GATHERED = {
+    "s3-128x128-gatherA-tma": (3, stage_config("sm_90a", 3).with_(gather_a=True)),
+    "s4-128x128-gatherA-direct": (4, stage_config("sm_90a", 4).with_(gather_a=True)),
+    "s5-64x128-gatherA-direct": (5, stage_config("sm_90a", 5).with_(gather_a=True)),
+    "s3-256x128-gatherA-tma": (3, stage_config("sm_90a", 3).with_(tile_m=256, gather_a=True)),
+    "s7-pingpong-gatherA": (7, stage_config("sm_90a", 7).with_(b_k_tiles=1, gather_a=True)),
+}
+GATHER_CASES = [
+    ((0, 37, 0, 0, 200, 0, 1, 0), 2816, 4096),  # zero-row experts, ragged ends
+    ((5, 127, 129, 0, 3), 136, 200),  # k not a multiple of tile_k (zero-filled K tail)
+    ((70, 0, 260, 9), 384, 512),
+    ((1,), 4096, 6144),  # a single row
+]
+
+
+def _top_k_index(rows, tokens, seed):
+    """A random permutation of the rows folded onto ``tokens`` tokens: every token appears about
+    ``rows / tokens`` times (top-k routing), in no order."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    perm = torch.randperm(rows, generator=g, device="cuda")
+    return (perm % tokens).to(torch.int32)
+
+
+@pytest.mark.parametrize("name", list(GATHERED))
+@pytest.mark.parametrize("counts, n, k", GATHER_CASES)
+def test_gather_a_equals_the_materialized_gather(name, counts, n, k):
+    """``grouped_gemm(x, W, offs, a_index=idx)`` against the fp32 reference of ``x[idx]``, and bit
+    for bit against the same tile on the copy ``x[idx]`` (the same wgmma on the same values)."""
+    stage, config = GATHERED[name]
+    rows = sum(counts)
+    tokens = max(1, (rows + 1) // 2)  # fewer tokens than rows: the index repeats them
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    x = torch.randn(tokens, k, generator=g, device="cuda").to(torch.bfloat16)
+    _, W, offs = random_inputs(counts, n, k, seed=rows)
+    idx = _top_k_index(rows, tokens, seed=rows)
+    gathered = x[idx.long()]
+    res = run_checked(
+        lambda _A, W, o, out: grouped_gemm(
+            x, W, o, out=out, stage=stage, config=config, a_index=idx
+        ),
+        gathered,
+        W,
+        offs,
+        offs.tolist(),
+    )
+    assert res["ok"], res
+    out = grouped_gemm(x, W, offs, stage=stage, config=config, a_index=idx)
+    plain = grouped_gemm(gathered, W, offs, stage=stage, config=config.with_(gather_a=False))
+    torch.cuda.synchronize()
+    assert torch.equal(out, plain)
+
+
+def test_gather_a_default_config_and_unchecked_call():
+    """No config: the tuned pick with the gather (or the plain 128 x 128 gather tile);
+    ``check=False`` skips the host copies and gives the same output."""
+    counts, n, k = (0, 37, 0, 0, 200, 0, 1, 0), 2816, 4096
+    rows = sum(counts)
+    x = torch.randn(100, k, device="cuda").to(torch.bfloat16)
+    _, W, offs = random_inputs(counts, n, k, seed=3)
+    idx = _top_k_index(rows, 100, seed=3)
+    res = run_checked(
+        lambda _A, W, o, out: grouped_gemm(x, W, o, out=out, a_index=idx),
+        x[idx.long()],
+        W,
+        offs,
+        offs.tolist(),
+    )
+    assert res["ok"], res
+    checked = grouped_gemm(x, W, offs, a_index=idx)
+    unchecked = grouped_gemm(x, W, offs, a_index=idx, check=False)
+    torch.cuda.synchronize()
+    assert torch.equal(checked, unchecked)

@@ -95,7 +95,13 @@ def test_grouped_gemm_launches_the_clusters_that_fit(monkeypatch):
     monkeypatch.setattr(
         api,
         "validate",
-        lambda A, W, o, out, check, activation=None: (10, 64, 64, 2, [5, 10] if check else None),
+        lambda A, W, o, out, check, activation=None, a_index=None: (
+            10,
+            64,
+            64,
+            2,
+            [5, 10] if check else None,
+        ),
     )
     monkeypatch.setattr(api, "_arch_of", lambda device: "sm_100a")
     monkeypatch.setattr(

@@ -27,18 +27,23 @@ configuration may use):
 ``compile_kernel(config, n, k, experts, sms) -> compiled``
     ``cute.compile`` with placeholder pointers (``cute.runtime.make_ptr(..., 0, gmem,
     assumed_align=16)``), so it runs with or without a GPU. Run-time arguments of the compiled
-    function: ``(a_ptr, w_ptr, offsets_ptr, out_ptr, rows: Int32, stream)`` for grouped stages;
-    stage 1 (one dense GEMM) takes ``(a_ptr, w_ptr, out_ptr, rows, stream)``. The sm_100a grouped
+    function: ``(a_ptr, w_ptr, offsets_ptr, out_ptr, rows: Int32, stream)`` for grouped stages,
+    and for the sm_90a persistent kernel (stages 3-7) ``(a_ptr, w_ptr, offsets_ptr, out_ptr,
+    index_ptr, rows, stream)``: ``index_ptr`` is the row index of ``gather_a`` (A's rows read
+    through it) and unused otherwise; stage 1 (one dense GEMM) takes ``(a_ptr, w_ptr, out_ptr,
+    rows, stream)``. The sm_100a grouped
     stages take one more pointer after ``out_ptr``: a workspace of E x 128 B where a pre-kernel
     writes each expert's clipped C TMA descriptor (``launch`` allocates and keeps it). ``n``, ``k``,
     ``experts`` are compile-time constants; ``sms`` sizes a persistent grid (H200 132, B200 148).
 ``compile_fake(config, m, n, k, experts) -> compiled``
     The same for CPU inspection (``compiled.artifacts.PTX / CUBIN / SASS``; set ``CUTE_DSL_ARCH``
     and ``CUTE_DSL_KEEP=ptx,cubin,sass`` before importing cutlass).
-``launch(compiled, A, W, end_offsets, out, host_offsets, stream) -> None``
+``launch(compiled, A, W, end_offsets, out, host_offsets, stream[, a_index]) -> None``
     Launch on ``stream`` (a ``CUstream``). ``end_offsets``: E int32 end offsets on the device;
     ``host_offsets``: the same as a Python list when the caller checked them, else None (only
     stage 1's per-expert loop needs them; the API always provides them for stage 1).
+    ``a_index`` (sm_90a persistent kernel with ``gather_a`` only): row ``r`` of the problem is
+    row ``a_index[r]`` of ``A``.
 
 Pointers come from :func:`pearl_moe.kernels.host.bf16_ptr` / ``i32_ptr``.
 """

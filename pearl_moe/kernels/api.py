@@ -6,12 +6,13 @@ from ..config import GemmConfig
 from ..workloads import check_dims, check_offsets
 from . import autotune, compile_cache
 from .dispatch import KERNEL_FAMILIES, StageKernel, stage_module
-from .ladder import KERNEL_STAGES, stage_config
+from .ladder import KERNEL_STAGES, LAST_STAGE, stage_config
 from .targets import gpu_target, persistent_ctas
 
 __all__ = [
     "grouped_gemm",
     "with_activation",
+    "with_gather",
     "validate",
     "can_implement",
     "default_config",
@@ -71,7 +72,14 @@ def _overlap(a, b) -> bool:
 
 
 def validate(
-    A, W, offsets, out=None, check: bool = True, device_type: str = "cuda", activation=None
+    A,
+    W,
+    offsets,
+    out=None,
+    check: bool = True,
+    device_type: str = "cuda",
+    activation=None,
+    a_index=None,
 ):
     """Raise ``ValueError`` for anything the kernels cannot run.
 
@@ -80,6 +88,11 @@ def validate(
     (that needs a device-to-host copy, which a CUDA graph cannot capture); their dtype, device and
     length still are. ``device_type`` is the device every tensor must be on ("cuda" for a launch;
     CPU tests pass "cpu").
+
+    With ``a_index`` (A's rows through an index, ``gather_a``), ``A`` is ``x`` with any number of
+    rows and the problem has ``rows = a_index.shape[0]`` rows: ``a_index`` must be a 1-D int32
+    tensor on A's device with one entry per row (the offsets end at ``rows``); with ``check`` its
+    values are copied to the host and must lie in ``[0, x.shape[0])``.
     """
     import torch
 
@@ -95,6 +108,8 @@ def validate(
     if W.dim() != 3:
         raise ValueError(f"W must be 3-D (experts, n, k), got shape {tuple(W.shape)}")
     rows, k = A.shape
+    if a_index is not None:
+        rows = _check_a_index(a_index, A)
     experts, n, wk = W.shape
     if wk != k:
         raise ValueError(f"W's k ({wk}) differs from A's k ({k})")
@@ -141,13 +156,59 @@ def validate(
             raise ValueError(f"out is on {out.device} but A on {A.device}")
         if not out.is_contiguous() or out.data_ptr() % 16:
             raise ValueError("out must be contiguous with a 16-byte aligned data pointer")
-        for name, t in (("A", A), ("W", W)):
-            if _overlap(out, t):
+        for name, t in (("A", A), ("W", W), ("a_index", a_index)):
+            if t is not None and _overlap(out, t):
                 raise ValueError(f"out overlaps {name} in memory: the kernel would read its output")
     host_offsets = None
     if check:
-        host_offsets = check_offsets(offsets.detach().cpu(), rows, experts)
+        if a_index is None:
+            host_offsets = check_offsets(offsets.detach().cpu(), rows, experts)
+        else:
+            host_offsets = _check_a_index_values(a_index, A.shape[0], offsets, rows, experts)
     return rows, n, k, experts, host_offsets
+
+
+def _check_a_index(a_index, A) -> int:
+    """The problem's row count, ``a_index.shape[0]``, after the checks that need no copy."""
+    import torch
+
+    if not isinstance(a_index, torch.Tensor):
+        raise ValueError(f"a_index must be a torch.Tensor of int32, got {type(a_index).__name__}")
+    if a_index.dtype != torch.int32:
+        raise ValueError(f"a_index must be int32 (one row of A per row), got {a_index.dtype}")
+    if a_index.dim() != 1:
+        raise ValueError(
+            f"a_index must be 1-D (one entry per row), got shape {tuple(a_index.shape)}"
+        )
+    if a_index.device != A.device:
+        raise ValueError(f"a_index is on {a_index.device} but A on {A.device}")
+    if not a_index.is_contiguous() or a_index.data_ptr() % 4:
+        raise ValueError("a_index must be contiguous with a 4-byte aligned data pointer")
+    if a_index.shape[0] >= 2**31:
+        raise ValueError(f"a_index has {a_index.shape[0]} rows; the kernels count rows in Int32")
+    return a_index.shape[0]
+
+
+def _check_a_index_values(a_index, a_rows: int, offsets, rows: int, experts: int) -> list[int]:
+    """Host copies of the offsets and of ``a_index``: the offsets end at ``rows`` (the index's
+    length) and every index lies in ``[0, a_rows)``. Returns the end offsets."""
+    host = offsets.detach().cpu()
+    try:
+        host_offsets = check_offsets(host, rows, experts)
+    except ValueError as err:
+        if host.numel() and int(host[-1]) != rows:
+            raise ValueError(
+                f"offsets end at row {int(host[-1])} but a_index has {rows} entries (one per "
+                "row of the problem)"
+            ) from None
+        raise err
+    if rows:
+        values = a_index.detach().cpu()
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= a_rows:
+            bad = low if low < 0 else high
+            raise ValueError(f"a_index holds {bad}, outside [0, {a_rows}): A (x) has {a_rows} rows")
+    return host_offsets
 
 
 def _compiled(arch: str, stage: int, config: GemmConfig, n: int, k: int, experts: int, sms: int):
@@ -196,6 +257,27 @@ def with_activation(
     return adapted  # the caller's can_implement says why it cannot run
 
 
+def with_gather(config: GemmConfig, n: int, k: int, stage: int | None = None) -> GemmConfig:
+    """``config`` with A's rows read through an index (``with_(gather_a=True)``) where the
+    option combines with it at ``(n, k)`` (and at ``stage``, if given); else a plain 128 x 128
+    tile with the gather, the direct store (the TMA store at stage 3) and ``config``'s
+    activation."""
+    from .sm90.common import can_implement as sm90_can_implement
+
+    at = LAST_STAGE if stage is None else stage
+    try:
+        candidate = config.with_(gather_a=True).resolved()
+    except ValueError:
+        candidate = None
+    if candidate is not None and not sm90_can_implement(candidate, n, k, at):
+        return candidate
+    epilogue = "tma_store" if at == 3 and config.activation is None else "direct_store"
+    return GemmConfig(
+        arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, epilogue=epilogue,
+        activation=config.activation, gather_a=True,
+    ).resolved()  # fmt: skip
+
+
 def grouped_gemm(
     A,
     W,
@@ -206,6 +288,7 @@ def grouped_gemm(
     check: bool = True,
     host_offsets=None,
     activation: str | None = None,
+    a_index=None,
 ):
     """``out[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``.
 
@@ -232,14 +315,26 @@ def grouped_gemm(
     (:func:`pearl_moe.kernels.interleave_gate_up` converts the common ``[gate; up]`` layout) and
     ``out`` is ``(rows, n / 2)``. The default configuration is adapted to it
     (:func:`with_activation`); a given ``config`` must carry it.
+
+    ``a_index`` (sm_90a): A's rows through an index, ``out[r] = A[a_index[r]] @ W[e]^T`` for row
+    ``r`` of expert ``e`` (an MoE layer's token gather without the ``A[a_index]`` copy). ``A`` may
+    then have any number of rows; ``a_index`` is int32 on A's device with one entry per row
+    (``out`` has ``a_index.shape[0]`` rows, and the offsets end there); with ``check`` its values
+    are checked to lie in ``[0, A.shape[0])`` on the host before the launch (with
+    ``check=False`` an index outside A is an out-of-bounds read). The kernel is the persistent one
+    with ``gather_a``: a given ``config`` must carry it; the default is :func:`with_gather` of the
+    tuned choice.
     """
     import torch
 
     if stage is not None and stage not in STAGE_NAMES:
         raise ValueError(f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}")
+    stage_given = stage
     if config is not None and not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    rows, n, k, experts, checked_host = validate(A, W, offsets, out, check, activation=activation)
+    rows, n, k, experts, checked_host = validate(
+        A, W, offsets, out, check, activation=activation, a_index=a_index
+    )
     if host_offsets is not None:
         host_offsets = check_offsets(host_offsets, rows, experts)
         if checked_host is not None and checked_host != host_offsets:
@@ -251,6 +346,17 @@ def grouped_gemm(
         raise ValueError(
             f"config fuses activation={config.activation!r} but the call asks for {activation!r}"
         )
+    gather = a_index is not None
+    if gather and arch != "sm_90a":
+        raise ValueError(
+            f"a_index (gather_a) is implemented by the sm_90a kernels only, not {arch}"
+        )
+    if config is not None and config.gather_a != gather:
+        raise ValueError(
+            "config reads A through an index (gather_a) but no a_index was given"
+            if config.gather_a
+            else "a_index given: the config must carry gather_a=True (see with_gather)"
+        )
     if stage is None and config is None:
         stage, config = autotune.pick_config(arch, n, k, experts, rows, autotune.gpu_name(A.device))
         if activation is not None:
@@ -261,6 +367,10 @@ def grouped_gemm(
     if config is None and activation is not None:
         config = with_activation(default_config(arch, stage), activation, n, k)
     config = (config or default_config(arch, stage)).resolved()
+    if gather and not config.gather_a:  # the picked or the stage's configuration
+        config = with_gather(config, n, k, stage_given)
+        if stage_given is None:
+            stage = autotune.stage_for(config, n, k)
     problems = can_implement(arch, stage, config, n, k)
     if problems:
         raise ValueError(
@@ -285,7 +395,8 @@ def grouped_gemm(
     # the persistent grid: one CTA per SM, or 2 x the clusters of two that fit at once (2-CTA)
     ctas = persistent_ctas(arch, config, sms, A.device)
     fn = _compiled(arch, stage, config, n, k, experts, ctas)
+    gathered = {} if a_index is None else {"a_index": a_index}  # only gather_a kernels take it
     stage_module(arch, stage).launch(
-        fn, A, W, end_offsets, out, host_offsets, cuda_stream(A.device)
+        fn, A, W, end_offsets, out, host_offsets, cuda_stream(A.device), **gathered
     )
     return out

@@ -68,8 +68,12 @@ class StageKernel:
     def compile_fake(self, config: GemmConfig, m: int, n: int, k: int, experts: int):
         return self.module.compile_fake(config, m, n, k, experts, **self._stage)
 
-    def launch(self, compiled, A, W, end_offsets, out, host_offsets, stream) -> None:
-        self.module.launch(compiled, A, W, end_offsets, out, host_offsets, stream)
+    def launch(self, compiled, A, W, end_offsets, out, host_offsets, stream, a_index=None) -> None:
+        """``a_index``: A's rows through an index (sm_90a persistent kernel with ``gather_a``)."""
+        if a_index is None:
+            self.module.launch(compiled, A, W, end_offsets, out, host_offsets, stream)
+        else:
+            self.module.launch(compiled, A, W, end_offsets, out, host_offsets, stream, a_index)
 
 
 def stage_module(arch: str, stage: int) -> StageKernel:

@@ -142,6 +142,8 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
         later(3, "the 256-row tile (two warpgroups of 128 rows, in the persistent kernel)")
     if config.cluster_n > 1 or config.cluster_m > 1:
         later(3, "clusters of CTAs that share A or B by multicast (in the persistent kernel)")
+    if config.gather_a:
+        later(3, "the gather of A's rows through an index (cp.async, in the persistent kernel)")
     if config.b_k_tiles > 1:
         later(6, "a B ring entry spanning several K tiles")
     if config.acc_slots == 2:

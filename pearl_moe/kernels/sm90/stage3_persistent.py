@@ -43,6 +43,7 @@ from ..host import placeholder_ptr
 from ..ladder import LAST_STAGE
 from .common import WARPGROUP_THREADS
 from .direct_store import DirectStoreEpilogue
+from .gather_a import GatherA
 from .split_accumulator import SplitAccumulator
 from .stage2_grouped import GroupedGemmKernel
 from .wide_b import WideBEntries
@@ -51,14 +52,15 @@ __all__ = ["PersistentGroupedGemmKernel", "build", "compile_kernel", "compile_fa
 
 
 class PersistentGroupedGemmKernel(
-    DirectStoreEpilogue, WideBEntries, SplitAccumulator, GroupedGemmKernel
+    GatherA, DirectStoreEpilogue, WideBEntries, SplitAccumulator, GroupedGemmKernel
 ):
     """Stage 2's math and epilogue inside a persistent, warp-specialized loop.
 
     The options of stages 4-7 are switched at compile time by the config: the epilogue
     (``store_tile``: TMA store or :meth:`store_tile_direct`), the B ring (the producer's loads /
-    ``mma_tile``: one K tile per entry or :class:`WideBEntries`), and the consumers (one tile
-    at a time, or :class:`SplitAccumulator`).
+    ``mma_tile``: one K tile per entry or :class:`WideBEntries`), the consumers (one tile
+    at a time, or :class:`SplitAccumulator`), and how A arrives (TMA boxes, or rows gathered
+    through an index by :class:`GatherA`).
     """
 
     max_stage = LAST_STAGE
@@ -77,6 +79,9 @@ class PersistentGroupedGemmKernel(
         self.store_warp = self.producer_warpgroups * 4  # first warp of the first MMA warpgroup
         self.producer_registers = 40
         self.consumer_registers = 232
+        self.gather_a = config.gather_a
+        if self.gather_a:  # the whole producer warpgroup copies A (see gather_a.py)
+            self.producer_registers, self.consumer_registers = self._gather_registers()
 
     # ------------------------------------------------------------------ host side
     @cute.jit
@@ -86,12 +91,16 @@ class PersistentGroupedGemmKernel(
         w_ptr: cute.Pointer,
         offs_ptr: cute.Pointer,
         c_ptr: cute.Pointer,
+        idx_ptr: cute.Pointer,
         rows: cutlass.Int32,
         n: cutlass.Constexpr,
         k: cutlass.Constexpr,
         experts: cutlass.Constexpr,
         stream: cuda.CUstream,
     ):
+        """``rows``: rows of the grouped problem (and of ``out``). ``idx_ptr``: with
+        ``gather_a``, the ``rows`` int32 entries of ``a_index`` (row ``r`` of A is row
+        ``a_index[r]`` of ``x`` at ``a_ptr``); otherwise unused (any pointer)."""
         self._setup()
         mA, mW, mOffs, mC3 = self.grouped_tensors(
             a_ptr, w_ptr, offs_ptr, c_ptr, rows, n, k, experts
@@ -99,9 +108,17 @@ class PersistentGroupedGemmKernel(
         # (rows, n_out): out as it is, for the direct store (n_out = n / 2 with a fused activation)
         n_out = self.config.output_columns(n)
         mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n_out), stride=(n_out, 1)))
-        tma_atom_a, tma_a = self._tma_load_atom(
-            mA, self.a_smem_layout, (self.tile_m, self.tile_k), multicast=self.cluster_n
-        )
+        gather_copy_a, mIdx = None, None
+        if cutlass.const_expr(self.gather_a):
+            # A stays a plain tensor (x, read by cp.async through the index; its row extent is
+            # nominal: the index picks the rows), no TMA descriptor
+            tma_atom_a, tma_a = None, mA
+            gather_copy_a = self._make_gather_copy()
+            mIdx = cute.make_tensor(idx_ptr, cute.make_layout(rows))
+        else:
+            tma_atom_a, tma_a = self._tma_load_atom(
+                mA, self.a_smem_layout, (self.tile_m, self.tile_k), multicast=self.cluster_n
+            )
         tma_atom_b, tma_b = self._tma_load_atom(
             mW, self.b_smem_layout, (self.tile_n, self.tile_k * self.b_k_tiles),
             multicast=self.cluster_m,
@@ -121,7 +138,7 @@ class PersistentGroupedGemmKernel(
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c3, mC, mOffs,
             self.tiled_mma, self.a_smem_layout, self.b_smem_layout, self.epi_smem_layout,
-            self.a_mma_layout,
+            self.a_mma_layout, gather_copy_a, mIdx,
         ).launch(
             grid=(self.sms, 1, 1),
             block=[self.threads_per_cta, 1, 1],
@@ -147,7 +164,11 @@ class PersistentGroupedGemmKernel(
         b_smem_layout: cute.ComposedLayout,
         epi_smem_layout: cute.ComposedLayout,
         a_mma_layout: cute.ComposedLayout,
+        tiled_copy_a: cute.TiledCopy,
+        mIdx: cute.Tensor,
     ):
+        """``tiled_copy_a`` / ``mIdx``: with ``gather_a``, the cp.async copy of A and ``a_index``
+        (``mA_mk`` is then ``x``, read through it); None otherwise."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup = cute.arch.make_warp_uniform(tidx // WARPGROUP_THREADS)
@@ -156,7 +177,8 @@ class PersistentGroupedGemmKernel(
         # a cluster's CTAs are neighbours in the grid: cluster cta // size, rank cta % size
         rank = cta % self.cluster_size
         if warp_idx == self.load_warp:
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
+            if cutlass.const_expr(not self.gather_a):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             if cutlass.const_expr(not self.direct_store):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
@@ -165,9 +187,14 @@ class PersistentGroupedGemmKernel(
             a_smem_layout, b_smem_layout, epi_smem_layout, a_mma_layout
         )
         # Each ring entry is released by the warps of the one tile that read it.
-        ab_pipeline = self.make_ab_pipeline(
-            barriers, self.mma_threads_per_tile // 32, a_smem_layout, b_smem_layout
-        )
+        if cutlass.const_expr(self.gather_a):
+            ab_pipeline = self.make_gather_pipeline(
+                barriers, self.mma_threads_per_tile // 32, b_smem_layout
+            )
+        else:
+            ab_pipeline = self.make_ab_pipeline(
+                barriers, self.mma_threads_per_tile // 32, a_smem_layout, b_smem_layout
+            )
         b_pipeline = ab_pipeline
         if cutlass.const_expr(self.wide_b):
             b_pipeline = self._make_b_pipeline(
@@ -191,71 +218,78 @@ class PersistentGroupedGemmKernel(
         # ============ TMA producer warpgroup ============
         if warpgroup < self.producer_warpgroups:
             cute.arch.setmaxregister_decrease(self.producer_registers)
-            if warp_idx == self.load_warp:
-                a_state = pipeline.make_pipeline_state(
-                    pipeline.PipelineUserType.Producer, self.ring_depth
-                )
-                b_state = pipeline.make_pipeline_state(
-                    pipeline.PipelineUserType.Producer, self.b_ring_depth
-                )
-                a_mcast_mask, b_mcast_mask = None, None
-                if cutlass.const_expr(self.cluster_n > 1):
-                    # A to mode 2 (N) of the cluster: every CTA of this one's rows
-                    a_mcast_mask = cute.nvgpu.cpasync.create_tma_multicast_mask(
-                        self.cluster_layout_vmnk(), (0, 0, rank, 0), mcast_mode=2
+            if cutlass.const_expr(self.gather_a):
+                # all four warps: A by cp.async through the index, B by TMA (warp 0)
+                self.produce_gather_a(
+                    ab_pipeline, sched, cluster, rank, tiled_copy_a, mA_mk, mIdx, sA,
+                    tma_atom_b, mW_nke, sB, tidx, warp_idx,
+                )  # fmt: skip
+            else:
+                if warp_idx == self.load_warp:
+                    a_state = pipeline.make_pipeline_state(
+                        pipeline.PipelineUserType.Producer, self.ring_depth
                     )
-                if cutlass.const_expr(self.cluster_m > 1):
-                    # B to mode 1 (M) of the cluster: every CTA of this one's columns
-                    b_mcast_mask = cute.nvgpu.cpasync.create_tma_multicast_mask(
-                        self.cluster_layout_vmnk(), (0, rank, 0, 0), mcast_mode=1
+                    b_state = pipeline.make_pipeline_state(
+                        pipeline.PipelineUserType.Producer, self.b_ring_depth
                     )
-                tile, expert, first = sched.first_tile(cluster)
-                while expert < self.experts:
-                    m_tile, n_tile, row0, valid = self._cluster_tile(
-                        sched, tile, expert, first, rank
-                    )
-                    # (tile_m, tile_k, k_tiles): A rows from a_row0 (the tile's first row, or
-                    # earlier so that the box ends inside A)
-                    gA = cute.local_tile(
-                        cute.domain_offset((self._a_box_row(row0, sched.rows), 0), mA_mk),
-                        (self.tile_m, self.tile_k),
-                        (0, None),
-                    )
-                    # (tile_n, tile_k * b_k_tiles, k_tiles / b_k_tiles)
-                    gB = cute.local_tile(
-                        mW_nke[(None, None, expert)],
-                        (self.tile_n, self.tile_k * self.b_k_tiles),
-                        (n_tile, None),
-                    )
-                    # (TMA, ring_depth), (TMA, k_tiles): with cluster_n=2, this CTA's half of
-                    # each A box (the TMA multicasts it to both)
-                    tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-                        tma_atom_a, rank % self.cluster_n, cute.make_layout(self.cluster_n),
-                        cute.group_modes(self._a_box_view(sA, a_smem_layout), 0, 2), cute.group_modes(gA, 0, 2),
-                    )  # fmt: skip
-                    # (TMA, b_ring_depth), (TMA, k_tiles / b_k_tiles)
-                    # (with cluster_m=2, this CTA's half of each B box, multicast to both)
-                    tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                        tma_atom_b, rank % self.cluster_m, cute.make_layout(self.cluster_m),
-                        cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2),
-                    )  # fmt: skip
-                    if cutlass.const_expr(self.wide_b):
-                        a_state, b_state = self.load_k_tiles_wide_b(
-                            ab_pipeline, b_pipeline, a_state, b_state,
-                            tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB,
+                    a_mcast_mask, b_mcast_mask = None, None
+                    if cutlass.const_expr(self.cluster_n > 1):
+                        # A to mode 2 (N) of the cluster: every CTA of this one's rows
+                        a_mcast_mask = cute.nvgpu.cpasync.create_tma_multicast_mask(
+                            self.cluster_layout_vmnk(), (0, 0, rank, 0), mcast_mode=2
+                        )
+                    if cutlass.const_expr(self.cluster_m > 1):
+                        # B to mode 1 (M) of the cluster: every CTA of this one's columns
+                        b_mcast_mask = cute.nvgpu.cpasync.create_tma_multicast_mask(
+                            self.cluster_layout_vmnk(), (0, rank, 0, 0), mcast_mode=1
+                        )
+                    tile, expert, first = sched.first_tile(cluster)
+                    while expert < self.experts:
+                        m_tile, n_tile, row0, valid = self._cluster_tile(
+                            sched, tile, expert, first, rank
+                        )
+                        # (tile_m, tile_k, k_tiles): A rows from a_row0 (the tile's first row, or
+                        # earlier so that the box ends inside A)
+                        gA = cute.local_tile(
+                            cute.domain_offset((self._a_box_row(row0, sched.rows), 0), mA_mk),
+                            (self.tile_m, self.tile_k),
+                            (0, None),
+                        )
+                        # (tile_n, tile_k * b_k_tiles, k_tiles / b_k_tiles)
+                        gB = cute.local_tile(
+                            mW_nke[(None, None, expert)],
+                            (self.tile_n, self.tile_k * self.b_k_tiles),
+                            (n_tile, None),
+                        )
+                        # (TMA, ring_depth), (TMA, k_tiles): with cluster_n=2, this CTA's half of
+                        # each A box (the TMA multicasts it to both)
+                        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+                            tma_atom_a, rank % self.cluster_n, cute.make_layout(self.cluster_n),
+                            cute.group_modes(self._a_box_view(sA, a_smem_layout), 0, 2), cute.group_modes(gA, 0, 2),
                         )  # fmt: skip
-                    else:
-                        a_state.reset_count()
-                        for _ in cutlass.range(self.k_tiles, unroll=1):
-                            self._issue_loads(
-                                ab_pipeline, a_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB,
-                                tBsB, a_mcast_mask, b_mcast_mask,
+                        # (TMA, b_ring_depth), (TMA, k_tiles / b_k_tiles)
+                        # (with cluster_m=2, this CTA's half of each B box, multicast to both)
+                        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                            tma_atom_b, rank % self.cluster_m, cute.make_layout(self.cluster_m),
+                            cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2),
+                        )  # fmt: skip
+                        if cutlass.const_expr(self.wide_b):
+                            a_state, b_state = self.load_k_tiles_wide_b(
+                                ab_pipeline, b_pipeline, a_state, b_state,
+                                tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB,
                             )  # fmt: skip
-                            a_state.advance()
-                    tile, expert, first = sched.next_tile(tile, expert, first)
-                ab_pipeline.producer_tail(a_state)
-                if cutlass.const_expr(self.wide_b):
-                    b_pipeline.producer_tail(b_state)
+                        else:
+                            a_state.reset_count()
+                            for _ in cutlass.range(self.k_tiles, unroll=1):
+                                self._issue_loads(
+                                    ab_pipeline, a_state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB,
+                                    tBsB, a_mcast_mask, b_mcast_mask,
+                                )  # fmt: skip
+                                a_state.advance()
+                        tile, expert, first = sched.next_tile(tile, expert, first)
+                    ab_pipeline.producer_tail(a_state)
+                    if cutlass.const_expr(self.wide_b):
+                        b_pipeline.producer_tail(b_state)
 
         # ============ MMA consumer + epilogue warpgroups ============
         if warpgroup >= self.producer_warpgroups:
@@ -385,6 +419,9 @@ class PersistentGroupedGemmKernel(
         else:
             for kt in cutlass.range(self.k_tiles, unroll=1):
                 ab_pipeline.consumer_wait(a_read)
+                if cutlass.const_expr(self.gather_a):
+                    # A was written by cp.async (generic proxy); wgmma reads via the async proxy
+                    cute.arch.fence_proxy("async.shared", space="cta")
                 self.mma_k_tile(tiled_mma, acc, tCrA, tCrB, a_read.index)
                 a_read.advance()
                 # Keep one k tile of wgmma in flight; the previous one is done: release its entry.
@@ -445,11 +482,14 @@ def compile_kernel(
     sms: int | None = None,
     stage: int = LAST_STAGE,
 ):
-    """Compile for fixed ``(n, k, experts)`` and grid size ``sms`` (H200: 132). No GPU needed."""
+    """Compile for fixed ``(n, k, experts)`` and grid size ``sms`` (H200: 132). No GPU needed.
+
+    Run-time arguments: ``(a_ptr, w_ptr, offsets_ptr, out_ptr, index_ptr, rows, stream)``;
+    ``index_ptr`` is ``a_index`` with ``gather_a`` and ignored otherwise."""
     bf16 = cutlass.BFloat16
     return cute.compile(
         build(config, sms or 132, stage), placeholder_ptr(bf16, 16), placeholder_ptr(bf16, 16), placeholder_ptr(cutlass.Int32, 4),
-        placeholder_ptr(bf16, 16), 1, n, k, experts, cuda.CUstream(0),
+        placeholder_ptr(bf16, 16), placeholder_ptr(cutlass.Int32, 4), 1, n, k, experts, cuda.CUstream(0),
     )  # fmt: skip
 
 
@@ -459,11 +499,16 @@ def compile_fake(config: GemmConfig, m: int, n: int, k: int, experts: int, stage
     return compile_kernel(config, n, k, experts, stage=stage)
 
 
-def launch(compiled, A, W, end_offsets, out, host_offsets, stream):
-    """One persistent launch; the scheduler reads the offsets on the device."""
+def launch(compiled, A, W, end_offsets, out, host_offsets, stream, a_index=None):
+    """One persistent launch; the scheduler reads the offsets on the device.
+
+    With ``a_index`` (a kernel compiled with ``gather_a``) ``A`` is ``x`` and row ``r`` of the
+    problem is ``x[a_index[r]]``: the problem has ``a_index.shape[0]`` rows (``out``'s)."""
     from ..host import bf16_ptr, i32_ptr
 
     del host_offsets
+    index_ptr = i32_ptr(end_offsets) if a_index is None else i32_ptr(a_index)  # unused without
     compiled(
-        bf16_ptr(A), bf16_ptr(W), i32_ptr(end_offsets), bf16_ptr(out), A.shape[0], stream
+        bf16_ptr(A), bf16_ptr(W), i32_ptr(end_offsets), bf16_ptr(out), index_ptr, out.shape[0],
+        stream,
     )  # fmt: skip
