@@ -301,7 +301,7 @@ def test_the_layer_device_script_asks_for_what_the_command_accepts():
     (command,) = [line.strip() for line in text.splitlines()
                   if line.strip().startswith("python3 -m pearl_moe layer")]  # fmt: skip
     words = shlex.split(
-        command.replace('"$IMPLS"', "pearl,pearl-fused,torch,quack")
+        command.replace('"$IMPLS"', "pearl,pearl-fused,pearl-gather,torch,quack")
         .replace('"$DEADLINE_S"', "470")
         .replace('"$OUT/$NAME.json"', "/tmp/x/moe_layer.json")
     )

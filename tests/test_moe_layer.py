@@ -206,3 +206,35 @@ def test_the_interleaved_gate_up_layout_gives_the_same_layer():
     assert torch.equal(a(x), b(x)) and not torch.equal(a.w_gate_up, b.w_gate_up)
     with pytest.raises(ValueError, match="gate_up_layout"):
         moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, gate_up_layout="packed")
+
+
+def test_the_in_kernel_gather_passes_x_and_the_index_to_the_gate_up_kernel(monkeypatch):
+    """``gather="kernel"`` hands the gate+up GEMM ``x`` itself and the routing's gather index
+    (int32) instead of the gathered copy, and gives the same layer; it needs the pearl backend.
+    (The pearl kernels are stood in for by the loop on the CPU: what is checked is the call.)"""
+    import pearl_moe.kernels as kernels
+    from pearl_moe.moe import layer as moe_layer
+
+    w13, w2 = _weights(4, 32, 16)
+    x = torch.randn(5, 32, generator=torch.Generator().manual_seed(3)).bfloat16()
+    weights, ids = select_experts(torch.randn(5, 4, generator=torch.Generator().manual_seed(4)), 2)
+    with pytest.raises(ValueError, match="gather must be one of"):
+        moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop", gather="tma")
+    with pytest.raises(ValueError, match="needs gather='copy'"):
+        moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop",
+                    gather="kernel")  # fmt: skip
+    seen = {}
+    loop = moe_layer.grouped
+
+    def fake_gemm(A, W, offsets, check=True, activation=None, a_index=None):
+        seen.update(A=A, a_index=a_index, activation=activation)
+        return loop(A.index_select(0, a_index.long()), W, offsets, "loop")
+
+    monkeypatch.setattr(kernels, "grouped_gemm", fake_gemm)
+    monkeypatch.setattr(moe_layer, "grouped", lambda A, W, o, backend: loop(A, W, o, "loop"))
+    monkeypatch.setattr(moe_layer, "_resolve_backend", lambda backend, device: backend)
+    out = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="pearl",
+                      gather="kernel")  # fmt: skip
+    assert seen["A"] is x and seen["a_index"].dtype == torch.int32 and seen["activation"] is None
+    ref = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop")
+    assert torch.equal(out, ref)

@@ -23,7 +23,7 @@ from pearl_moe.moe import moe_forward, reference_moe, select_experts, torch_comp
 LAYERS = {"qwen3-30b-ep8": (2048, 768, 16, 8), "top1": (1024, 512, 8, 1)}
 #: The layer benchmark's implementations that run in this environment (SonicMoE, the fifth, runs
 #: in its own: ``scripts/layer_runs.sh sonic``).
-IMPLS = ("pearl", "pearl-fused", "torch", "quack")
+IMPLS = ("pearl", "pearl-fused", "pearl-gather", "torch", "quack")
 
 
 def _layer(hidden, inter, experts, seed=0):
@@ -55,7 +55,13 @@ def test_the_layer_on_our_kernels_matches_the_reference(layer, tokens, routing):
     # the activation fused into the gate+up kernel's epilogue (weights in its interleaved layout)
     fused = moe_forward(x, interleave_gate_up(w13), w2, topk_ids=ids, topk_weights=weights,
                         backend="pearl", gate_up_layout="interleaved")  # fmt: skip
-    for out in (unfused, fused):
+    # x's rows read through the gather index by the gate+up kernel, unfused and fused
+    gathered = [
+        moe_forward(x, w, w2, topk_ids=ids, topk_weights=weights, backend="pearl",
+                    gate_up_layout=layout, gather="kernel")
+        for w, layout in ((w13, "concat"), (interleave_gate_up(w13), "interleaved"))
+    ]  # fmt: skip
+    for out in (unfused, fused, *gathered):
         assert torch.isfinite(out).all()
         assert _rel(out, ref) <= 2 * _rel(base, ref) + 1e-3, (_rel(out, ref), _rel(base, ref))
         per_token = (out.float() - ref).norm(dim=1) / ref.norm(dim=1).clamp_min(1e-6)

@@ -11,6 +11,8 @@ output ``(tokens, hidden)`` from them (the router's own GEMM is the same for all
 
 * ``pearl``: :func:`pearl_moe.moe.moe_forward` on this package's grouped GEMMs;
 * ``pearl-fused``: the same with ``act(gate) * up`` computed in the gate+up GEMM's epilogue;
+* ``pearl-gather``: ``pearl-fused`` whose gate+up kernel also reads the routed rows of ``x``
+  through the gather index (``moe_forward(..., gather="kernel")``): no gathered copy;
 * ``torch``: the composition a user writes today (:func:`pearl_moe.moe.torch_composition`);
 * ``quack``: quack's pieces composed as SonicMoE composes them: its gated GEMM reading the routed
   rows of ``x`` through an index (``A_idx``) and storing ``silu(gate) * up``, its varlen GEMM for
@@ -236,7 +238,7 @@ def _pearl(inputs: dict) -> Prepared:
     return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)"})
 
 
-def _pearl_fused(inputs: dict) -> Prepared:
+def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
     from ..kernels import interleave_gate_up
     from ..moe import moe_forward
 
@@ -246,10 +248,17 @@ def _pearl_fused(inputs: dict) -> Prepared:
         return moe_forward(
             inputs["x"], w_fused, inputs["w_down"], topk_ids=inputs["topk_ids"],
             topk_weights=inputs["topk_weights"], backend="pearl", check=False,
-            gate_up_layout="interleaved",
+            gate_up_layout="interleaved", gather=gather,
         )  # fmt: skip
 
-    return Prepared(run, {"backend": "pearl", "fused": "activation in the gate+up epilogue"})
+    fused = "activation in the gate+up epilogue"
+    if gather == "kernel":
+        fused += "; x read through the gather index by the gate+up kernel (no gathered copy)"
+    return Prepared(run, {"backend": "pearl", "fused": fused})
+
+
+def _pearl_gather(inputs: dict) -> Prepared:
+    return _pearl_fused(inputs, gather="kernel")
 
 
 def _torch(inputs: dict) -> Prepared:
@@ -384,6 +393,10 @@ LAYER_IMPLS = {
     "pearl-fused": (
         _pearl_fused,
         "moe_forward on pearl-moe's grouped GEMMs, the activation fused into the gate+up epilogue",
+    ),
+    "pearl-gather": (
+        _pearl_gather,
+        "pearl-fused with the token gather in the gate+up kernel's producer (no gathered copy)",
     ),
     "torch": (_torch, "torch composition: index_select, _grouped_mm, silu*mul, index_add_"),
     "quack": (_quack, "quack gemm_gated with gathered A + varlen gemm + gather-sum (SonicMoE's)"),
@@ -748,7 +761,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "(records step:<name>); empty for none",
     )
     p.add_argument("--ep", type=int, default=8)
-    p.add_argument("--impls", default="pearl,pearl-fused,torch,quack")
+    p.add_argument("--impls", default="pearl,pearl-fused,pearl-gather,torch,quack")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument(

@@ -33,9 +33,12 @@ from __future__ import annotations
 from .reference import ACTIVATIONS, GATE_UP_LAYOUTS, gated
 from .routing import Routing, route_topk, select_experts
 
-__all__ = ["MoE", "moe_forward", "grouped", "BACKENDS"]
+__all__ = ["MoE", "moe_forward", "grouped", "BACKENDS", "GATHERS"]
 
 BACKENDS = ("auto", "pearl", "torch", "loop")
+#: How the gate+up GEMM gets the routed rows of x: a gathered copy, or read through the index
+#: inside the kernel (``grouped_gemm(..., a_index=...)``, sm_90a).
+GATHERS = ("copy", "kernel")
 
 
 def _resolve_backend(backend: str, device) -> str:
@@ -112,8 +115,14 @@ def moe_forward(
     check: bool = True,
     return_routing: bool = False,
     gate_up_layout: str = "concat",
+    gather: str = "copy",
 ):
     """The layer's output ``(tokens, hidden)`` in bf16 for ``x`` ``(tokens, hidden)`` bf16.
+
+    ``gather="kernel"`` (pearl backend, sm_90a): the gate+up kernel reads ``x``'s rows through
+    the routing's gather index (``grouped_gemm(..., a_index=...)``) instead of a gathered copy
+    ``x[token_of_row]`` written and read back (``gather="copy"``, the default until the in-kernel
+    gather has been measured on a GPU).
 
     ``gate_up_layout="interleaved"``: ``w_gate_up``'s rows are in the fused epilogue's layout
     (:func:`pearl_moe.kernels.interleave_gate_up`); with the pearl backend the activation is then
@@ -136,6 +145,8 @@ def moe_forward(
         raise ValueError(f"the interleaved layout needs intermediate % 8 == 0, got {inter}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if gather not in GATHERS:
+        raise ValueError(f"gather must be one of {GATHERS}, got {gather!r}")
     if (router_logits is None) == (topk_ids is None):
         raise ValueError("give either router_logits (with top_k) or topk_ids and topk_weights")
     if router_logits is not None:
@@ -154,16 +165,29 @@ def moe_forward(
     if topk_ids.device != x.device:
         raise ValueError(f"topk_ids are on {topk_ids.device} but x on {x.device}")
     backend = _resolve_backend(backend, x.device)
+    if gather == "kernel" and backend != "pearl":
+        raise ValueError(
+            f"gather='kernel' reads x through an index inside the pearl kernels (sm_90a); the "
+            f"{backend!r} backend needs gather='copy'"
+        )
     routing = route_topk(topk_ids, topk_weights, experts, check=check)
     if x.shape[0] == 0:
         out = torch.zeros(0, hidden, dtype=x.dtype, device=x.device)
         return (out, routing) if return_routing else out
-    A = x.index_select(0, routing.token_of_row)
-    if backend == "pearl" and gate_up_layout == "interleaved":
+    if gather == "kernel":
         from ..kernels import grouped_gemm
 
+        fused = activation if gate_up_layout == "interleaved" else None
+        h = grouped_gemm(x, w_gate_up, routing.offsets, check=False, activation=fused,
+                         a_index=routing.token_of_row.to(torch.int32))  # fmt: skip
+        a = h if fused else gated(h, activation, gate_up_layout).to(torch.bfloat16)
+    elif backend == "pearl" and gate_up_layout == "interleaved":
+        from ..kernels import grouped_gemm
+
+        A = x.index_select(0, routing.token_of_row)
         a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation)
     else:
+        A = x.index_select(0, routing.token_of_row)
         h = grouped(A, w_gate_up, routing.offsets, backend)
         a = gated(h, activation, gate_up_layout).to(torch.bfloat16)
     y = grouped(a, w_down, routing.offsets, backend)
