@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# First GPU run of kernel options that have only been compiled so far, one group at a time, each in
+# a process of its own under a time limit: a group that hangs (a barrier that never completes) or
+# faults costs its own limit and leaves the other groups' results standing.
+#
+#   bash .device/run.sh bash scripts/new_kernels_gpu.sh        # -> $OUT/new_kernels_gpu.txt
+#   ONLY="gather_a layer" bash .device/run.sh bash scripts/new_kernels_gpu.sh   # some groups
+#
+# Five groups of at most LIMIT_S (default 110) seconds fit one device call of 10 minutes.
+# Groups: 256-row tiles, 2-CTA clusters along N (A multicast), along M (B multicast), the token
+# gather in the producer (gather_a), and the layer on our kernels with it. Each line of the summary
+# is `group: <pytest summary or "timed out after N s" / exit status>`.
+set -uo pipefail
+: "${OUT:?run on the device machine, where \$OUT is set}"
+LIMIT_S=${LIMIT_S:-110}
+ONLY=${ONLY:-tile256 clusterN2 clusterM2 gather_a layer}  # groups to run
+SUMMARY="$OUT/new_kernels_gpu.txt"
+: > "$SUMMARY"
+run_group() {
+  local name=$1 selector=$2 files=$3
+  case " $ONLY " in *" $name "*) ;; *) return 0 ;; esac
+  local log="$OUT/gpu_$name.log"
+  # shellcheck disable=SC2086
+  timeout "$LIMIT_S" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE $files -k "$selector" \
+    > "$log" 2>&1
+  local rc=$?
+  local line
+  if [ $rc -eq 124 ]; then
+    line="timed out after $LIMIT_S s (a hang?)"
+  else
+    line=$(grep -E "passed|failed|error|skipped" "$log" | tail -1)
+    line="${line:-exit status $rc}"
+  fi
+  echo "$name: $line" | tee -a "$SUMMARY"
+}
+run_group tile256 "256x" tests/test_kernels_sm90_gpu.py
+run_group clusterN2 "clusterN2" tests/test_kernels_sm90_gpu.py
+run_group clusterM2 "clusterM2" tests/test_kernels_sm90_gpu.py
+run_group gather_a "gather_a" tests/test_kernels_sm90_gpu.py
+run_group layer "matches_the_reference or converted_weight" tests/test_moe_layer_gpu.py
