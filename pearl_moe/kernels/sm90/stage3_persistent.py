@@ -27,7 +27,12 @@ Stages 4-7 add no kernel: they are options of this one (see :mod:`pearl_moe.kern
 each in its own module: the direct store (:mod:`.direct_store`), B entries of two K tiles
 (:mod:`.wide_b`) and the ping-pong consumers (:mod:`.split_accumulator`); 64-row tiles need no new code
 on Hopper. The options beyond the post that the autotuner uses, ``shift_a_box`` and tiles of 8-32
-rows, live here and in :mod:`.common` (``_a_box_row``, ``a_mma_layout``).
+rows, live here and in :mod:`.common` (``_a_box_row``, ``a_mma_layout``); so do the prefill
+options: 256-row tiles (two consumer warpgroups of 128 rows, :mod:`.common`) and clusters of two
+CTAs that share one operand tile by TMA multicast (``cluster_n`` / ``cluster_m``:
+``_cluster_tile``, the multicast masks and partitions in the producer, the empty barriers of
+``_tma_pipeline``). The token gather (``gather_a``: A's rows through an index, by cp.async) is in
+:mod:`.gather_a`.
 """
 
 from __future__ import annotations
