@@ -603,7 +603,8 @@ _BLOCKS = {
 
 
 def update_readme(path: Path | None = None) -> bool:
-    """Rewrite the README's generated blocks (stage table, speed table); True when it changed."""
+    """Rewrite the README's generated blocks (:data:`_BLOCKS`: stage, compare, held-out, layer and
+    speed tables); True when it changed."""
     path = path or ROOT / "README.md"
     text = new = path.read_text()
     for name, render in _BLOCKS.items():

@@ -8,8 +8,9 @@
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
 #
 # `tune` measures the shapes the table lacks; `prefill` re-times the tuning set's prefill shapes
-# (more than 256 rows per expert) over the whole candidate space as it is now (34-44 candidates:
-# the 128 x 128 ping-pong tile, the 256-row tiles and the 2-CTA clusters joined it at prefill); it
+# (more than 256 rows per expert) over the candidate space as it is now (34-44 configurations a
+# shape, the 128 x 128 ping-pong tile, the 256-row tiles and the 2-CTA clusters among them; with
+# --limit 44 the smaller spaces fill the remaining slots with serial-walk twins); it
 # re-times all 14 each time, so give it a call of its own or a deadline that lets it finish.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured.
@@ -18,6 +19,9 @@
 # as results/H200/compare_general.json.gz (gzip -9 -n -c ... >, it keeps the tree small) and commit
 # them: the next call starts from the files in the working tree.
 # The tuner never sees the held-out set (tune refuses it for the package's table).
+# The candidate space includes kernel options that had only been compiled when they were added
+# (2-CTA clusters and 256-row tiles at prefill): run scripts/new_kernels_gpu.sh on the machine
+# first, so that a kernel that hangs or faults is found there and not in the middle of a tuning run.
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 DEADLINE_S=${DEADLINE_S:-470}

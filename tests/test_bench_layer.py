@@ -301,14 +301,16 @@ def test_the_layer_device_script_asks_for_what_the_command_accepts():
     (command,) = [line.strip() for line in text.splitlines()
                   if line.strip().startswith("python3 -m pearl_moe layer")]  # fmt: skip
     words = shlex.split(
-        command.replace('"$IMPLS"', "pearl,pearl-fused,pearl-gather,torch,quack")
+        command.replace('"$IMPLS"', "pearl,pearl-fused,torch,quack")
         .replace('"$DEADLINE_S"', "470")
         .replace('"$OUT/$NAME.json"', "/tmp/x/moe_layer.json")
     )
     args = layer.parse_args(words[4:])
     assert args.resume and args.deadline_s == 470
-    # every implementation but SonicMoE, which runs in its own environment (the script's sonic)
-    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS) - {"sonic"}
+    # every implementation but SonicMoE, which runs in its own environment (the script's sonic),
+    # and the in-kernel gather until its kernel has run on a GPU (the script says how to add it)
+    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS) - {"sonic", "pearl-gather"}
+    assert "IMPLS=pearl,pearl-fused,pearl-gather,torch,quack" in text
     assert "IMPLS=sonic" in text and "NAME=moe_layer_sonic" in text
     assert args.models == "all" and args.ep == 8
     assert [int(t) for t in args.tokens.split(",")] == [1, 16, 64, 256, 1024, 4096]

@@ -18,8 +18,8 @@ tiled copy, the shape of its slice buffer) and, for every consumer thread and ev
 the (row, col) of the tile that the accumulator value at the source index holds (the identity
 tensor partitioned like the accumulator, then retiled) with the (row, col) the destination index of
 ``tRS_rC`` is written to (the identity tensor of one slice partitioned like the stmatrix source,
-shifted by ``s * epi_tile_n`` columns). The index formulas are replicated below
-(:func:`kernel_copies`); a change to the kernel's formulas must be mirrored there. The plain flat
+shifted by ``s * epi_tile_n`` columns). The index pairs come from the kernel's own function
+(``pearl_moe.kernels.sm90.common.epilogue_slice_copies``, which the kernel unrolls). The plain flat
 formula (:func:`flat_copies`) is checked to be wrong for 256-row tiles, so the test can fail.
 
 CuTe DSL reads its compile target (``CUTE_DSL_ARCH``) when ``cutlass`` is first imported, and
@@ -42,19 +42,10 @@ CASES = [(128, 128, 32), (128, 256, 32), (256, 128, 32), (256, 192, 32), (256, 1
 
 
 def kernel_copies(s, v_n, m_n, j_n, per_m):
-    """(tRS_rC index, tRS_rAcc index) pairs of slice ``s``, as ``epilogue_tile`` copies them.
+    """(tRS_rC index, tRS_rAcc index) pairs of slice ``s``: the kernel's own function."""
+    from pearl_moe.kernels.sm90.common import epilogue_slice_copies
 
-    ``v_n, m_n, j_n``: the sizes of ``tRS_rC``'s three modes (values, m blocks, column groups);
-    ``per_m``: the size of ``tRS_rAcc``'s mode 0 (one m block's values across the whole tile).
-    """
-    if m_n == 1:
-        return flat_copies(s, v_n, m_n, j_n, per_m)
-    return [
-        (v + v_n * (m + m_n * j), v + v_n * (s * j_n + j) + per_m * m)
-        for m in range(m_n)
-        for j in range(j_n)
-        for v in range(v_n)
-    ]
+    return epilogue_slice_copies(s, v_n, m_n, j_n, per_m)
 
 
 def flat_copies(s, v_n, m_n, j_n, per_m):

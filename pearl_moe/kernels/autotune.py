@@ -685,10 +685,12 @@ def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
     ``configs`` (and of the 128 x 128 direct-store tile in ping-pong): along N sharing A
     (``cluster_n=2``, where ``tile_m >= tile_n`` and ``n`` gives at least two n tiles), along M
     sharing B (``cluster_m=2``, where ``tile_n >= tile_m``). At prefill a tile's operands cross
-    from L2 to the SM once per k tile: a 128 x 256 tile moves 48 KB per 4.2 MFLOP, about 9 TB/s
-    over 132 SMs at the bf16 peak, and sharing its B tile saves two thirds of a CTA's share of
-    that (quack's tuned Hopper configurations use 2-CTA clusters on every prefill shape of the
-    held-out set, along M or along N)."""
+    from L2 to the SM once per k tile: a 128 x 256 tile moves 16 KB of A and 32 KB of B per 4.2
+    MFLOP, which at the H200's measured bf16 ceiling (796 TFLOP/s over 132 SMs) is about 9 TB/s
+    of L2 reads (arithmetic, not a measurement); sharing its B tile cuts a CTA's loads from 48 to
+    32 KB, a third (quack's tuned Hopper configurations use 2-CTA clusters on every prefill shape
+    of the held-out set, along M or along N). Not yet run on a GPU: the tuner times them, and a
+    table picks them only where they measured fastest."""
     out = []
     for config in configs:
         if config.tile_m < 128 or config.b_k_tiles != 1:
@@ -714,9 +716,9 @@ def candidates(
 ) -> list[tuple[int, GemmConfig]]:
     """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
 
-    The full space on sm_90a is tile_m {64, 128} x tile_n {64, 128, 192, 256} x ring depth 2..max x
-    {TMA, direct store} x b_k_tiles {1, 2} x acc_slots {1, 2}: several hundred kernels per shape.
-    What prunes it:
+    The full space on sm_90a is tile_m {8, 16, 32, 64, 128, 256} x tile_n {64, 96, 128, 192, 256}
+    x ring depth 2..max x {TMA, direct store} x b_k_tiles {1, 2} x acc_slots {1, 2} x clusters
+    {none, 2 along N, 2 along M} and more: thousands of kernels per shape. What prunes it:
 
     * **ring depth**: always the deepest that fits. At decode the kernel is bound by bytes in
       flight and every extra entry helped on the H200 (2-7 entries at 64 tokens, monotone); at
@@ -731,6 +733,9 @@ def candidates(
       from :func:`_small_tile_candidates`).
       Each is tried on the most promising shapes first, so truncation at ``limit`` drops the least
       likely combinations.
+    * **clusters** (sm_90a, prefill only, :func:`_cluster_candidates`): twins of the first
+      pass's 128- and 256-row tiles in 2-CTA clusters sharing their larger operand tile, right
+      after that pass.
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
       so the table never picks something slower than either (within the run's noise).
     * **the scheduler's walk**: from :data:`SERIAL_WALK_ROWS` rows per expert on, the slots the

@@ -55,7 +55,7 @@ from ...budget import smem_budget
 from ...config import GemmConfig
 from ..ladder import stage_problems
 
-__all__ = ["KernelBase", "can_implement", "WARPGROUP_THREADS"]
+__all__ = ["KernelBase", "can_implement", "epilogue_slice_copies", "WARPGROUP_THREADS"]
 
 WARPGROUP_THREADS = 128
 #: Widest tile a 256-row cooperative tile may have: its two consumer warpgroups hold 128 rows each,
@@ -64,6 +64,29 @@ MAX_256_ROW_TILE_N = 192
 #: 32-bit words reserved after the barriers: the budget model's BOOKKEEPING_BYTES, which both
 #: architectures share (sm_100a keeps its TMEM address and 2-CTA barrier there; sm_90a uses none).
 _BOOKKEEPING_WORDS = 16
+
+
+def epilogue_slice_copies(s: int, v_n: int, m_n: int, j_n: int, per_m: int) -> list:
+    """``(tRS_rC index, tRS_rAcc index)`` pairs that fill epilogue slice ``s`` (plain Python,
+    unrolled at trace time by :meth:`KernelBase.epilogue_tile`, checked on the CPU by
+    ``tests/test_epilogue_mapping.py``).
+
+    ``v_n, m_n, j_n``: the sizes of the slice buffer ``tRS_rC``'s three modes (values, m blocks,
+    column groups); ``per_m``: the size of the retiled accumulator ``tRS_rAcc``'s mode 0 (one m
+    block's values across the whole tile). With one m64 block per thread (64- and 128-row tiles)
+    a slice is a contiguous run of ``tRS_rAcc``. With two (a 256-row tile: two warpgroups of 128
+    rows) ``tRS_rAcc`` holds each block's values column group by column group across the whole
+    tile, the blocks one after the other, while the slice buffer wants both blocks inside each
+    column group: a flat copy would put rows 128-255's values among rows 0-127's."""
+    if m_n == 1:
+        size = v_n * j_n
+        return [(v, s * size + v) for v in range(size)]
+    return [
+        (v + v_n * (m + m_n * j), v + v_n * (s * j_n + j) + per_m * m)
+        for m in range(m_n)
+        for j in range(j_n)
+        for v in range(v_n)
+    ]
 
 
 def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[str]:
@@ -392,22 +415,13 @@ class KernelBase:
         )
         slices = cute.size(gC_epi, mode=[1])
         slice_size = cute.size(tRS_rC)
-        # a slice's values: (value, m block, column group) in tRS_rC; in tRS_rAcc each m block
-        # holds its values column group by column group across the whole tile (mode 0), and
-        # the m blocks follow one another (two per thread in a 256-row tile, one below)
+        # (value, m block, column group) sizes of a slice, and one m block's values in tRS_rAcc
         v_n, m_n, j_n = (cute.size(tRS_rC, mode=[i]) for i in range(3))
         per_m = cute.size(tRS_rAcc, mode=[0])
+        assert slice_size == v_n * m_n * j_n
         for s in cutlass.range_constexpr(slices):
-            if cutlass.const_expr(m_n == 1):
-                for v in cutlass.range_constexpr(slice_size):
-                    tRS_rC[v] = tRS_rAcc[s * slice_size + v]
-            else:
-                for m in cutlass.range_constexpr(m_n):
-                    for j in cutlass.range_constexpr(j_n):
-                        for v in cutlass.range_constexpr(v_n):
-                            tRS_rC[v + v_n * (m + m_n * j)] = tRS_rAcc[
-                                v + v_n * (s * j_n + j) + per_m * m
-                            ]
+            for dst, src in epilogue_slice_copies(s, v_n, m_n, j_n, per_m):
+                tRS_rC[dst] = tRS_rAcc[src]
             tRS_rC_out.store(tRS_rC.load().to(self.c_dtype))
             buf = (buffer_base + s) % self.epi_buffers
             cute.copy(tiled_copy_r2s, tRS_rC_out, tRS_sC[(None, None, None, buf)])
