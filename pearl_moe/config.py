@@ -288,12 +288,13 @@ class GemmConfig:
             )
         if self.gather_a:
             yield from self._gather_a_problems()
-        if self.acc_slots == 2 and self.tile_m * self.tile_n > 128 * 128:
+        if self.acc_slots == 2 and self.tile_m * self.tile_n > 128 * 192:
             yield (
                 "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate tiles "
                 "(ping-pong), each holding a whole tile's fp32 accumulator in its registers: "
-                f"tile_m x tile_n / 128 threads must be at most 128 registers, got "
-                f"{self.tile_m} x {self.tile_n} ({self.tile_m * self.tile_n // 128})"
+                f"tile_m x tile_n / 128 threads must be at most 192 registers (of the 232 a "
+                f"consumer thread gets), got {self.tile_m} x {self.tile_n} "
+                f"({self.tile_m * self.tile_n // 128})"
             )
 
     def _gather_a_problems(self):

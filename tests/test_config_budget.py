@@ -122,7 +122,7 @@ def test_2cta_splits_a_and_b_across_the_pair():
             dict(arch="sm_90a", tile_m=64, swap_ab=True, epilogue="direct_store", acc_slots=2),
             "one consumer warpgroup",
         ),
-        (dict(arch="sm_90a", tile_m=128, tile_n=256, acc_slots=2), "at most 128 registers"),
+        (dict(arch="sm_90a", tile_m=128, tile_n=256, acc_slots=2), "at most 192 registers"),
         (dict(walk="linear"), "walk must be one of"),
         (dict(cluster_n=2), "sm_90a kernels only"),
         (dict(arch="sm_90a", cluster_n=4), "cluster_n and cluster_m must be 1 or 2"),

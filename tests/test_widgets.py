@@ -138,7 +138,7 @@ def test_smem_explorer_says_why_hopper_cannot():
     ex.tile_n.value = 256
     ex.acc_slots.value = 2  # a ping-pong warpgroup holds a whole tile's accumulator
     assert ex.tile_m.value == 128
-    assert "must be at most 128 registers" in ex.last_error
+    assert "must be at most 192 registers" in ex.last_error
     ex.tile_n.value = 128  # 128 x 128: 128 registers per thread
     ex.epilogue.value = "direct_store"
     assert ex.last_error is None and "pingpong" in ex.last_text

@@ -588,11 +588,14 @@ PREFILL_ROWS = 256
 
 def _pingpong_tile(tile_m: int, tile_n: int, per_expert: float) -> bool:
     """Whether the :data:`OPTIONS` ping-pong variants are tried on this tile: 64-row tiles
-    always; at prefill also 128 x 128, the largest tile whose fp32 accumulator one consumer
-    warpgroup holds whole (128 registers a thread). At mid sizes the 128 x 128 ping-pong tile
-    comes from :func:`_small_tile_candidates`; on the H200 it won 4 of the tuning set's entries
-    at 256 rows per expert, the largest size it was timed at before."""
-    return tile_m == 64 or (per_expert > PREFILL_ROWS and tile_m * tile_n <= 128 * 128)
+    always; at prefill also 128 x 128 and 128 x 192, whose fp32 accumulator one consumer
+    warpgroup holds whole (128 and 192 registers a thread; 128 x 192 in ping-pong with clusters
+    of two along M is quack's default Hopper configuration). At mid sizes the 128 x 128 ping-pong
+    tile comes from :func:`_small_tile_candidates`; on the H200 it won 4 of the tuning set's
+    entries at 256 rows per expert, the largest size it was timed at before."""
+    return tile_m == 64 or (
+        per_expert > PREFILL_ROWS and tile_m == 128 and tile_m * tile_n <= 128 * 192
+    )
 
 
 def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
@@ -602,7 +605,11 @@ def _tile_shapes(per_expert: float, n: int) -> list[tuple[int, int]]:
         shapes = [(64, 128), (128, 128), (64, 256), (128, 256), (128, 192), (64, 192)]
     else:  # prefill: large tiles, more reuse of each weight tile (256 rows: two warpgroups of 128)
         shapes = [(128, 128), (128, 256), (256, 128), (128, 192), (256, 192), (64, 256), (64, 128)]
-    return [(m, t) for m, t in shapes if t <= max(n, 64) and (t != 192 or n % 192 == 0)]
+    # 192-wide tiles only where they divide n, except at prefill, where the partial last n tile
+    # of each row block costs little against many full ones (n = 4096: 22 tiles, 3% padding)
+    prefill = per_expert > PREFILL_ROWS
+    return [(m, t) for m, t in shapes
+            if t <= max(n, 64) and (t != 192 or n % 192 == 0 or prefill)]  # fmt: skip
 
 
 def wave_width(n: int, active_experts: int, sms: int = 132) -> int:
@@ -682,7 +689,8 @@ def _small_tile_candidates(
 def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
     """Prefill twins in clusters of two CTAs that share their larger operand tile by TMA
     multicast (each CTA loads half of it into both), of the 128- and 256-row tiles among
-    ``configs`` (and of the 128 x 128 direct-store tile in ping-pong): along N sharing A
+    ``configs`` (and of the 128 x 128 and 128 x 192 direct-store tiles in ping-pong): along N
+    sharing A
     (``cluster_n=2``, where ``tile_m >= tile_n`` and ``n`` gives at least two n tiles), along M
     sharing B (``cluster_m=2``, where ``tile_n >= tile_m``). At prefill a tile's operands cross
     from L2 to the SM once per k tile: a 128 x 256 tile moves 16 KB of A and 32 KB of B per 4.2
@@ -700,8 +708,8 @@ def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
             twins.append(config.with_(cluster_n=2))
         if config.tile_n >= config.tile_m:
             twins.append(config.with_(cluster_m=2))
-        if config.tile_m * config.tile_n == 128 * 128 and config.epilogue == "direct_store":
-            twins += [t.with_(acc_slots=2) for t in twins]  # the 128 x 128 ping-pong tile too
+        if config.tile_m == 128 and config.tile_n <= 192 and config.epilogue == "direct_store":
+            twins += [t.with_(acc_slots=2) for t in twins]  # the ping-pong tile too
         out += twins
     return out
 
@@ -725,11 +733,11 @@ def candidates(
       prefill the ring only needs to cover the load latency, which it does at any depth >= 4.
     * **tile shape** by rows per expert (:func:`_tile_shapes`): 64-row tiles at decode (a 128-row
       tile at 16 rows per expert is 7/8 padding), 128- and 256-row tiles at prefill, both in
-      between;
-      ``tile_n`` 192 only where it divides ``n``; never wider than ``n``.
+      between; ``tile_n`` 192 only where it divides ``n`` (at prefill always); never wider than
+      ``n``.
     * **options** in the order of the course's stages (:data:`OPTIONS`): TMA store (stage 3), direct
       store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7; 64-row tiles, and
-      128 x 128 at prefill, :func:`_pingpong_tile`; at mid sizes 128 x 128 ping-pong tiles come
+      128 x 128 and 128 x 192 at prefill, :func:`_pingpong_tile`; at mid sizes 128 x 128 ping-pong tiles come
       from :func:`_small_tile_candidates`).
       Each is tried on the most promising shapes first, so truncation at ``limit`` drops the least
       likely combinations.
