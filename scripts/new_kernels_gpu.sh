@@ -6,14 +6,14 @@
 #   bash .device/run.sh bash scripts/new_kernels_gpu.sh        # -> $OUT/new_kernels_gpu.txt
 #   ONLY="gather_a layer" bash .device/run.sh bash scripts/new_kernels_gpu.sh   # some groups
 #
-# Five groups of at most LIMIT_S (default 110) seconds fit one device call of 10 minutes.
-# Groups: 256-row tiles, 2-CTA clusters along N (A multicast), along M (B multicast), the token
-# gather in the producer (gather_a), and the layer on our kernels with it. Each line of the summary
+# Six groups of at most LIMIT_S (default 95) seconds fit one device call of 10 minutes.
+# Groups: 256-row tiles, 128 x 192 ping-pong tiles, 2-CTA clusters along N (A multicast), along M
+# (B multicast), the token gather in the producer (gather_a), and the layer on our kernels with it. Each line of the summary
 # is `group: <pytest summary or "timed out after N s" / exit status>`.
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
-LIMIT_S=${LIMIT_S:-110}
-ONLY=${ONLY:-tile256 clusterN2 clusterM2 gather_a layer}  # groups to run
+LIMIT_S=${LIMIT_S:-95}
+ONLY=${ONLY:-tile256 pingpong192 clusterN2 clusterM2 gather_a layer}  # groups to run
 SUMMARY="$OUT/new_kernels_gpu.txt"
 : > "$SUMMARY"
 run_group() {
@@ -34,6 +34,7 @@ run_group() {
   echo "$name: $line" | tee -a "$SUMMARY"
 }
 run_group tile256 "256x and not cluster and not gatherA and not gather_a" tests/test_kernels_sm90_gpu.py
+run_group pingpong192 "128x192-pingpong and not cluster" tests/test_kernels_sm90_gpu.py
 run_group clusterN2 "clusterN2" tests/test_kernels_sm90_gpu.py
 run_group clusterM2 "clusterM2" tests/test_kernels_sm90_gpu.py
 run_group gather_a "gather_a" tests/test_kernels_sm90_gpu.py

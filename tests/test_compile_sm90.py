@@ -50,6 +50,7 @@ CASES = {
     ),  # fmt: skip
     "s4-128x256-clusterM2": (4, stage_config("sm_90a", 4).with_(tile_n=256, cluster_m=2)),
     "s3-128x128-clusterM2": (3, BASE.with_(cluster_m=2, ring_depth=None)),
+    "s7-128x192-pingpong": (7, stage_config("sm_90a", 7).with_(tile_m=128, tile_n=192)),
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)

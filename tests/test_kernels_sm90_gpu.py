@@ -57,6 +57,10 @@ VARIANTS = {
     "s4-128x256-clusterN2-shiftA": (4, dict(tile_m=128, tile_n=256, cluster_n=2, shift_a_box=True)),
     "s4-256x128-clusterN2": (4, dict(tile_m=256, tile_n=128, cluster_n=2)),
     "s7-128x128-pingpong-clusterN2": (7, dict(tile_m=128, b_k_tiles=1, cluster_n=2)),
+    # a ping-pong warpgroup that owns a 128 x 192 tile (192 accumulator registers), and the same
+    # in clusters of two along M (quack's default Hopper configuration)
+    "s7-128x192-pingpong": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1)),
+    "s7-128x192-pingpong-clusterM2": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1, cluster_m=2)),
     # clusters of two CTAs along M sharing B (an odd count of m tiles in an expert leaves the
     # second CTA rows past the expert: computed, never stored)
     "s3-128x128-clusterM2": (3, dict(cluster_m=2)),
