@@ -86,3 +86,22 @@ class FakeCuda:
             return harness.Prepared(run, {"seconds": seconds})
 
         return harness.Implementation(name, prepare)
+
+
+def guard_prepared_state(monkeypatch):
+    """Make ``harness.run_rounds`` (the interleaved replays) fail if anything registered with the
+    returned ``keep(obj)`` was freed before the replays: what a prepared call allocates must live
+    as long as its CUDA graph, which holds raw addresses. Returns ``keep``."""
+    import gc
+    import weakref
+
+    alive = []
+    real_run_rounds = harness.run_rounds
+
+    def run_rounds(*args, **kwargs):
+        gc.collect()
+        assert alive and all(ref() is not None for ref in alive), "freed before the replays"
+        return real_run_rounds(*args, **kwargs)
+
+    monkeypatch.setattr(harness, "run_rounds", run_rounds)
+    return lambda obj: alive.append(weakref.ref(obj))

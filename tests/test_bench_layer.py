@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fake_cuda import FakeCuda
+from fake_cuda import FakeCuda, guard_prepared_state
 
 from pearl_moe.bench import compare, layer
 from pearl_moe.bench.registry import Implementation, Prepared
@@ -455,13 +455,8 @@ def test_a_layer_implementations_prepared_weights_live_until_its_graph_is_timed(
     """pearl-fused converts its gate+up weight in ``prepare``; only its call holds the result. The
     graph of the next implementation is captured before the replays, and capturing empties the
     allocator's cache: on the H200 the freed 1.6 GB weight was unmapped and the replays faulted."""
-    import gc
-    import weakref
-
-    from pearl_moe.bench import harness
-
     fake = FakeCuda().install(monkeypatch)
-    alive = []
+    keep = guard_prepared_state(monkeypatch)
 
     def allocating(name):
         base = _impl(name, fake)
@@ -469,20 +464,13 @@ def test_a_layer_implementations_prepared_weights_live_until_its_graph_is_timed(
         def prepare(inputs):
             prepared = base.prepare(inputs)
             scratch = torch.empty(4)
-            alive.append(weakref.ref(scratch))
+            keep(scratch)
             run = prepared.run
             prepared.run = lambda: (scratch, run())[1]
             return prepared
 
         return Implementation(name, prepare)
 
-    def run_rounds(*args, **kwargs):
-        gc.collect()
-        assert alive and all(ref() is not None for ref in alive), "freed before the replays"
-        return real_run_rounds(*args, **kwargs)
-
-    real_run_rounds = harness.run_rounds
-    monkeypatch.setattr(harness, "run_rounds", run_rounds)
     problem = layer.LayerProblem(SMALL.name, 8, ep=1)
     impls = {"a": allocating("a"), "b": allocating("b")}
     out = layer.time_layers(impls, problem, rounds=2, reps=2, launches=4, device="cpu")

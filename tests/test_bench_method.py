@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fake_cuda import FakeCuda
+from fake_cuda import FakeCuda, guard_prepared_state
 
 from pearl_moe.bench import cli, compare, harness, registry
 from pearl_moe.bench.records import new_run, read_run, write_run
@@ -313,11 +313,8 @@ def test_what_a_prepared_call_allocated_lives_until_its_graph_is_timed(monkeypat
     """A CUDA graph holds raw addresses, not tensors: a weight converted or an offsets tensor made
     in ``prepare`` must outlive the capture of the implementations after it (capturing the next
     graph empties the allocator's cache, so a freed block may be unmapped before the replays)."""
-    import gc
-    import weakref
-
     fake = FakeCuda().install(monkeypatch)
-    alive = []
+    keep = guard_prepared_state(monkeypatch)
 
     def allocating(name):
         base = fake.impl(name, 1e-4)
@@ -325,20 +322,13 @@ def test_what_a_prepared_call_allocated_lives_until_its_graph_is_timed(monkeypat
         def prepare(A, W, offsets, counts):
             prepared = base.prepare(A, W, offsets, counts)
             scratch = torch.empty(4)  # what only the prepared call holds
-            alive.append(weakref.ref(scratch))
+            keep(scratch)
             run = prepared.run
             prepared.run = lambda out: (scratch, run(out))[1]
             return prepared
 
         return registry.Implementation(name, prepare)
 
-    def run_rounds(*args, **kwargs):
-        gc.collect()
-        assert alive and all(ref() is not None for ref in alive), "freed before the replays"
-        return real_run_rounds(*args, **kwargs)
-
-    real_run_rounds = harness.run_rounds
-    monkeypatch.setattr(harness, "run_rounds", run_rounds)
     impls = {"a": allocating("a"), "b": allocating("b")}
     out = harness.time_interleaved(impls, SMALL, rounds=2, reps=2, launches=4, device="cpu")
     assert out["a"][0].outputs_ok and out["b"][0].outputs_ok
