@@ -454,6 +454,14 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
     return "\n".join(lines)
 
 
+def _measured_on(env: dict, gpu: str, path: Path) -> str:
+    """``Measured on <GPU> (<date>), `results/<gpu>/<file>``` for a run read from ``path``."""
+    return (
+        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} "
+        f"({str(env.get('date', '?'))[:10]}), `results/{gpu}/{path.name}`"
+    )
+
+
 def render_general_table(results_root: Path | None = None, gpu: str = "H200") -> str:
     """The default call on shapes no one tuned: the ``compare_general`` run's held-out set by
     tokens per GPU (geomean and worst ratio against the best baseline, who won), beside the
@@ -472,11 +480,9 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
         )
     s = compare_summary(run)
     env = run["env"]
-    name = run_path(gpu, "compare_general", root).name  # the file load_run read
     lines = [
-        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} "
-        f"({str(env.get('date', '?'))[:10]}), "
-        f"`results/{gpu}/{name}`: the default call against "
+        _measured_on(env, gpu, run_path(gpu, "compare_general", root))
+        + ": the default call against "
         + ", ".join(s["baselines"])
         + " in one run (interleaved rounds, CUDA graphs). Ratio = default call / best baseline "
         "(below 1: ours is faster); a shape counts as lost above "
@@ -540,9 +546,8 @@ def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> s
     ours, others = s["ours"], s["impls"][1:]
     env = run["env"]
     lines = [
-        f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} "
-        f"({str(env.get('date', '?'))[:10]}), `results/{gpu}/{run_path(gpu, 'moe_layer', root).name}`"
-        f": the whole layer forward (routing metadata, gather, gate+up, activation, down, "
+        _measured_on(env, gpu, run_path(gpu, "moe_layer", root))
+        + ": the whole layer forward (routing metadata, gather, gate+up, activation, down, "
         f"combine) in CUDA graphs, interleaved rounds. `{ours}` is ours with the activation in "
         "the gate+up epilogue; the floor moves both weight sets of the active experts and the "
         "activations at the run's read ceiling. Ratio = ours / theirs (below 1: ours is faster).",
