@@ -68,6 +68,9 @@ __all__ = [
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
 SCHEMA = "pearl-moe-bench/1"
+#: The MoE layer's runs (:mod:`pearl_moe.bench.layer` reads them), kept beside the grouped GEMM's
+#: in ``results/<gpu>/`` and left out of :func:`runs`' folder listing.
+LAYER_SCHEMA = "pearl-moe-layer/1"
 #: ok: checked and timed; incorrect: failed the check (not timed); unavailable: could not load here;
 #: error: raised while checking or timing.
 STATUSES = ("ok", "incorrect", "unavailable", "error")
@@ -160,7 +163,11 @@ def read_run(path: str | Path) -> dict:
     """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped).
     The clocks of runs recorded with the older, shorter label are shown with
     :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
-    run = validate_run(read_json(path))
+    return _read_validated(read_json(path))
+
+
+def _read_validated(run: dict) -> dict:
+    run = validate_run(run)
     clocks = run["env"].get("clocks")
     if isinstance(clocks, dict) and clocks.get("source") == _LEGACY_IDLE_CLOCK_SOURCE:
         clocks["source"] = IDLE_CLOCK_SOURCE
@@ -187,8 +194,14 @@ def runs(
         root = Path(root) if root is not None else RESULTS_DIR
         folders = [root / gpu] if gpu else sorted(d for d in root.iterdir() if d.is_dir())
         files = [f for folder in folders for f in run_files(folder)]
+        listed = True
+    else:
+        listed = False
     for path in files:
-        yield Path(path), read_run(path)
+        run = read_json(path)
+        if listed and run.get("schema") == LAYER_SCHEMA:
+            continue  # the layer's run: not a grouped GEMM run
+        yield Path(path), _read_validated(run)
 
 
 def list_runs(root: str | Path | None = None) -> list[dict]:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..kernels.verify import relative_error
+from ..replay import LAYER_SCHEMA
 from ..workloads import MODELS, ROUTINGS, get_model, token_choices
 from . import compare as _compare
 from .harness import tolerance_for
@@ -62,8 +63,6 @@ __all__ = [
     "layer_problems",
     "main",
 ]
-
-LAYER_SCHEMA = "pearl-moe-layer/1"
 
 
 @dataclass(frozen=True)

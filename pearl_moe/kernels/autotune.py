@@ -437,7 +437,7 @@ def vote(
     full) but one active expert 171 (two waves, the second under a third full), while a
     128-column tile gives that expert 128 tiles, one wave. On the H200 table this took the
     leave-one-model-out regret at under one row per expert from 1.062 to 1.016 (all entries:
-    1.042 to 1.032)."""
+    1.043 to 1.032)."""
     runnable: dict[str, tuple[int, GemmConfig]] = {}
     for _, entry in near:
         for label in _relative_times(entry):
