@@ -226,6 +226,16 @@ def reference_layer(inputs: dict):
 
 
 # ------------------------------------------------------------------------------ impls
+def _glue() -> str:
+    """How the routing metadata and the combine ran (recorded with each implementation that uses
+    this package's: ours and the quack composition; the torch composition has its own)."""
+    from ..moe import glue_kernels
+
+    if glue_kernels.available():
+        return "routing metadata and combine: Triton kernels (pearl_moe.moe.glue_kernels)"
+    return "routing metadata and combine: torch operations"
+
+
 def _pearl(inputs: dict) -> Prepared:
     from ..moe import moe_forward
 
@@ -235,7 +245,8 @@ def _pearl(inputs: dict) -> Prepared:
             topk_weights=inputs["topk_weights"], backend="pearl", check=False,
         )  # fmt: skip
 
-    return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)"})
+    return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)",
+                          "glue": _glue()})  # fmt: skip
 
 
 def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
@@ -254,7 +265,7 @@ def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
     fused = "activation in the gate+up epilogue"
     if gather == "kernel":
         fused += "; x read through the gather index by the gate+up kernel (no gathered copy)"
-    return Prepared(run, {"backend": "pearl", "fused": fused})
+    return Prepared(run, {"backend": "pearl", "fused": fused, "glue": _glue()})
 
 
 def _pearl_gather(inputs: dict) -> Prepared:
@@ -337,7 +348,11 @@ def _quack(inputs: dict) -> Prepared:
         return combine(y, routing)
 
     return Prepared(
-        run, {"composition": "gemm_gated (A_idx gather, swiglu), varlen gemm, gather-sum"}
+        run,
+        {
+            "composition": "gemm_gated (A_idx gather, swiglu), varlen gemm, gather-sum",
+            "glue": _glue(),
+        },  # fmt: skip
     )
 
 

@@ -30,6 +30,7 @@ forward can be captured in a CUDA graph.
 
 from __future__ import annotations
 
+from . import glue_kernels
 from .reference import ACTIVATIONS, GATE_UP_LAYOUTS, gated
 from .routing import Routing, route_topk, select_experts
 
@@ -195,9 +196,19 @@ def moe_forward(
     return (out, routing) if return_routing else out
 
 
-def combine(y, routing: Routing):
+def combine(y, routing: Routing, kernels: bool | None = None):
     """``out[t] = sum_j weight[t, j] * y[row_of_slot[t, j]]`` in float32, choices summed in order
-    (deterministic: a gather and a reduction over a fixed axis, no atomics); bf16 result."""
+    (deterministic: a gather and a reduction over a fixed axis, no atomics); bf16 result.
+
+    ``kernels``: one Triton kernel (:func:`pearl_moe.moe.glue_kernels.combine_rows`: one read of
+    ``y``) instead of four tensor passes. ``None`` (default): on a CUDA device when Triton is
+    there. Both sum the same float32 products (the kernel in choice order)."""
+    if kernels is None:
+        kernels = y.is_cuda and glue_kernels.available()
+    if kernels:
+        return glue_kernels.combine_rows(
+            y.contiguous(), routing.row_of_slot.contiguous(), routing.weight_of_row.contiguous()
+        )
     rows = y.index_select(0, routing.row_of_slot.reshape(-1)).view(
         routing.tokens, routing.top_k, -1
     )

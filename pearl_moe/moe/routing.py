@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import glue_kernels
+
 __all__ = ["Routing", "route_topk", "select_experts", "SCORES"]
 
 #: How router logits become the weights of the chosen experts (:func:`select_experts`).
@@ -78,13 +80,20 @@ def select_experts(router_logits, top_k: int, score: str = "softmax", renormaliz
     return weights, ids
 
 
-def route_topk(topk_ids, topk_weights, experts: int, check: bool = True) -> Routing:
+def route_topk(
+    topk_ids, topk_weights, experts: int, check: bool = True, kernels: bool | None = None
+) -> Routing:
     """The :class:`Routing` of ``topk_ids`` ``(tokens, top_k)`` over ``experts`` experts, with
     ``topk_weights`` (same shape) as the router weights.
 
     ``check`` (default) also verifies that every id is in ``[0, experts)``; that reads the ids on
     the host (one sync), so a captured CUDA graph passes ``check=False`` (an id out of range then
     counts for no expert and its row is never computed).
+
+    ``kernels``: compute the layout with the counting-sort kernels of
+    :mod:`pearl_moe.moe.glue_kernels` (one or two launches) instead of tensor operations (a
+    dozen, with a radix sort). ``None`` (default): on a CUDA device when Triton is there. Both give
+    the same tensors.
     """
     import torch
 
@@ -109,6 +118,20 @@ def route_topk(topk_ids, topk_weights, experts: int, check: bool = True) -> Rout
             bad = low if low < 0 else high
             raise ValueError(f"expert id {bad} is out of range: the layer has {experts} experts")
     tokens, top_k = topk_ids.shape
+    if kernels is None:
+        kernels = topk_ids.is_cuda and glue_kernels.available()
+    if kernels:
+        counts, offsets, token_of_row, row_of_flat, weight_of_row = glue_kernels.route_rows(
+            topk_ids.reshape(-1).contiguous(), topk_weights.reshape(-1).contiguous(), experts, top_k
+        )
+        return Routing(
+            topk_ids=topk_ids.long(),
+            counts=counts,
+            offsets=offsets,
+            token_of_row=token_of_row,
+            row_of_slot=row_of_flat.view(tokens, top_k),
+            weight_of_row=weight_of_row,
+        )
     ids = topk_ids.reshape(-1).long()
     device = ids.device
     counts = torch.zeros(experts + 1, dtype=torch.int32, device=device)

@@ -1,0 +1,97 @@
+"""The Triton kernels behind :mod:`pearl_moe.moe.glue_kernels` (read that module's docstring).
+
+Imported only when a glue kernel first runs, so that importing the package needs no Triton.
+Routed rows fall into ``BINS`` bins: expert ``e`` in bin ``e``, an id outside ``[0, E)``
+(unchecked input) in bin ``E`` (sorted after every expert and never computed), and the padding of
+the last chunk in bin ``BINS - 1 > E``, which nothing stores.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _bins_of(ids_ptr, offs, mask, E: tl.constexpr, BINS: tl.constexpr):
+    ids = tl.load(ids_ptr + offs, mask=mask, other=0).to(tl.int32)
+    bins = tl.where((ids >= 0) & (ids < E), ids, E)
+    return tl.where(mask, bins, BINS - 1)
+
+
+@triton.jit
+def count_chunk(ids_ptr, hist_ptr, rows, E: tl.constexpr, BINS: tl.constexpr,
+                BLOCK: tl.constexpr):  # fmt: skip
+    """``hist[chunk, b]``: the rows of this chunk in bin ``b``, ``b`` in ``[0, E]``."""
+    chunk = tl.program_id(0)
+    offs = chunk * BLOCK + tl.arange(0, BLOCK)
+    counts = tl.histogram(_bins_of(ids_ptr, offs, offs < rows, E, BINS), BINS)
+    b = tl.arange(0, BINS)
+    tl.store(hist_ptr + chunk * (E + 1) + b, counts, mask=b <= E)
+
+
+@triton.jit
+def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, token_ptr,
+                row_of_flat_ptr, weight_ptr, rows, chunks, top_k, E: tl.constexpr,
+                BINS: tl.constexpr, BLOCK: tl.constexpr, STEP: tl.constexpr,
+                CSTEP: tl.constexpr, SINGLE: tl.constexpr):  # fmt: skip
+    """Sorted row of every routed row of this chunk: the first row of its bin, plus the rows of
+    that bin in earlier chunks, plus those earlier in this chunk (a stable counting sort).
+    ``SINGLE`` (one chunk): the counts come from this chunk alone and ``hist`` is not read."""
+    chunk = tl.program_id(0)
+    start = chunk * BLOCK
+    lane = tl.arange(0, BLOCK)
+    offs = start + lane
+    mask = offs < rows
+    bins = _bins_of(ids_ptr, offs, mask, E, BINS)
+    b = tl.arange(0, BINS)
+    # rows per bin over all chunks (total) and over the chunks before this one (before)
+    if SINGLE:
+        total = tl.where(b <= E, tl.histogram(bins, BINS), 0)
+        before = tl.zeros([BINS], dtype=tl.int32)
+    else:
+        total = tl.zeros([BINS], dtype=tl.int32)
+        before = tl.zeros([BINS], dtype=tl.int32)
+        c_off = tl.arange(0, CSTEP)
+        for c0 in range(0, chunks, CSTEP):
+            c = c0 + c_off
+            tile = tl.load(hist_ptr + c[:, None] * (E + 1) + b[None, :],
+                           mask=(c[:, None] < chunks) & (b[None, :] <= E), other=0)  # fmt: skip
+            total += tl.sum(tile, axis=0)
+            before += tl.sum(tl.where(c[:, None] < chunk, tile, 0), axis=0)
+    # first sorted row of each bin: the rows of all lower bins
+    first = tl.cumsum(total, axis=0) - total
+    if chunk == 0:
+        tl.store(counts_ptr + b, total, mask=b < E)
+        tl.store(offsets_ptr + b, first + total, mask=b < E)
+    # this chunk's first row of each bin, through memory so that each row can read its bin's
+    tl.store(base_ptr + chunk * BINS + b, first + before)
+    tl.debug_barrier()
+    # stable rank within the chunk: the earlier rows of the chunk in the same bin
+    rank = tl.zeros([BLOCK], dtype=tl.int32)
+    for j0 in tl.static_range(0, BLOCK, STEP):
+        j = j0 + tl.arange(0, STEP)
+        other = _bins_of(ids_ptr, start + j, (start + j) < rows, E, BINS)
+        same = (other[None, :] == bins[:, None]) & (j[None, :] < lane[:, None])
+        rank += tl.sum(same.to(tl.int32), axis=1)
+    row = tl.load(base_ptr + chunk * BINS + bins, mask=mask, other=0) + rank
+    tl.store(row_of_flat_ptr + offs, row.to(tl.int64), mask=mask)
+    tl.store(token_ptr + row, (offs // top_k).to(tl.int64), mask=mask)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(weight_ptr + row, w, mask=mask)
+
+
+@triton.jit
+def combine(y_ptr, slot_ptr, weight_ptr, out_ptr, hidden, TOP_K: tl.constexpr,
+            BLOCK: tl.constexpr):  # fmt: skip
+    """``out[token, h] = sum_j weight[r_j] * y[r_j, h]``, ``r_j = slot[token, j]``, in choice
+    order in float32."""
+    token = tl.program_id(0)
+    h = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = h < hidden
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        row = tl.load(slot_ptr + token * TOP_K + j)
+        w = tl.load(weight_ptr + row)
+        y = tl.load(y_ptr + row * hidden + h, mask=mask, other=0.0)
+        acc += w * y.to(tl.float32)
+    tl.store(out_ptr + token.to(tl.int64) * hidden + h, acc.to(out_ptr.dtype.element_ty),
+             mask=mask)  # fmt: skip

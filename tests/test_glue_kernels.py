@@ -1,0 +1,136 @@
+"""The layer's Triton glue kernels (routing metadata, weighted combine) on the CPU: run by Triton's
+interpreter against the torch versions and a float64 combine, and compiled for sm_90a."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+# Runs in a process of its own: Triton reads TRITON_INTERPRET when the kernels are defined.
+INTERPRETED = textwrap.dedent(
+    """
+    import torch
+    from pearl_moe.moe import glue_kernels, route_topk
+    from pearl_moe.moe.layer import combine
+
+    torch.manual_seed(7)
+    FIELDS = ("counts", "offsets", "token_of_row", "row_of_slot", "weight_of_row", "topk_ids")
+    cases = [
+        # tokens, top_k, experts, routing
+        (1, 8, 32, "random"), (3, 2, 4, "random"), (16, 8, 256, "random"),
+        (32, 8, 16, "random"),    # 256 rows: one chunk of the largest size
+        (33, 8, 16, "random"),    # 264 rows: two chunks
+        (600, 8, 64, "random"),   # 19 chunks: more than one step of the chunk sums
+        (300, 8, 256, "skewed"),  # most rows on two experts, most experts empty
+        (50, 4, 20, "bad"),       # ids out of range (unchecked) go after every expert
+        (9, 1, 1, "random"), (0, 8, 16, "random"),
+    ]
+    for tokens, top_k, experts, routing in cases:
+        ids = torch.randint(0, experts, (tokens, top_k))
+        if routing == "skewed":
+            ids = torch.where(torch.rand(tokens, top_k) < 0.9, ids % 2, ids)
+        if routing == "bad":
+            ids[0, 0], ids[5, 1], ids[-1, -1] = experts + 3, -1, experts
+        weights = torch.rand(tokens, top_k)
+        want = route_topk(ids, weights, experts, check=False, kernels=False)
+        for id_dtype in (torch.int64, torch.int32):
+            got = route_topk(ids.to(id_dtype), weights, experts, check=False, kernels=True)
+            for field in FIELDS:
+                a, b = getattr(want, field), getattr(got, field)
+                assert a.dtype == b.dtype and torch.equal(a, b), (tokens, experts, field, a, b)
+        if routing != "bad":
+            used = want.counts.sum().item()
+            assert used == tokens * top_k and torch.equal(
+                torch.sort(ids.reshape(-1), stable=True).values, ids.reshape(-1)[
+                    want.row_of_slot.reshape(-1).argsort()]
+            )
+        # the combine: poisoned rows that no token reads must not leak into the output
+        hidden = 1100 if tokens <= 64 else 24  # not a multiple of the block (few programs)
+        y = torch.randn(tokens * top_k + 3, hidden).bfloat16()
+        y[tokens * top_k:] = float("nan")
+        got = combine(y, want, kernels=True)
+        assert got.dtype == torch.bfloat16 and got.shape == (tokens, hidden)
+        slots = want.row_of_slot
+        exact = (want.weight_of_row[slots].double().unsqueeze(-1) * y[slots].double()).sum(1)
+        assert torch.isfinite(got).all()
+        # one bf16 rounding of the float32 sum (the interpreter truncates to bf16 where a GPU
+        # rounds to nearest: one ulp, not half), plus the float32 sum's error
+        err = (got.double() - exact).abs()
+        assert (err <= exact.abs() * 2.0**-7 + 1e-5).all(), (tokens, experts, err.max())
+        assert torch.equal(got, combine(y, want, kernels=True))  # the same bits every call
+        if tokens:
+            plain = combine(y, want, kernels=False)
+            assert ((got.float() - plain.float()).abs() <= plain.float().abs() * 2.0**-6).all()
+    print("interpreted: ok", len(cases))
+    """
+)
+
+
+def test_the_glue_kernels_match_the_torch_versions_in_the_interpreter():
+    """Exactly the torch layout (every field, int32 and int64 ids), over one and several chunks,
+    skewed routing with empty experts, one expert, top-1, no tokens and ids out of range; the
+    combine within one bf16 rounding of a float64 sum, the same bits on every call, poisoned rows
+    nobody reads left out."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run(
+        [sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "interpreted: ok 10" in done.stdout
+
+
+COMPILED = textwrap.dedent(
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from pearl_moe.moe import _glue_triton as k
+    from pearl_moe.moe.glue_kernels import _next_pow2
+
+    target = GPUTarget("cuda", 90, 32)
+    ROUTE = dict(ids_ptr="*i64", w_ptr="*fp32", hist_ptr="*i32", base_ptr="*i32",
+                 counts_ptr="*i32", offsets_ptr="*i32", token_ptr="*i64",
+                 row_of_flat_ptr="*i64", weight_ptr="*fp32", rows="i32", chunks="i32",
+                 top_k="i32")
+    CONST = ("E", "BINS", "BLOCK", "STEP", "CSTEP", "SINGLE")
+    built = 0
+    for experts in (8, 256):
+        bins = _next_pow2(experts + 2)
+        sig = dict(ids_ptr="*i64", hist_ptr="*i32", rows="i32", E="constexpr",
+                   BINS="constexpr", BLOCK="constexpr")
+        src = ASTSource(k.count_chunk, sig, constexprs=dict(E=experts, BINS=bins, BLOCK=256))
+        triton.compile(src, target=target); built += 1
+        for single in (True, False):
+            consts = dict(E=experts, BINS=bins, BLOCK=256, STEP=32, CSTEP=8, SINGLE=single)
+            sig = dict(ROUTE, **{c: "constexpr" for c in CONST})
+            kernel = triton.compile(ASTSource(k.place_chunk, sig, constexprs=consts),
+                                    target=target)
+            assert "bar.sync" in kernel.asm["ptx"]  # the barrier before rows read their bin
+            built += 1
+    sig = dict(y_ptr="*bf16", slot_ptr="*i64", weight_ptr="*fp32", out_ptr="*bf16",
+               hidden="i32", TOP_K="constexpr", BLOCK="constexpr")
+    # as Triton specializes a launch on 16-aligned tensors and a hidden size divisible by 16
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(5)}
+    src = ASTSource(k.combine, sig, constexprs=dict(TOP_K=8, BLOCK=1024), attrs=aligned)
+    ptx = triton.compile(src, target=target).asm["ptx"]
+    assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx  # 16-byte loads and stores
+    print("compiled:", built + 1)
+    """
+)
+
+
+def test_the_glue_kernels_compile_for_sm90a():
+    """Triton compiles every kernel for the H200 (sm_90, no GPU needed): the placement with its
+    barrier, the combine with 16-byte loads."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILED], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "compiled: 7" in done.stdout

@@ -1,0 +1,84 @@
+"""The layer's Triton glue kernels on a GPU (``pytest -m gpu``): the routing metadata equal to the
+torch version's, the combine within half a bf16 ulp of a float64 sum and the same bits on every
+call, both the default on CUDA and replayable in a CUDA graph."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+from pearl_moe.moe import combine, route_topk  # noqa: E402
+
+FIELDS = ("counts", "offsets", "token_of_row", "row_of_slot", "weight_of_row", "topk_ids")
+
+
+def _ids(tokens, top_k, experts, routing, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ids = torch.randint(0, experts, (tokens, top_k), generator=g, device="cuda")
+    if routing == "skewed":  # most rows on two experts, most experts empty
+        hot = torch.rand(tokens, top_k, generator=g, device="cuda") < 0.9
+        ids = torch.where(hot, ids % 2, ids)
+    weights = torch.rand(tokens, top_k, generator=g, device="cuda")
+    return ids, weights
+
+
+@pytest.mark.parametrize("routing", ["balanced", "skewed"])
+@pytest.mark.parametrize(
+    "tokens,top_k,experts",
+    [(1, 8, 32), (16, 8, 256), (64, 8, 32), (256, 8, 48), (4096, 8, 32), (4096, 8, 256),
+     (1000, 1, 8), (3, 2, 1)],
+)  # fmt: skip
+def test_the_routing_kernels_give_the_torch_layout(tokens, top_k, experts, routing):
+    ids, weights = _ids(tokens, top_k, experts, routing, seed=tokens + experts)
+    want = route_topk(ids, weights, experts, kernels=False)
+    got = route_topk(ids, weights, experts)  # the default on CUDA: the kernels
+    for field in FIELDS:
+        a, b = getattr(want, field), getattr(got, field)
+        assert a.dtype == b.dtype and torch.equal(a, b), field
+
+
+@pytest.mark.parametrize("tokens,top_k,hidden", [(1, 8, 6144), (64, 8, 7168), (4096, 8, 2880)])
+def test_the_combine_kernel_rounds_a_float32_sum_once(tokens, top_k, hidden):
+    experts = 32
+    ids, weights = _ids(tokens, top_k, experts, "balanced", seed=hidden)
+    routing = route_topk(ids, weights / weights.sum(-1, keepdim=True), experts)
+    y = torch.randn(tokens * top_k + 8, hidden, device="cuda").bfloat16()
+    y[tokens * top_k :] = float("nan")  # rows no token reads
+    got = combine(y, routing)  # the default on CUDA: the kernel
+    slots = routing.row_of_slot
+    exact = (routing.weight_of_row[slots].double().unsqueeze(-1) * y[slots].double()).sum(1)
+    assert torch.isfinite(got).all()
+    assert ((got.double() - exact).abs() <= exact.abs() * 2.0**-8 + 1e-6).all()
+    assert torch.equal(got, combine(y, routing))
+    plain = combine(y, routing, kernels=False)
+    assert ((got.float() - plain.float()).abs() <= plain.float().abs() * 2.0**-7).all()
+
+
+def test_the_glue_kernels_replay_in_a_cuda_graph():
+    """Captured once, replayed on new top-k choices written into the same tensors."""
+    tokens, top_k, experts, hidden = 300, 8, 64, 1024
+    ids, weights = _ids(tokens, top_k, experts, "balanced", seed=1)
+    y = torch.randn(tokens * top_k, hidden, device="cuda").bfloat16()
+    route_topk(ids, weights, experts, check=False)  # compile outside the capture
+    combine(y, route_topk(ids, weights, experts, check=False))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        routing = route_topk(ids, weights, experts, check=False)
+        out = combine(y, routing)
+    for seed in (2, 3):
+        new_ids, new_weights = _ids(tokens, top_k, experts, "skewed", seed=seed)
+        ids.copy_(new_ids)
+        weights.copy_(new_weights)
+        graph.replay()
+        want = route_topk(ids, weights, experts, kernels=False)
+        assert torch.equal(routing.row_of_slot, want.row_of_slot)
+        assert torch.equal(routing.offsets, want.offsets)
+        assert torch.equal(out, combine(y, want))  # the eager kernel, the same bits
