@@ -20,9 +20,11 @@
 # as results/H200/compare_general.json.gz (gzip -9 -n -c ... >, it keeps the tree small) and commit
 # them: the next call starts from the files in the working tree.
 # The tuner never sees the held-out set (tune refuses it for the package's table).
-# The candidate space includes kernel options that had only been compiled when they were added
-# (2-CTA clusters and 256-row tiles at prefill): run scripts/new_kernels_gpu.sh on the machine
-# first, so that a kernel that hangs or faults is found there and not in the middle of a tuning run.
+# The candidate space includes the newer kernel options (2-CTA clusters, 256-row and 128 x 192
+# ping-pong tiles at prefill); they have passed their GPU tests on the H200
+# (scripts/new_kernels_gpu.sh, results/H200/gpu_checks.txt). On a new GPU, or after changing one of
+# them, run that script first, so that a kernel that hangs or faults is found there and not in the
+# middle of a tuning run.
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 DEADLINE_S=${DEADLINE_S:-470}

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The H200 run behind the MoE layer's table, sized for device calls of 10 minutes: the whole layer
-# forward (pearl, pearl-fused, the torch composition, quack's pieces) on the course's three models,
-# EP=8, 1-4096 tokens per GPU and skewed routing at 64, interleaved rounds in CUDA graphs. Once the
-# in-kernel gather has passed its GPU tests (scripts/new_kernels_gpu.sh), add it:
-# IMPLS=pearl,pearl-fused,pearl-gather,torch,quack.
+# forward (pearl, pearl-fused, pearl-gather with the token gather in the gate+up kernel, the torch
+# composition, quack's pieces) on the course's three models, EP=8, 1-4096 tokens per GPU and skewed
+# routing at 64, interleaved rounds in CUDA graphs. IMPLS=... times a subset.
 #
 #   bash .device/run.sh bash scripts/layer_runs.sh        # -> $OUT/moe_layer.json
 #
@@ -21,7 +20,7 @@ set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 DEADLINE_S=${DEADLINE_S:-470}
 NAME=moe_layer
-IMPLS=${IMPLS:-pearl,pearl-fused,torch,quack}
+IMPLS=${IMPLS:-pearl,pearl-fused,pearl-gather,torch,quack}
 if [ "${1:-}" = sonic ]; then
   NAME=moe_layer_sonic
   IMPLS=sonic

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# First GPU run of kernel options that have only been compiled so far, one group at a time, each in
-# a process of its own under a time limit: a group that hangs (a barrier that never completes) or
-# faults costs its own limit and leaves the other groups' results standing.
+# GPU tests of the newer kernel options, one group at a time, each in a process of its own under a
+# time limit: a group that hangs (a barrier that never completes) or faults costs its own limit and
+# leaves the other groups' results standing. Written for their first GPU run, in which every group
+# passed on the H200 (results/H200/gpu_checks.txt); run it again after changing one of them.
 #
 #   bash .device/run.sh bash scripts/new_kernels_gpu.sh        # -> $OUT/new_kernels_gpu.txt
 #   ONLY="gather_a layer" bash .device/run.sh bash scripts/new_kernels_gpu.sh   # some groups

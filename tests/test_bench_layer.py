@@ -290,6 +290,40 @@ def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path
     assert parts[0]["problems"] + parts[1]["problems"] == timed
 
 
+def test_a_layer_run_with_other_glue_is_not_resumed(monkeypatch, tmp_path):
+    """--resume continues a run only if its routing metadata and combine ran the same way
+    (env.glue): times of the tensor-op glue and of the glue kernels must not share one run."""
+    import json
+
+    from pearl_moe.bench.harness import Timing
+
+    _fake_gpu_command(monkeypatch)
+    monkeypatch.setattr(layer, "check_layer",
+                        lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
+    timed = []
+
+    def fake_time(impls, problem, rounds=6, reps=5, **kw):
+        timed.append(problem.id)
+        t = Timing.from_rounds([[1e-4]] * rounds, 10, 1)
+        t.outputs_ok = True
+        return {n: (t, {"impl": n}) for n in impls}
+
+    monkeypatch.setattr(layer, "time_layers", fake_time)
+    out = tmp_path / "moe_layer.json"
+    argv = ["--models", "glm", "--tokens", "1,16", "--skewed-tokens", "", "--steps-tokens", "",
+            "--impls", "pearl", "--out", str(out)]  # fmt: skip
+    monkeypatch.setattr(layer, "_glue", lambda: "torch operations")
+    assert layer.main(argv) == 0
+    assert json.loads(out.read_text())["env"]["glue"] == "torch operations"
+    assert layer.main([*argv, "--resume"]) == 0  # the same glue: nothing left to time
+    assert len(timed) == 2
+    monkeypatch.setattr(layer, "_glue", lambda: "Triton kernels")
+    assert layer.main([*argv, "--resume"]) == 0  # other glue: both problems timed again
+    run = json.loads(out.read_text())
+    assert len(timed) == 4 and run["env"]["glue"] == "Triton kernels"
+    assert len(run["problems"]) == 2 and "parts" not in run["env"]
+
+
 def test_the_layer_device_script_asks_for_what_the_command_accepts():
     """scripts/layer_runs.sh runs on a lent GPU with little time: its command line must parse
     here, resume the committed run and cover the issue's problems."""
@@ -300,17 +334,18 @@ def test_the_layer_device_script_asks_for_what_the_command_accepts():
     text = script.read_text().replace("\\\n", " ")
     (command,) = [line.strip() for line in text.splitlines()
                   if line.strip().startswith("python3 -m pearl_moe layer")]  # fmt: skip
+    (default,) = [line.split(":-", 1)[1].rstrip("}") for line in text.splitlines()
+                  if line.startswith("IMPLS=${IMPLS:-")]  # fmt: skip
     words = shlex.split(
-        command.replace('"$IMPLS"', "pearl,pearl-fused,torch,quack")
+        command.replace('"$IMPLS"', default)
         .replace('"$DEADLINE_S"', "470")
         .replace('"$OUT/$NAME.json"', "/tmp/x/moe_layer.json")
     )
     args = layer.parse_args(words[4:])
     assert args.resume and args.deadline_s == 470
-    # every implementation but SonicMoE, which runs in its own environment (the script's sonic),
-    # and the in-kernel gather until its kernel has run on a GPU (the script says how to add it)
-    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS) - {"sonic", "pearl-gather"}
-    assert "IMPLS=pearl,pearl-fused,pearl-gather,torch,quack" in text
+    # every implementation but SonicMoE, which runs in its own environment (the script's sonic);
+    # the in-kernel gather (pearl-gather) included, since its kernel passed its GPU tests
+    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS) - {"sonic"}
     assert "IMPLS=sonic" in text and "NAME=moe_layer_sonic" in text
     assert args.models == "all" and args.ep == 8
     assert [int(t) for t in args.tokens.split(",")] == [1, 16, 64, 256, 1024, 4096]

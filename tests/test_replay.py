@@ -118,3 +118,30 @@ def test_every_committed_run_is_consistent_with_its_own_ceilings():
             pct = 100 * floor / rec["time"]["median_us"]
             assert rec["metrics"]["pct_of_floor"] == pytest.approx(pct, rel=1e-3), info["kind"]
             assert rec["time"]["min_us"] <= rec["time"]["median_us"] <= rec["time"]["max_us"]
+
+
+def test_the_layer_run_beside_the_bench_runs_is_left_out_of_the_listing(root):
+    """results/<gpu>/ also holds the MoE layer's run (schema pearl-moe-layer/1, read by
+    pearl_moe.bench.layer): runs() and list_runs() skip it, while read_run still refuses it."""
+    import gzip
+
+    from pearl_moe.bench import layer
+
+    run = {"schema": replay.LAYER_SCHEMA, "env": {"gpu": "NVIDIA H200"}, "ceilings": {},
+           "problems": [{"id": "p"}],
+           "records": [{"problem": "p", "impl": "torch", "status": "error"}]}  # fmt: skip
+    plain = layer.write_layer_run(run, root / "layer_tmp" / "moe_layer.json")
+    path = root / "H200" / "moe_layer.json.gz"  # stored gzipped, as the committed one is
+    path.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    plain.parent.rmdir()
+    assert layer.load_layer_run("H200", root=root) == run  # a valid layer run
+    assert path in replay.run_files(root / "H200")  # a result file of the folder
+
+    listed = list(replay.runs("H200", root=root))
+    assert [(p.name, r["kind"]) for p, r in listed] == [("baselines.json", "baselines")]
+    assert [info["kind"] for info in replay.list_runs(root)] == ["baselines"]
+    with pytest.raises(ValueError, match="pearl-moe-bench/1"):
+        replay.read_run(path)
+    with pytest.raises(ValueError):  # named explicitly, it is read as a bench run and refused
+        list(replay.runs(files=[path]))

@@ -776,7 +776,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "(records step:<name>); empty for none",
     )
     p.add_argument("--ep", type=int, default=8)
-    p.add_argument("--impls", default="pearl,pearl-fused,torch,quack")
+    p.add_argument("--impls", default="pearl,pearl-fused,pearl-gather,torch,quack")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument(
@@ -794,10 +794,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 def resume_layer_run(path: Path, run: dict) -> dict:
     """The layer run recorded at ``path``, continued by ``run`` (this command's head: env and
     probed ceilings). The first part's ceilings stay the run's, so every problem's floor uses the
-    same ones; ``env.parts`` lists each part (date, command, probed ceilings, problems)."""
+    same ones; ``env.parts`` lists each part (date, command, probed ceilings, problems). A run
+    whose ``env.glue`` differs from this one's (the routing metadata and the combine ran another
+    way) is not continued: ``run`` is returned as it is, and the run starts again."""
     import json
 
     old = validate_layer_run(json.loads(path.read_text()))
+    if old["env"].get("glue") != run["env"].get("glue"):
+        # the routing metadata and the combine ran another way there: its times do not mix
+        print(f"--resume: {path} was measured with other glue ({old['env'].get('glue')}); "
+              "starting a new run", flush=True)  # fmt: skip
+        return run
     if old["env"].get("gpu") != run["env"].get("gpu"):
         raise ValueError(
             f"--resume: {path} was measured on {old['env'].get('gpu')}, this GPU is "
@@ -835,6 +842,7 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), "moe_layer")
     t0 = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe layer", *(argv or sys.argv[1:])]))
+    env["glue"] = _glue()
     ceilings = measure_ceilings()
     run = {"schema": LAYER_SCHEMA, "kind": "moe_layer", "env": env, "ceilings": ceilings,
            "method": __doc__.split("Method, as")[1].strip(), "impls": {n: LAYER_IMPLS[n][1]

@@ -122,8 +122,9 @@ def moe_forward(
 
     ``gather="kernel"`` (pearl backend, sm_90a): the gate+up kernel reads ``x``'s rows through
     the routing's gather index (``grouped_gemm(..., a_index=...)``) instead of a gathered copy
-    ``x[token_of_row]`` written and read back (``gather="copy"``, the default until the in-kernel
-    gather has been measured on a GPU).
+    ``x[token_of_row]`` written and read back (``gather="copy"``, the default: on the H200 the
+    in-kernel gather, whose producer copies rows by ``cp.async``, was slower than the copy at most
+    of the layer run's shapes).
 
     ``gate_up_layout="interleaved"``: ``w_gate_up``'s rows are in the fused epilogue's layout
     (:func:`pearl_moe.kernels.interleave_gate_up`); with the pearl backend the activation is then
