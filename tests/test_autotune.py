@@ -170,6 +170,63 @@ def test_a_tile_that_needs_more_m_tiles_here_is_charged_for_them():
     assert autotune.pick("sm_90a", 4096, 4096, 32, rows=32 * 48).config.tile_m == 64
 
 
+W96 = "s6 sm_90a 16x96x64 1cta r14 B2 shiftA direct"  # a width the fused epilogue cannot take
+TMA = "s3 sm_90a 64x256x64 1cta r5 tma"  # a TMA store: the fused epilogue stores directly
+
+
+def test_a_fused_activation_runs_a_tile_that_was_timed():
+    """With the activation in the epilogue the pick is a timed candidate that runs it as
+    measured (direct store, width a multiple of 64, no swap): the entry's winner if it is one,
+    else the fastest such candidate of the entry, else the vote among such candidates; the
+    plain pick (adapted by the caller) only when no neighbour timed one."""
+    label = lambda x: x.split(" ", 1)[1]  # noqa: E731
+    entries = [
+        _timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0, B: 104.0, A: 106.0}),
+        _timed(GLM, 2, {A: 100.0, W96: 103.0}),
+        _timed((4096, 4096, 32), 1 / 4, {W96: 100.0, B: 103.0, A: 108.0}),
+    ]
+    autotune.use_table(_table(entries))
+    plain = autotune.pick("sm_90a", *GLM, rows=8)
+    assert plain.config.describe() == label(W96)
+    fused = autotune.pick("sm_90a", *GLM, rows=8, fused=True)
+    assert fused.config.describe() == label(B) and fused.stage == 6  # 1.04x: the fastest ready
+    assert "fused activation runs as measured: 1.040x" in fused.source
+    assert autotune.activation_ready(fused.config) and not autotune.activation_ready(plain.config)
+    # the entry's winner is ready: the same pick either way
+    assert autotune.pick("sm_90a", *GLM, rows=64, fused=True) == autotune.pick(
+        "sm_90a", *GLM, rows=64
+    )
+    # no entry for this shape: the vote, among ready candidates only
+    voted = autotune.pick("sm_90a", 4096, 5120, 32, rows=8, fused=True)
+    assert voted.config.describe() == label(B)
+    assert "among tiles a fused activation runs as measured" in voted.source
+    assert autotune.pick("sm_90a", 4096, 5120, 32, rows=8).config.describe() == label(W96)
+    # no neighbour timed a ready candidate: the plain pick
+    autotune.use_table(_table([_timed(GLM, 1 / 4, {W96: 100.0, TMA: 104.0})]))
+    assert autotune.pick("sm_90a", *GLM, rows=8, fused=True) == autotune.pick(
+        "sm_90a", *GLM, rows=8
+    )
+
+
+def test_grouped_gemm_with_an_activation_asks_for_a_fused_pick(fake_gpu, monkeypatch):
+    asked = []
+    real = autotune.pick_config
+
+    def spy(*args, **kw):
+        asked.append(kw.get("fused"))
+        return real(*args, **kw)
+
+    from pearl_moe.kernels import interleave_gate_up
+
+    monkeypatch.setattr(autotune, "pick_config", spy)
+    A, W, offs = _inputs()
+    api.grouped_gemm(A, W, offs, check=False)
+    api.grouped_gemm(A, interleave_gate_up(W), offs, check=False, activation="swiglu")
+    assert asked == [False, True]
+    config = fake_gpu[-1][2]
+    assert config.activation == "swiglu" and autotune.activation_ready(config)
+
+
 def test_wave_cost_counts_the_sm_slots_a_tile_width_leaves_empty():
     w96 = GemmConfig.from_label("sm_90a 16x96x64 1cta r15 shiftA direct")
     w128 = GemmConfig.from_label("sm_90a 16x128x64 1cta r12 shiftA direct")

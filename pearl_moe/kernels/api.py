@@ -313,7 +313,8 @@ def grouped_gemm(
     ``activation="swiglu"`` (or ``"geglu"``) fuses ``act(gate) * up`` into the epilogue of a
     gate+up projection: ``W``'s ``n = 2 x intermediate`` rows must be interleaved in blocks of 8
     (:func:`pearl_moe.kernels.interleave_gate_up` converts the common ``[gate; up]`` layout) and
-    ``out`` is ``(rows, n / 2)``. The default configuration is adapted to it
+    ``out`` is ``(rows, n / 2)``. The default configuration is the table's fastest timed tile
+    that the fused epilogue runs as measured (``autotune.pick(..., fused=True)``), adapted to it
     (:func:`with_activation`); a given ``config`` must carry it.
 
     ``a_index`` (sm_90a): A's rows through an index, ``out[r] = A[a_index[r]] @ W[e]^T`` for row
@@ -358,7 +359,9 @@ def grouped_gemm(
             else "a_index given: the config must carry gather_a=True (see with_gather)"
         )
     if stage is None and config is None:
-        stage, config = autotune.pick_config(arch, n, k, experts, rows, autotune.gpu_name(A.device))
+        stage, config = autotune.pick_config(
+            arch, n, k, experts, rows, autotune.gpu_name(A.device), fused=activation is not None
+        )
         if activation is not None:
             config = with_activation(config, activation, n, k)
             stage = autotune.stage_for(config, n, k)

@@ -57,6 +57,7 @@ __all__ = [
     "heuristic",
     "pick",
     "pick_config",
+    "activation_ready",
     "stage_available",
     "stage_for",
     "candidates",
@@ -408,6 +409,22 @@ def _carry_over(config: GemmConfig, here: tuple, entry: dict, there: float, sms:
     return scale
 
 
+def _runnable_label(label: str, arch: str, n: int, k: int) -> tuple[int, GemmConfig] | None:
+    """``(stage, config)`` of a table label (``"s6 sm_90a 16x96x64 ..."``) where this shape's
+    kernel can run it, else None."""
+    stage_word, _, described = label.partition(" ")
+    try:
+        stage = int(stage_word.removeprefix("s"))
+        config = GemmConfig.from_label(described).resolved()
+    except ValueError:
+        return None
+    if config.arch != arch or stage_problems(config, stage):
+        return None
+    if _kernel_problems(arch, stage, config, n, k):
+        return None
+    return stage, config
+
+
 def vote(
     near: list[tuple[float, dict]],
     arch: str,
@@ -441,18 +458,10 @@ def vote(
     runnable: dict[str, tuple[int, GemmConfig]] = {}
     for _, entry in near:
         for label in _relative_times(entry):
-            if label in runnable:
-                continue
-            stage_word, _, described = label.partition(" ")
-            try:
-                stage = int(stage_word.removeprefix("s"))
-                config = GemmConfig.from_label(described).resolved()
-            except ValueError:
-                continue
-            if config.arch != arch or stage_problems(config, stage):
-                continue
-            if not _kernel_problems(arch, stage, config, n, k):
-                runnable[label] = (stage, config)
+            if label not in runnable:
+                found = _runnable_label(label, arch, n, k)
+                if found is not None:
+                    runnable[label] = found
     rels = []
     for d, entry in near:
         there = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
@@ -475,20 +484,52 @@ def vote(
     return scored
 
 
-def _from_neighbours(arch, n, k, experts, rows, gpu) -> Choice | None:
+def activation_ready(config: GemmConfig) -> bool:
+    """Whether a fused gated activation runs on ``config`` with nothing else changed
+    (:func:`pearl_moe.kernels.api.with_activation` changes the rest): the direct store, tokens as
+    rows (no ``swap_ab``) and a tile width that is a multiple of 64."""
+    return config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % 64 == 0
+
+
+def _fused_from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
+    """For a fused activation: this shape's table entry's winner if it is :func:`activation_ready`,
+    else the fastest candidate the entry timed among those that are (in the pass that timed them
+    all); the winner's tile narrowed to a multiple of 64 would be an untimed configuration."""
+    table = load_table(gpu)
+    if not table or table.get("arch") != arch:
+        return None
+    for entry in table["entries"]:
+        if (entry["n"], entry["k"], entry["experts"], entry["bucket"]) != (n, k, experts, bucket):
+            continue
+        winner = _entry_choice(entry, arch, n, k, gpu)
+        if winner is not None and activation_ready(winner.config):
+            return winner
+        for label, rel in sorted(_relative_times(entry).items(), key=lambda t: (t[1], t[0])):
+            found = _runnable_label(label, arch, n, k)
+            if found is not None and activation_ready(found[1]):
+                where = entry.get("measured_at") or f"{entry['bucket']}"
+                return Choice(*found, f"table {gpu}: {where} (fastest timed tile a fused "
+                                      f"activation runs as measured: {rel:.3f}x its best)")  # fmt: skip
+    return None
+
+
+def _from_neighbours(arch, n, k, experts, rows, gpu, fused: bool = False) -> Choice | None:
     table = load_table(gpu)
     if not table or table.get("arch") != arch or not table["entries"]:
         return None
     near = neighbours(table, n, k, experts, rows)
     sms = table.get("sm_count", 132)
     scored = vote(near, arch, n, k, rows / experts, experts, sms) if near else []
+    if fused:
+        scored = [s for s in scored if activation_ready(s[2])]
     if not scored:
         return None
     score, stage, config = scored[0]
+    kind = " among tiles a fused activation runs as measured" if fused else ""
     return Choice(
         stage,
         config,
-        f"table {gpu}: vote of {len(near)} nearest measured shapes (score {score:.3f})",
+        f"table {gpu}: vote of {len(near)} nearest measured shapes{kind} (score {score:.3f})",
     )
 
 
@@ -542,18 +583,36 @@ def leave_one_model_out(table: dict) -> list[dict]:
 MAX_PICKS = 4096
 
 
-def pick(arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None) -> Choice:
+def pick(
+    arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None, fused: bool = False
+) -> Choice:
     """The stage and configuration for this call, from the GPU's table: its entry for this very
     shape and rows-per-expert bucket, else the vote of the nearest measured shapes
     (:func:`vote`); without a table (or a vote), :func:`heuristic`. A pure function of its
-    arguments, memoized per (arch, gpu, n, k, experts, rows): after the first call it is a dict
-    lookup (the vote reads the exact rows per expert, so the key is not the bucket)."""
+    arguments, memoized per (arch, gpu, n, k, experts, rows, fused): after the first call it is a
+    dict lookup (the vote reads the exact rows per expert, so the key is not the bucket).
+
+    ``fused``: for a gate+up GEMM with the activation in its epilogue. The table and the vote
+    then choose among the timed candidates :func:`activation_ready` (so the fused kernel runs a
+    tile that was measured, not the winner's tile narrowed to a multiple of 64); with none, the
+    plain pick (the caller adapts it)."""
     gpu = gpu or default_gpu_name(arch)
-    key = (arch, gpu, n, k, experts, rows)
+    key = (arch, gpu, n, k, experts, rows, fused)
     choice = _PICKS.get(key)
     if choice is None:
+        bucket = rows_bucket(rows, experts)
         choice = (
-            _from_table(arch, n, k, experts, rows_bucket(rows, experts), gpu)
+            fused
+            and (
+                _fused_from_table(arch, n, k, experts, bucket, gpu)
+                or (
+                    None
+                    if _from_table(arch, n, k, experts, bucket, gpu)
+                    else _from_neighbours(arch, n, k, experts, rows, gpu, fused=True)
+                )
+            )
+        ) or (
+            _from_table(arch, n, k, experts, bucket, gpu)
             or _from_neighbours(arch, n, k, experts, rows, gpu)
             or heuristic(arch, n, k, experts, rows)
         )
@@ -564,10 +623,11 @@ def pick(arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = N
 
 
 def pick_config(
-    arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None
+    arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None, fused: bool = False
 ) -> tuple[int, GemmConfig]:
-    """``(stage, GemmConfig)`` that :func:`pearl_moe.kernels.grouped_gemm` runs when given neither."""
-    return pick(arch, n, k, experts, rows, gpu).as_tuple()
+    """``(stage, GemmConfig)`` that :func:`pearl_moe.kernels.grouped_gemm` runs when given neither
+    (``fused``: before the activation is added, see :func:`pick`)."""
+    return pick(arch, n, k, experts, rows, gpu, fused).as_tuple()
 
 
 # ----------------------------------------------------------------------------- candidates

@@ -12,8 +12,9 @@ import triton.language as tl
 
 @triton.jit
 def _bins_of(ids_ptr, offs, mask, E: tl.constexpr, BINS: tl.constexpr):
-    ids = tl.load(ids_ptr + offs, mask=mask, other=0).to(tl.int32)
-    bins = tl.where((ids >= 0) & (ids < E), ids, E)
+    ids = tl.load(ids_ptr + offs, mask=mask, other=0)
+    # the range check in the ids' own type: an int64 id of 2**32 + 1 must not pass as 1
+    bins = tl.where((ids >= 0) & (ids < E), ids, E).to(tl.int32)
     return tl.where(mask, bins, BINS - 1)
 
 

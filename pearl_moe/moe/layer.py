@@ -203,7 +203,8 @@ def combine(y, routing: Routing, kernels: bool | None = None):
 
     ``kernels``: one Triton kernel (:func:`pearl_moe.moe.glue_kernels.combine_rows`: one read of
     ``y``) instead of four tensor passes. ``None`` (default): on a CUDA device when Triton is
-    there. Both sum the same float32 products (the kernel in choice order)."""
+    there. Both sum the weighted rows in float32 (the kernel in choice order, with fused
+    multiply-adds), so their last bits may differ; each gives the same bits on every call."""
     if kernels is None:
         kernels = y.is_cuda and glue_kernels.available()
     if kernels:
