@@ -82,16 +82,20 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
 
 @triton.jit
 def combine(y_ptr, slot_ptr, weight_ptr, out_ptr, hidden, TOP_K: tl.constexpr,
-            BLOCK: tl.constexpr):  # fmt: skip
+            K_POW2: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     """``out[token, h] = sum_j weight[r_j] * y[r_j, h]``, ``r_j = slot[token, j]``, in choice
-    order in float32."""
+    order in float32. The token's rows and weights are loaded together first, so that the ``TOP_K``
+    row loads do not each wait on their own index load."""
     token = tl.program_id(0)
     h = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = h < hidden
+    j_all = tl.arange(0, K_POW2)
+    rows = tl.load(slot_ptr + token * TOP_K + j_all, mask=j_all < TOP_K, other=0)
+    weights = tl.load(weight_ptr + rows, mask=j_all < TOP_K, other=0.0)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in tl.static_range(TOP_K):
-        row = tl.load(slot_ptr + token * TOP_K + j)
-        w = tl.load(weight_ptr + row)
+        row = tl.sum(tl.where(j_all == j, rows, 0), axis=0)  # choice j's row, from registers
+        w = tl.sum(tl.where(j_all == j, weights, 0.0), axis=0)
         y = tl.load(y_ptr + row * hidden + h, mask=mask, other=0.0)
         acc += w * y.to(tl.float32)
     tl.store(out_ptr + token.to(tl.int64) * hidden + h, acc.to(out_ptr.dtype.element_ty),

@@ -37,8 +37,13 @@ BLOCK_ROWS = 256
 RANK_STEP = 32
 #: Chunks' counts a program adds per step when it sums the earlier chunks.
 CHUNK_STEP = 8
-#: Hidden columns of one combine program (8 bf16 per thread of 4 warps: 16-byte loads).
+#: Hidden columns of one combine program (8 bf16 per thread of 4 warps: 16-byte loads); a
+#: quarter of it (one warp) below :data:`FEW_TOKENS` tokens.
 BLOCK_HIDDEN = 1024
+FEW_TOKENS = 64
+#: Most routed rows the routing kernels take (256 chunks: each placement program sums every
+#: chunk's counts, so their work grows with the square of the chunks); beyond, the torch version.
+MAX_KERNEL_ROWS = 65536
 
 
 @functools.cache
@@ -112,6 +117,10 @@ def combine_rows(y, row_of_slot, weight_of_row):
     hidden = y.shape[1]
     out = torch.empty(tokens, hidden, dtype=y.dtype, device=y.device)
     if tokens and hidden:
-        grid = (tokens, -(-hidden // BLOCK_HIDDEN))
-        combine[grid](y, row_of_slot, weight_of_row, out, hidden, TOP_K=top_k, BLOCK=BLOCK_HIDDEN)
+        # few tokens: 256 columns a program (one warp, still 16-byte loads), for more programs
+        # in flight; the layer at 1 token and 6144 columns then runs 24 programs, not 6
+        block, warps = (BLOCK_HIDDEN, 4) if tokens >= FEW_TOKENS else (BLOCK_HIDDEN // 4, 1)
+        grid = (tokens, -(-hidden // block))
+        combine[grid](y, row_of_slot, weight_of_row, out, hidden, TOP_K=top_k,
+                      K_POW2=_next_pow2(top_k), BLOCK=block, num_warps=warps)  # fmt: skip
     return out

@@ -92,8 +92,8 @@ def route_topk(
 
     ``kernels``: compute the layout with the counting-sort kernels of
     :mod:`pearl_moe.moe.glue_kernels` (one or two launches) instead of tensor operations (a
-    dozen, with a radix sort). ``None`` (default): on a CUDA device when Triton is there. Both give
-    the same tensors.
+    dozen, with a radix sort). ``None`` (default): on a CUDA device when Triton is there, up to
+    :data:`~pearl_moe.moe.glue_kernels.MAX_KERNEL_ROWS` routed rows. Both give the same tensors.
     """
     import torch
 
@@ -119,7 +119,11 @@ def route_topk(
             raise ValueError(f"expert id {bad} is out of range: the layer has {experts} experts")
     tokens, top_k = topk_ids.shape
     if kernels is None:
-        kernels = topk_ids.is_cuda and glue_kernels.available()
+        kernels = (
+            topk_ids.is_cuda
+            and topk_ids.numel() <= glue_kernels.MAX_KERNEL_ROWS
+            and glue_kernels.available()
+        )
     if kernels:
         counts, offsets, token_of_row, row_of_flat, weight_of_row = glue_kernels.route_rows(
             topk_ids.reshape(-1).contiguous(), topk_weights.reshape(-1).contiguous(), experts, top_k
