@@ -40,6 +40,13 @@ Terms used throughout:
   shared memory, so A crosses from L2 once per pair instead of twice. ``cluster_m=2`` is the same
   along M: the two CTAs compute neighbouring m tiles of one expert and share the B (weight) tile.
   One of the two at a time.
+* ``n_group`` (sm_90a) orders an expert's tiles in groups of ``n_group`` n tiles: inside a group
+  the n tile varies fastest, and every other group walks the m tiles backwards (a serpentine), as
+  quack's scheduler does at prefill. 0 (the default) keeps the m tile fastest: CTAs side by side
+  then share one n tile of the weights, but every wave of CTAs reads all of the expert's rows of
+  A. With ``n_group`` a wave reads ``n_group`` weight tiles and a part of A, which the next group
+  (walking back) finds in L2. Not yet measured on a GPU: the question is whether an expert's A
+  outgrows the L2 at prefill.
 * ``gather_a`` (sm_90a) reads A's rows through an index: row ``r`` of the output is
   ``x[a_index[r]] @ W[e]^T`` (an MoE layer's token gather, without materializing ``x[a_index]``).
   The producer warpgroup loads A with ``cp.async`` (16 bytes a thread) instead of a TMA box; B
@@ -60,6 +67,7 @@ __all__ = [
     "EPILOGUES",
     "GemmConfig",
     "LEGACY_FIELD_NAMES",
+    "N_GROUPS",
     "RETIRED_FIELDS",
     "RETIRED_VALUES",
     "WALKS",
@@ -68,6 +76,8 @@ __all__ = [
 
 ARCHS = ("sm_100a", "sm_90a")
 EPILOGUES = ("tma_store", "direct_store")
+#: Values of ``GemmConfig.n_group`` (0: the m tile varies fastest inside an expert).
+N_GROUPS = (0, 2, 4, 8, 16)
 #: Tile-scheduler walks (:meth:`pearl_moe.kernels.scheduler.TileScheduler.seek`).
 WALKS = ("warp-parallel", "serial")
 #: Gated activations the epilogue can apply (``activation``): ``act(gate) * up`` of a ``[gate; up]``
@@ -133,6 +143,7 @@ class GemmConfig:
     cluster_n: int = 1  # sm_90a: CTAs of a cluster side by side along N, sharing A (multicast)
     cluster_m: int = 1  # sm_90a: CTAs of a cluster one above the other along M, sharing B
     gather_a: bool = False  # sm_90a: A's rows read through an index (x[a_index[r]]), by cp.async
+    n_group: int = 0  # sm_90a: n tiles per group of the tile order (0: m fastest; N_GROUPS)
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -150,6 +161,8 @@ class GemmConfig:
             yield f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}"
         if self.walk not in WALKS:
             yield f"walk must be one of {WALKS}, got {self.walk!r}"
+        if self.n_group not in N_GROUPS:
+            yield f"n_group must be one of {N_GROUPS}, got {self.n_group!r}"
         if self.tile_k <= 0 or self.tile_k % 16:
             yield f"tile_k must be a positive multiple of 16 (the bf16 MMA K), got {self.tile_k}"
         if self.ring_depth is not None and self.ring_depth < 2:
@@ -200,6 +213,8 @@ class GemmConfig:
             yield "shift_a_box is implemented by the sm_90a kernels only"
         if self.gather_a:
             yield "gather_a is implemented by the sm_90a kernels only"
+        if self.n_group:
+            yield "n_group is implemented by the sm_90a kernels only"
         if self.swap_ab:
             yield "swap_ab is implemented by the sm_90a kernels only"
         if self.cta_group not in (1, 2):
@@ -445,6 +460,8 @@ class GemmConfig:
                     fields["cluster_n"] = int(word[8:])
                 elif word.startswith("clusterM") and word[8:].isdigit():
                     fields["cluster_m"] = int(word[8:])
+                elif word.startswith("ng") and word[2:].isdigit():
+                    fields["n_group"] = int(word[2:])
                 elif word.startswith("direct"):
                     fields["epilogue"] = "direct_store"
                     fields["store_bits"] = int(word[6:]) if word[6:] else None
@@ -485,6 +502,8 @@ class GemmConfig:
             parts.append(f"clusterN{self.cluster_n}")
         if self.cluster_m != 1:
             parts.append(f"clusterM{self.cluster_m}")
+        if self.n_group:
+            parts.append(f"ng{self.n_group}")
         if self.epilogue == "direct_store":
             parts.append("direct" + (f"{self.store_bits}" if self.store_bits else ""))
         else:

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # GPU tests of the newer kernel options, one group at a time, each in a process of its own under a
 # time limit: a group that hangs (a barrier that never completes) or faults costs its own limit and
-# leaves the other groups' results standing. Written for their first GPU run, in which every group
-# passed on the H200 (results/H200/gpu_checks.txt); run it again after changing one of them.
+# leaves the other groups' results standing.
 #
 #   bash .device/run.sh bash scripts/new_kernels_gpu.sh        # -> $OUT/new_kernels_gpu.txt
-#   ONLY="gather_a layer" bash .device/run.sh bash scripts/new_kernels_gpu.sh   # some groups
+#   ONLY="tile256 clusterM2" bash .device/run.sh bash scripts/new_kernels_gpu.sh   # other groups
 #
-# Six groups of at most LIMIT_S (default 95) seconds fit one device call of 10 minutes.
 # Groups: 256-row tiles, 128 x 192 ping-pong tiles, 2-CTA clusters along N (A multicast), along M
-# (B multicast), the token gather in the producer (gather_a), and the layer on our kernels with it. Each line of the summary
-# is `group: <pytest summary or "timed out after N s" / exit status>`.
+# (B multicast), the token gather in the producer (gather_a), the layer on our kernels, the grouped
+# tile order (n_group) and the layer's Triton glue (routing metadata, combine). The first six passed
+# on the H200 (results/H200/gpu_checks.txt); by default the run takes the options that have not
+# run on a GPU yet, and the layer, whose glue changed. At most LIMIT_S (default 95) seconds a
+# group: six groups fit one device call of 10 minutes. Each line of the summary is
+# `group: <pytest summary or "timed out after N s" / exit status>`.
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 LIMIT_S=${LIMIT_S:-95}
-ONLY=${ONLY:-tile256 pingpong192 clusterN2 clusterM2 gather_a layer}  # groups to run
+ONLY=${ONLY:-ngroup glue layer}  # groups to run (all: tile256 pingpong192 clusterN2 clusterM2 gather_a layer ngroup glue)
 SUMMARY="$OUT/new_kernels_gpu.txt"
 : > "$SUMMARY"
 run_group() {
@@ -40,3 +42,5 @@ run_group clusterN2 "clusterN2" tests/test_kernels_sm90_gpu.py
 run_group clusterM2 "clusterM2" tests/test_kernels_sm90_gpu.py
 run_group gather_a "gather_a" tests/test_kernels_sm90_gpu.py
 run_group layer "matches_the_reference or converted_weight" tests/test_moe_layer_gpu.py
+run_group ngroup "ng2 or ng8 or grouped_tile_order" tests/test_kernels_sm90_gpu.py
+run_group glue "glue or routing_kernels or combine_kernel or out_of_range" tests/test_glue_kernels_gpu.py

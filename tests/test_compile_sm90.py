@@ -62,6 +62,12 @@ CASES = {
         5,
         stage_config("sm_90a", 5).with_(tile_m=8, tile_n=256, shift_a_box=True, swap_ab=True),
     ),  # fmt: skip
+    # beyond the post: tiles in groups of 8 n tiles, serpentine over m (quack's prefill order)
+    "s7-128x128-pingpong-ng8": (7, stage_config("sm_90a", 7).with_(tile_m=128, n_group=8)),
+    "s3-128x192-clusterM2-ng8": (
+        3,
+        BASE.with_(tile_n=192, cluster_m=2, n_group=8, ring_depth=None),
+    ),  # fmt: skip
     # beyond the post: A's rows gathered through an index (cp.async), B by TMA
     "s3-128x128-gatherA": (3, BASE.with_(gather_a=True)),
     "s4-128x128-gatherA": (4, stage_config("sm_90a", 4).with_(gather_a=True)),
@@ -253,6 +259,24 @@ def test_the_static_schedule_needs_no_global_atomics_or_strong_accesses(reports)
         strong = {op for op in ops if op.startswith(("LDG", "STG")) and "STRONG" in op}
         assert not atomics, (name, atomics)
         assert not strong, (name, strong)
+
+
+def test_a_grouped_tile_order_is_compiled_in_and_changes_nothing_else(reports):
+    """``n_group`` adds integer arithmetic to the scheduler's decode (a group's width, the
+    serpentine) and nothing else: the same wgmma, TMA copies and barriers as without it, no
+    spills."""
+    for name in ("s7-128x128-pingpong-ng8", "s3-128x192-clusterM2-ng8"):
+        assert reports[name].gemm_config.n_group == 8
+    plain = compile_many([(7, stage_config("sm_90a", 7).with_(tile_m=128), None, None, None,
+                           None)])[0]  # fmt: skip
+    grouped = reports["s7-128x128-pingpong-ng8"]
+
+    def count(report, prefixes):
+        return sum(n for op, n in report.opcodes.items() if op.startswith(prefixes))
+
+    for prefix in ("HGMMA", "UTMALDG", "SYNCS", "BAR"):
+        assert count(grouped, prefix) == count(plain, prefix), prefix
+    assert count(grouped, ("IMAD", "IADD")) > count(plain, ("IMAD", "IADD"))
 
 
 def test_scheduler_walk_is_the_one_configured(reports):

@@ -69,6 +69,11 @@ VARIANTS = {
         7,
         dict(tile_m=128, b_k_tiles=1, cluster_m=2, shift_a_box=True),
     ),
+    # tiles in groups of n tiles, odd groups walking m backwards (groups of 2: the edge cases'
+    # 3-4 n tiles give a second, narrower group), also in clusters along M
+    "s7-128x128-pingpong-ng2": (7, dict(tile_m=128, b_k_tiles=1, n_group=2)),
+    "s3-128x128-clusterM2-ng2": (3, dict(cluster_m=2, n_group=2)),
+    "s4-ng8": (4, dict(n_group=8)),
     # the tile scheduler's first walk (one expert per dependent load)
     "s6-serialwalk": (6, dict(walk="serial")),
     "s7-serialwalk": (7, dict(walk="serial")),
@@ -162,6 +167,19 @@ def test_walks_over_many_ragged_experts(walk):
     p = make_problem("Kimi K3", 64, ep=8, routing="skewed", seed=5)
     config = stage_config("sm_90a", 6).with_(walk=walk)
     _check(6, p.counts, p.n, p.k, seed=5, config=config)
+
+
+@pytest.mark.parametrize(
+    "stage, changes",
+    [(7, dict(tile_m=128, b_k_tiles=1, n_group=8)),
+     (3, dict(tile_n=192, cluster_m=2, n_group=8, ring_depth=None))],
+)  # fmt: skip
+def test_a_grouped_tile_order_is_right_at_prefill(stage, changes):
+    """Groups of 8 n tiles at prefill (Kimi K3, 4096 tokens, skewed: 48 n tiles of 128, 32 of
+    192, so many groups and both directions over m), every tile written once."""
+    p = make_problem("Kimi K3", 4096, ep=8, routing="skewed", seed=11)
+    config = stage_config("sm_90a", stage).with_(**changes)
+    _check(stage, p.counts, p.n, p.k, seed=11, config=config)
 
 
 @pytest.mark.parametrize("stage", (3, 4, 5, 6, 7))

@@ -21,6 +21,7 @@ __all__ = [
     "launch_per_expert",
     "i32_ptr",
     "device_end_offsets",
+    "tile_in_expert",
     "cdiv",
     "grouped_grid",
     "schedule_tiles",
@@ -107,12 +108,32 @@ def grouped_grid(rows: int, n: int, experts: int, config: GemmConfig) -> tuple[i
     return (max(1, cdiv(rows, config.tile_m)), cdiv(n, config.tile_n), experts)
 
 
-def schedule_tiles(counts, n: int, tile_m: int, tile_n: int, ctas: int | None = None):
+def tile_in_expert(local: int, m_tiles: int, n_tiles: int, n_group: int = 0) -> tuple[int, int]:
+    """``(m_tile, n_tile)`` of an expert's tile number ``local``, in the order of
+    ``GemmConfig.n_group`` (the plain-Python twin of
+    :meth:`pearl_moe.kernels.scheduler.TileScheduler.decode`): the m tile fastest (0), or groups
+    of ``n_group`` n tiles with the n tile fastest inside a group and every other group's m tiles
+    in reverse."""
+    if not n_group:
+        return local % m_tiles, local // m_tiles
+    group, in_group = divmod(local, m_tiles * n_group)
+    width = n_group
+    if group == (n_tiles - 1) // n_group:  # the last group may be narrower
+        width = n_tiles - (n_tiles - 1) // n_group * n_group
+    m_tile, n_in = divmod(in_group, width)
+    if group % 2 == 1:
+        m_tile = m_tiles - 1 - m_tile
+    return m_tile, group * n_group + n_in
+
+
+def schedule_tiles(counts, n: int, tile_m: int, tile_n: int, ctas: int | None = None,
+                   n_group: int = 0):  # fmt: skip
     """The (expert, m tile, n tile, first row, valid rows) work list in scheduler order.
 
     Tiles are numbered expert by expert; inside an expert the m tile varies fastest, so CTAs that
     run at the same time share one n tile of the expert's weights (one HBM read, several L2 hits).
-    With ``ctas`` given, returns one list per CTA (CTA ``c`` takes tiles ``c, c + ctas, ...``).
+    With ``ctas`` given, returns one list per CTA (CTA ``c`` takes tiles ``c, c + ctas, ...``);
+    ``n_group``: the order inside an expert (:func:`tile_in_expert`).
     """
     n_tiles = cdiv(n, tile_n)
     work = []
@@ -120,7 +141,7 @@ def schedule_tiles(counts, n: int, tile_m: int, tile_n: int, ctas: int | None = 
     for e, rows in enumerate(counts):
         m_tiles = cdiv(rows, tile_m)
         for t in range(m_tiles * n_tiles):
-            m_tile, n_tile = t % m_tiles, t // m_tiles
+            m_tile, n_tile = tile_in_expert(t, m_tiles, n_tiles, n_group)
             first = start + m_tile * tile_m
             work.append((e, m_tile, n_tile, first, min(tile_m, start + rows - first)))
         start += rows

@@ -64,12 +64,14 @@ class TileScheduler:
     ``offsets``: E int32 end offsets (device tensor); ``rows``: rows of A and out (run-time);
     ``experts``, ``tile_m``, ``n_tiles``: compile-time sizes; ``step``: tiles between two visits
     of one CTA (the number of persistent CTAs, or CTA pairs in 2-CTA mode); ``walk``:
-    ``"warp-parallel"`` or ``"serial"`` (compile-time, ``GemmConfig.walk``).
+    ``"warp-parallel"`` or ``"serial"`` (compile-time, ``GemmConfig.walk``); ``n_group``: the
+    order of an expert's tiles (compile-time, ``GemmConfig.n_group``; :meth:`decode`).
     """
 
     def __init__(
-        self, offsets, rows, experts: int, tile_m: int, n_tiles: int, step, walk="warp-parallel"
-    ):
+        self, offsets, rows, experts: int, tile_m: int, n_tiles: int, step, walk="warp-parallel",
+        n_group: int = 0,
+    ):  # fmt: skip
         self.offsets = offsets
         self.rows = as_numeric(rows)
         self.step = as_numeric(step)
@@ -77,6 +79,7 @@ class TileScheduler:
         self.tile_m = tile_m
         self.n_tiles = n_tiles
         self.walk = walk
+        self.n_group = n_group
 
     # The DSL passes values that live across `if` / `while` regions as lists of IR values: the
     # offsets tensor, the row count and the step travel; the compile-time sizes stay Python ints.
@@ -98,6 +101,7 @@ class TileScheduler:
             self.n_tiles,
             new_from_mlir_values(self.step, values[n_offs + n_rows :]),
             self.walk,
+            self.n_group,
         )
 
     @cute.jit
@@ -189,12 +193,30 @@ class TileScheduler:
 
     @cute.jit
     def decode(self, tile: Int32, expert: Int32, first: Int32):
-        """``(m_tile, n_tile, first row, valid rows)`` of ``tile`` inside ``expert``."""
+        """``(m_tile, n_tile, first row, valid rows)`` of ``tile`` inside ``expert``.
+
+        ``n_group == 0``: the m tile varies fastest. ``n_group == G``: the n tiles form groups of
+        ``G`` (the last one narrower if ``G`` does not divide them); inside a group the n tile
+        varies fastest, and odd groups take the m tiles in reverse (a serpentine), so the rows of
+        A one group ends on are the rows the next starts with. The plain-Python twin is
+        :func:`pearl_moe.kernels.host.tile_in_expert`."""
         start, end = self.expert_rows(expert)
         m_tiles = (end - start + (self.tile_m - 1)) // self.tile_m
         local = tile - first
         m_tile = local % m_tiles
         n_tile = local // m_tiles
+        if cutlass.const_expr(self.n_group > 0):
+            per_group = m_tiles * self.n_group
+            group = local // per_group
+            in_group = local - group * per_group
+            width = Int32(self.n_group)
+            last = Int32((self.n_tiles - 1) // self.n_group)  # the last group may be narrower
+            if group == last:
+                width = Int32(self.n_tiles - (self.n_tiles - 1) // self.n_group * self.n_group)
+            m_tile = in_group // width
+            n_tile = group * self.n_group + (in_group - m_tile * width)
+            if group % 2 == 1:
+                m_tile = m_tiles - 1 - m_tile
         row0 = start + m_tile * self.tile_m
         valid = cutlass.min(end - row0, self.tile_m)
         return m_tile, n_tile, row0, valid

@@ -217,6 +217,7 @@ class PersistentGroupedGemmKernel(
             self.cluster_n_tiles,
             ctas // self.cluster_size,
             self.config.walk,
+            self.config.n_group,
         )
         cluster = cta // self.cluster_size
 
