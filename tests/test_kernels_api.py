@@ -327,6 +327,26 @@ def test_schedule_covers_every_row_once():
     assert grouped_grid(sum(counts), n, len(counts), GemmConfig(arch="sm_90a")) == (4, 22, 8)
 
 
+@pytest.mark.parametrize("n_group", [2, 4, 8, 16])
+def test_a_grouped_tile_order_covers_every_tile_once_and_snakes_over_m(n_group):
+    """``n_group``: every (m tile, n tile) of an expert exactly once; inside a group the n tile
+    varies fastest; the next group starts on the m tile the last one ended on."""
+    from pearl_moe.kernels.host import tile_in_expert
+
+    for m_tiles, n_tiles in [(1, 1), (3, 5), (7, 9), (32, 40), (2, 16), (5, 17)]:
+        order = [tile_in_expert(t, m_tiles, n_tiles, n_group) for t in range(m_tiles * n_tiles)]
+        assert sorted(order) == [(m, n) for m in range(m_tiles) for n in range(n_tiles)]
+        width = min(n_group, n_tiles)
+        assert [n for _, n in order[:width]] == list(range(width))  # n fastest in a group
+        if n_tiles > n_group:  # the next group begins where the first ended: the last m tile
+            assert order[m_tiles * n_group][0] == order[m_tiles * n_group - 1][0] == m_tiles - 1
+    assert tile_in_expert(5, 3, 4, 0) == (2, 1)  # 0: the m tile fastest, as before
+    counts = [0, 37, 0, 5, 130, 0, 1, 256]
+    plain = schedule_tiles(counts, 2816, 128, 128)
+    grouped = schedule_tiles(counts, 2816, 128, 128, n_group=n_group)
+    assert sorted(plain) == sorted(grouped) and plain != grouped
+
+
 def test_the_stage_table_maps_every_stage_to_one_of_three_kernel_modules():
     """Stages 4-7 are options of the persistent kernel: no module per stage, the same module
     names on both architectures, reached through the explicit family mapping."""
