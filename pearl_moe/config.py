@@ -46,7 +46,8 @@ Terms used throughout:
   then share one n tile of the weights, but every wave of CTAs reads all of the expert's rows of
   A. With ``n_group`` a wave reads ``n_group`` weight tiles and a part of A, which the next group
   (walking back) finds in L2. Not yet measured on a GPU: the question is whether an expert's A
-  outgrows the L2 at prefill.
+  outgrows the L2 at prefill (``experiments/prefill_order``). With ``cluster_n=2`` the scheduler
+  counts cluster tiles, so a group is ``2 n_group`` n tiles wide.
 * ``gather_a`` (sm_90a) reads A's rows through an index: row ``r`` of the output is
   ``x[a_index[r]] @ W[e]^T`` (an MoE layer's token gather, without materializing ``x[a_index]``).
   The producer warpgroup loads A with ``cp.async`` (16 bytes a thread) instead of a TMA box; B

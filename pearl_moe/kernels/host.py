@@ -130,8 +130,9 @@ def schedule_tiles(counts, n: int, tile_m: int, tile_n: int, ctas: int | None = 
                    n_group: int = 0):  # fmt: skip
     """The (expert, m tile, n tile, first row, valid rows) work list in scheduler order.
 
-    Tiles are numbered expert by expert; inside an expert the m tile varies fastest, so CTAs that
-    run at the same time share one n tile of the expert's weights (one HBM read, several L2 hits).
+    Tiles are numbered expert by expert; inside an expert the m tile varies fastest (``n_group``
+    0), so CTAs that run at the same time share one n tile of the expert's weights (one HBM read,
+    several L2 hits), or in groups of ``n_group`` n tiles.
     With ``ctas`` given, returns one list per CTA (CTA ``c`` takes tiles ``c, c + ctas, ...``);
     ``n_group``: the order inside an expert (:func:`tile_in_expert`).
     """

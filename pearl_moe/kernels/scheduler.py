@@ -2,9 +2,11 @@
 
 The work of a grouped GEMM is a ragged list of output tiles: expert ``e`` with ``m_e`` rows has
 ``cdiv(m_e, tile_m) x cdiv(n, tile_n)`` tiles. Number them expert by expert (inside an expert the
-m tile varies fastest). A persistent CTA ``c`` of ``C`` takes tiles ``c, c + C, c + 2C, ...`` (a static schedule: a
-CTA's tile numbers only grow, and CTAs that run side by side work on neighbouring tiles, which
-share their B boxes in L2).
+m tile varies fastest by default; ``n_group`` orders them in groups of n tiles instead, see
+:meth:`TileScheduler.decode`). A persistent CTA ``c`` of ``C`` takes tiles ``c, c + C, c + 2C, ...``
+(a static schedule: a CTA's tile numbers only grow, and CTAs that run side by side work on
+neighbouring tiles, which share their B boxes in L2, or with ``n_group`` part of A and a few B
+boxes).
 
 Finding the expert of tile ``t`` needs the running tile count of the experts before it. Because a
 CTA's tile numbers only grow, it keeps ``(expert, first tile of that expert)`` as state and walks

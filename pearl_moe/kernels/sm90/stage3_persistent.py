@@ -21,7 +21,8 @@ What changed since stage 2
   entries fit next to the 24 KB epilogue buffer (see :mod:`pearl_moe.budget`).
 
 * The schedule is static: CTA ``c`` takes tiles ``c, c + C, ...``, so the CTAs that run side by
-  side work on neighbouring tiles, which read the same B boxes (L2 hits after the first).
+  side work on neighbouring tiles, which read the same B boxes (L2 hits after the first); with
+  ``GemmConfig.n_group`` neighbouring tiles form groups of n tiles instead (scheduler ``decode``).
 
 Stages 4-7 add no kernel: they are options of this one (see :mod:`pearl_moe.kernels.ladder`),
 each in its own module: the direct store (:mod:`.direct_store`), B entries of two K tiles
