@@ -322,6 +322,12 @@ def test_a_layer_run_with_other_glue_is_not_resumed(monkeypatch, tmp_path):
     run = json.loads(out.read_text())
     assert len(timed) == 4 and run["env"]["glue"] == "Triton kernels"
     assert len(run["problems"]) == 2 and "parts" not in run["env"]
+    # a run that records no glue predates the kernels: torch's, and resumed as such
+    del run["env"]["glue"]
+    out.write_text(json.dumps(run))
+    monkeypatch.setattr(layer, "_glue", lambda: layer.TORCH_GLUE)
+    assert layer.main([*argv, "--resume"]) == 0
+    assert len(timed) == 4
 
 
 def test_the_layer_device_script_asks_for_what_the_command_accepts():

@@ -226,14 +226,21 @@ def reference_layer(inputs: dict):
 
 
 # ------------------------------------------------------------------------------ impls
+#: The glue of runs that do not record one (before the Triton kernels, all were torch's).
+TORCH_GLUE = "routing metadata and combine: torch operations"
+
+
 def _glue() -> str:
     """How the routing metadata and the combine ran (recorded with each implementation that uses
     this package's: ours and the quack composition; the torch composition has its own)."""
     from ..moe import glue_kernels
 
     if glue_kernels.available():
-        return "routing metadata and combine: Triton kernels (pearl_moe.moe.glue_kernels)"
-    return "routing metadata and combine: torch operations"
+        return (
+            "routing metadata and combine: Triton kernels (pearl_moe.moe.glue_kernels; the "
+            f"metadata up to {glue_kernels.MAX_KERNEL_ROWS} routed rows, torch beyond)"
+        )
+    return TORCH_GLUE
 
 
 def _pearl(inputs: dict) -> Prepared:
@@ -800,16 +807,16 @@ def resume_layer_run(path: Path, run: dict) -> dict:
     import json
 
     old = validate_layer_run(json.loads(path.read_text()))
-    if old["env"].get("glue") != run["env"].get("glue"):
-        # the routing metadata and the combine ran another way there: its times do not mix
-        print(f"--resume: {path} was measured with other glue ({old['env'].get('glue')}); "
-              "starting a new run", flush=True)  # fmt: skip
-        return run
     if old["env"].get("gpu") != run["env"].get("gpu"):
         raise ValueError(
             f"--resume: {path} was measured on {old['env'].get('gpu')}, this GPU is "
             f"{run['env'].get('gpu')}"
         )
+    if old["env"].get("glue", TORCH_GLUE) != run["env"].get("glue", TORCH_GLUE):
+        # the routing metadata and the combine ran another way there: its times do not mix
+        print(f"--resume: {path} was measured with other glue "
+              f"({old['env'].get('glue', TORCH_GLUE)}); starting a new run", flush=True)  # fmt: skip
+        return run
     first = {"date": old["env"].get("date"), "command": old["env"].get("command"),
              "ceilings": old["ceilings"], "problems": [p["id"] for p in old["problems"]]}  # fmt: skip
     parts = old["env"].get("parts") or [first]
@@ -851,7 +858,8 @@ def main(argv=None) -> int:
         run = resume_layer_run(out, run)
         done = {p["id"] for p in run["problems"]}
         problems = [p for p in problems if p.id not in done]
-        print(f"resuming {out}: {len(done)} problems done, {len(problems)} to go", flush=True)
+        if done:
+            print(f"resuming {out}: {len(done)} problems done, {len(problems)} to go", flush=True)
     ceilings = run["ceilings"]  # on a resumed run, the first part's: one floor for all problems
     for problem in problems:
         if args.deadline_s is not None and time.monotonic() - t0 > args.deadline_s:

@@ -2,8 +2,8 @@
 
 Between and around its grouped GEMMs an MoE layer needs two small passes. In tensor operations
 they cost more than their bytes: on the H200 the routing metadata (a dozen torch kernels with a
-radix sort) took 27 us at 1 token and 57 us at 64 for GLM 5.3, against its gate+up GEMM's 104 us
-and 374 us; the combine (gather, cast, multiply, reduce: four passes over the down GEMM's output)
+radix sort) took 27 us at 1 token and 57 us at 64 for GLM 5.3, against its fused gate+up GEMM's
+104 us and 376 us; the combine (gather, cast, multiply, reduce: four passes over the down GEMM's output)
 took 16 us at 1 token and 1.65 ms at 4096 tokens, where one read of its input takes about 0.1 ms.
 Here each is one or two kernels:
 
@@ -26,6 +26,7 @@ check them.
 from __future__ import annotations
 
 import functools
+import os
 
 __all__ = ["available", "route_rows", "combine_rows", "BLOCK_ROWS", "BLOCK_HIDDEN"]
 
@@ -61,6 +62,24 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _check_device(t) -> None:
+    """The kernels run on a CUDA device, or on CPU tensors in Triton's interpreter."""
+    if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            f"the glue kernels run on a CUDA device (or on the CPU in Triton's interpreter, "
+            f"TRITON_INTERPRET=1); the tensors are on {t.device}: pass kernels=False"
+        )
+
+
+def _on(device):
+    """A context that makes ``device`` the current CUDA device (nothing for CPU tensors)."""
+    import contextlib
+
+    import torch
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _kernels():
     """The Triton kernels (:mod:`pearl_moe.moe._glue_triton`), imported on first use: Triton
     reads ``TRITON_INTERPRET`` when they are defined."""
@@ -77,6 +96,7 @@ def route_rows(ids, weights, experts: int, top_k: int):
     needs, equal to its torch version's. One launch when ``rows <= BLOCK_ROWS``, else two."""
     import torch
 
+    _check_device(ids)
     count_chunk, place_chunk, _ = _kernels()
     rows = ids.numel()
     device = ids.device
@@ -96,13 +116,14 @@ def route_rows(ids, weights, experts: int, top_k: int):
     single = chunks == 1
     hist = torch.empty(1 if single else chunks * (experts + 1), dtype=torch.int32, device=device)
     base = torch.empty(chunks * bins, dtype=torch.int32, device=device)
-    if not single:
-        count_chunk[(chunks,)](ids, hist, rows, E=experts, BINS=bins, BLOCK=block)
-    place_chunk[(chunks,)](
-        ids, weights, hist, base, counts, offsets, token_of_row, row_of_flat, weight_of_row,
-        rows, chunks, top_k, E=experts, BINS=bins, BLOCK=block, STEP=min(RANK_STEP, block),
-        CSTEP=CHUNK_STEP, SINGLE=single,
-    )  # fmt: skip
+    with _on(device):  # Triton launches on the current device: make it the tensors'
+        if not single:
+            count_chunk[(chunks,)](ids, hist, rows, E=experts, BINS=bins, BLOCK=block)
+        place_chunk[(chunks,)](
+            ids, weights, hist, base, counts, offsets, token_of_row, row_of_flat, weight_of_row,
+            rows, chunks, top_k, E=experts, BINS=bins, BLOCK=block, STEP=min(RANK_STEP, block),
+            CSTEP=CHUNK_STEP, SINGLE=single,
+        )  # fmt: skip
     return counts, offsets, token_of_row, row_of_flat, weight_of_row
 
 
@@ -112,6 +133,7 @@ def combine_rows(y, row_of_slot, weight_of_row):
     index tensors contiguous."""
     import torch
 
+    _check_device(y)
     _, _, combine = _kernels()
     tokens, top_k = row_of_slot.shape
     hidden = y.shape[1]
@@ -121,6 +143,7 @@ def combine_rows(y, row_of_slot, weight_of_row):
         # in flight; the layer at 1 token and 6144 columns then runs 24 programs, not 6
         block, warps = (BLOCK_HIDDEN, 4) if tokens >= FEW_TOKENS else (BLOCK_HIDDEN // 4, 1)
         grid = (tokens, -(-hidden // block))
-        combine[grid](y, row_of_slot, weight_of_row, out, hidden, TOP_K=top_k,
-                      K_POW2=_next_pow2(top_k), BLOCK=block, num_warps=warps)  # fmt: skip
+        with _on(y.device):
+            combine[grid](y, row_of_slot, weight_of_row, out, hidden, TOP_K=top_k,
+                          K_POW2=_next_pow2(top_k), BLOCK=block, num_warps=warps)  # fmt: skip
     return out
