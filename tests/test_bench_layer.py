@@ -243,21 +243,11 @@ def test_sticky_errors_are_told_from_ordinary_ones(monkeypatch):
     assert layer.device_fault(ValueError("not capturable"), device="cuda")
 
 
-def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path):
-    """--deadline-s stops between problems and --resume times only the rest, keeping the first
-    part's ceilings for every floor and listing both parts in env.parts."""
-    import json
-
+def _fake_checks_and_timings(monkeypatch) -> list:
+    """Every implementation passes its check and takes 100 us; returns the list of the problems
+    timed, in order."""
     from pearl_moe.bench.harness import Timing
 
-    reads = iter([4e12, 3e12])
-    part = iter(["first", "second"])
-    _fake_gpu_command(
-        monkeypatch,
-        environment=lambda command=None: {"date": next(part), "gpu": "NVIDIA H200",
-                                          "command": command},
-        measure_ceilings=lambda: {"read_bytes_per_s": next(reads), "bf16_flops_per_s": 8e14},
-    )  # fmt: skip
     monkeypatch.setattr(layer, "check_layer",
                         lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
     timed = []
@@ -269,6 +259,23 @@ def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path
         return {n: (t, {"impl": n}) for n in impls}
 
     monkeypatch.setattr(layer, "time_layers", fake_time)
+    return timed
+
+
+def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path):
+    """--deadline-s stops between problems and --resume times only the rest, keeping the first
+    part's ceilings for every floor and listing both parts in env.parts."""
+    import json
+
+    reads = iter([4e12, 3e12])
+    part = iter(["first", "second"])
+    _fake_gpu_command(
+        monkeypatch,
+        environment=lambda command=None: {"date": next(part), "gpu": "NVIDIA H200",
+                                          "command": command},
+        measure_ceilings=lambda: {"read_bytes_per_s": next(reads), "bf16_flops_per_s": 8e14},
+    )  # fmt: skip
+    timed = _fake_checks_and_timings(monkeypatch)
     clock = iter(range(0, 1000, 10))
     monkeypatch.setattr(layer.time, "monotonic", lambda: next(clock))
     out = tmp_path / "moe_layer.json"
@@ -295,20 +302,8 @@ def test_a_layer_run_with_other_glue_is_not_resumed(monkeypatch, tmp_path):
     (env.glue): times of the tensor-op glue and of the glue kernels must not share one run."""
     import json
 
-    from pearl_moe.bench.harness import Timing
-
     _fake_gpu_command(monkeypatch)
-    monkeypatch.setattr(layer, "check_layer",
-                        lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
-    timed = []
-
-    def fake_time(impls, problem, rounds=6, reps=5, **kw):
-        timed.append(problem.id)
-        t = Timing.from_rounds([[1e-4]] * rounds, 10, 1)
-        t.outputs_ok = True
-        return {n: (t, {"impl": n}) for n in impls}
-
-    monkeypatch.setattr(layer, "time_layers", fake_time)
+    timed = _fake_checks_and_timings(monkeypatch)
     out = tmp_path / "moe_layer.json"
     argv = ["--models", "glm", "--tokens", "1,16", "--skewed-tokens", "", "--steps-tokens", "",
             "--impls", "pearl", "--out", str(out)]  # fmt: skip

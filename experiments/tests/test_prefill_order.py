@@ -5,6 +5,18 @@ import json
 from analysis import data
 
 
+def _script():
+    """``experiments/prefill_order/l2_model.py`` as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "prefill_order" / "l2_model.py"
+    spec = importlib.util.spec_from_file_location("l2_model", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _rows():
     rows = json.loads(data("prefill_order", "l2_model.json").read_text())["rows"]
     return {(r["shape"], r["tile"], r["l2_mb"]): r for r in rows}
@@ -27,16 +39,10 @@ def test_the_grouped_order_halves_the_reads_only_if_little_of_the_l2_is_effectiv
 def test_the_grouped_order_can_read_more_and_the_data_is_the_scripts():
     """Qwen3-235B-A22B's gate+up (17 MB of A per expert): the grouped order reads more at 30 MB
     (1.60 against 1.32 GB). One cell recomputed by the script matches the committed data."""
-    import importlib.util
-    from pathlib import Path
-
     rows = _rows()
     qwen3 = rows[("Qwen3-235B-A22B gate_up", "128x128", 30)]
     assert (qwen3["m fastest"], qwen3["groups of 8 n tiles"]) == (1.319, 1.601)
-    script = Path(__file__).resolve().parent.parent / "prefill_order" / "l2_model.py"
-    spec = importlib.util.spec_from_file_location("l2_model", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     n, k, per_expert = module.SHAPES["Qwen2-57B-A14B gate_up"]
     for name, group in module.ORDERS.items():
         order = module.tile_order(per_expert, 128, 128, n, 1, group)
@@ -46,13 +52,7 @@ def test_the_grouped_order_can_read_more_and_the_data_is_the_scripts():
 
 def test_the_model_uses_the_packages_order():
     """The script numbers tiles with the kernel's own order (host.tile_in_expert)."""
-    import importlib.util
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent.parent / "prefill_order" / "l2_model.py"
-    spec = importlib.util.spec_from_file_location("l2_model", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     order = module.tile_order([256, 0, 384], 128, 128, 640, 1, 2)
     assert sorted(order) == sorted((e, m, n) for e, rows in enumerate([256, 0, 384])
                                    for m in range(rows // 128) for n in range(5))  # fmt: skip

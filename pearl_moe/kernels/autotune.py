@@ -284,15 +284,20 @@ def _entry_choice(entry: dict, arch: str, n: int, k: int, gpu: str) -> Choice | 
     return Choice(stage, config, f"table {gpu}: {where}")
 
 
-def _from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
+def _table_entries(arch, n, k, experts, bucket, gpu) -> list[dict]:
+    """The GPU table's entries for this very shape and rows-per-expert bucket."""
     table = load_table(gpu)
     if not table or table.get("arch") != arch:
-        return None
-    for entry in table["entries"]:
-        if (entry["n"], entry["k"], entry["experts"], entry["bucket"]) == (n, k, experts, bucket):
-            choice = _entry_choice(entry, arch, n, k, gpu)
-            if choice is not None:
-                return choice
+        return []
+    key = (n, k, experts, bucket)
+    return [e for e in table["entries"] if (e["n"], e["k"], e["experts"], e["bucket"]) == key]
+
+
+def _from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
+    for entry in _table_entries(arch, n, k, experts, bucket, gpu):
+        choice = _entry_choice(entry, arch, n, k, gpu)
+        if choice is not None:
+            return choice
     return None
 
 
@@ -495,12 +500,7 @@ def _fused_from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
     """For a fused activation: this shape's table entry's winner if it is :func:`activation_ready`,
     else the fastest candidate the entry timed among those that are (in the pass that timed them
     all); the winner's tile narrowed to a multiple of 64 would be an untimed configuration."""
-    table = load_table(gpu)
-    if not table or table.get("arch") != arch:
-        return None
-    for entry in table["entries"]:
-        if (entry["n"], entry["k"], entry["experts"], entry["bucket"]) != (n, k, experts, bucket):
-            continue
+    for entry in _table_entries(arch, n, k, experts, bucket, gpu):
         winner = _entry_choice(entry, arch, n, k, gpu)
         if winner is not None and activation_ready(winner.config):
             return winner
@@ -601,18 +601,15 @@ def pick(
     choice = _PICKS.get(key)
     if choice is None:
         bucket = rows_bucket(rows, experts)
-        choice = (
-            fused
-            and (
-                _fused_from_table(arch, n, k, experts, bucket, gpu)
-                or (
-                    None
-                    if _from_table(arch, n, k, experts, bucket, gpu)
-                    else _from_neighbours(arch, n, k, experts, rows, gpu, fused=True)
-                )
+        exact = _from_table(arch, n, k, experts, bucket, gpu)
+        ready = None
+        if fused:  # a shape in the table keeps to its own entry's timings
+            ready = _fused_from_table(arch, n, k, experts, bucket, gpu) or (
+                None if exact else _from_neighbours(arch, n, k, experts, rows, gpu, fused=True)
             )
-        ) or (
-            _from_table(arch, n, k, experts, bucket, gpu)
+        choice = (
+            ready
+            or exact
             or _from_neighbours(arch, n, k, experts, rows, gpu)
             or heuristic(arch, n, k, experts, rows)
         )
