@@ -295,6 +295,29 @@ def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path
     assert [p["date"] for p in parts] == ["first", "second"]
     assert parts[1]["ceilings"]["read_bytes_per_s"] == 3e12
     assert parts[0]["problems"] + parts[1]["problems"] == timed
+    assert not run["env"].get("skipped_problems")  # the second part measured them all
+
+
+def test_a_resumed_part_that_skips_a_left_problem_keeps_it_listed(monkeypatch, tmp_path):
+    """A problem a deadline left for later stays in env.skipped_problems through a resumed part
+    that measures other problems, and leaves it once a part measures it."""
+    import json
+
+    _fake_gpu_command(monkeypatch)
+    _fake_checks_and_timings(monkeypatch)
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(layer.time, "monotonic", lambda: next(clock))
+    out = tmp_path / "moe_layer.json"
+    base = ["--models", "glm", "--skewed-tokens", "", "--steps-tokens", "", "--impls", "pearl",
+            "--out", str(out)]  # fmt: skip
+    assert layer.main([*base, "--tokens", "1,16,64", "--deadline-s", "15"]) == 0
+    left = json.loads(out.read_text())["env"]["skipped_problems"]
+    assert left and all("|64|" in p or "|16|" in p for p in left)
+    assert layer.main([*base, "--tokens", "256", "--resume"]) == 0  # another problem only
+    assert json.loads(out.read_text())["env"]["skipped_problems"] == left
+    assert layer.main([*base, "--tokens", "1,16,64", "--resume"]) == 0
+    run = json.loads(out.read_text())
+    assert not run["env"].get("skipped_problems") and len(run["problems"]) == 4
 
 
 def test_a_layer_run_with_other_glue_is_not_resumed(monkeypatch, tmp_path):

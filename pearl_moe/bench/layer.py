@@ -825,6 +825,8 @@ def resume_layer_run(path: Path, run: dict) -> dict:
                              "ceilings": run["ceilings"], "problems": []}]  # fmt: skip
     if old["env"].get("faults"):  # what faulted in earlier parts stays on record
         env["faults"] = list(old["env"]["faults"])
+    if old["env"].get("skipped_problems"):  # left for later until a part measures them
+        env["skipped_problems"] = list(old["env"]["skipped_problems"])
     return {**run, "env": env, "ceilings": old["ceilings"], "problems": old["problems"],
             "records": old["records"]}  # fmt: skip
 
@@ -866,6 +868,8 @@ def main(argv=None) -> int:
             run["env"].setdefault("skipped_problems", []).append(problem.id)
             continue
         run["problems"].append(problem.entry(ceilings))
+        if problem.id in run["env"].get("skipped_problems", []):
+            run["env"]["skipped_problems"].remove(problem.id)
         if run["env"].get("parts"):
             run["env"]["parts"][-1]["problems"].append(problem.id)
         try:
