@@ -45,8 +45,10 @@ Terms used throughout:
   quack's scheduler does at prefill. 0 (the default) keeps the m tile fastest: CTAs side by side
   then share one n tile of the weights, but every wave of CTAs reads all of the expert's rows of
   A. With ``n_group`` a wave reads ``n_group`` weight tiles and a part of A, which the next group
-  (walking back) finds in L2. Not yet measured on a GPU: the question is whether an expert's A
-  outgrows the L2 at prefill (``experiments/prefill_order``). With ``cluster_n=2`` the scheduler
+  (walking back) finds in L2. On the H200 it halved the HBM reads of Qwen2-57B-A14B's gate+up
+  at 4096 tokens but gained under 3% in time, and lost 3% (geomean) over the tuning set's
+  prefill shapes: an option, not among the tuner's candidates (``experiments/prefill_order``;
+  ``tune --group-twins``). With ``cluster_n=2`` the scheduler
   counts cluster tiles, so a group is ``2 n_group`` n tiles wide.
 * ``gather_a`` (sm_90a) reads A's rows through an index: row ``r`` of the output is
   ``x[a_index[r]] @ W[e]^T`` (an MoE layer's token gather, without materializing ``x[a_index]``).

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("package_tuning_table")  # tests/conftest.p
 
 
 def _args(**kw):
-    base = dict(limit=16, rounds=5, reps=3, launches=4, no_merge=False)
+    base = dict(limit=16, group_twins=0, rounds=5, reps=3, launches=4, no_merge=False)
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -310,3 +310,18 @@ def test_the_tune_command_compiles_ahead_and_continues_where_a_table_stopped(mon
     assert tune.main([*argv[:3], "1,16", *argv[4:]]) == 0  # 1 token is in the table: skipped
     again = json.loads(out.read_text())
     assert len(tuned) == layers and len(again["entries"]) == 2 * layers and again["earlier_runs"]
+
+
+def test_group_twins_reach_the_compile_requests_and_the_parser():
+    """``tune --group-twins N`` adds the grouped-order twins at prefill to what is compiled ahead
+    (and timed); without it no request has ``n_group``."""
+    from pearl_moe.workloads import make_problem
+
+    problem = make_problem("GLM 5.3", 4096, ep=8)
+    plain = tune.compile_requests([problem], "sm_90a", 132, limit=20)
+    twins = tune.compile_requests([problem], "sm_90a", 132, limit=20, group_twins=3)
+    assert not any(r[2].n_group for r in plain)
+    assert twins[: len(plain)] == plain and len(twins) == len(plain) + 3
+    assert all(r[2].n_group == 8 for r in twins[len(plain) :])
+    assert tune.parse_args(["--group-twins", "3"]).group_twins == 3
+    assert tune.parse_args([]).group_twins == 0

@@ -6,7 +6,8 @@
 #
 #   bash .device/run.sh bash experiments/prefill_order/device_order_ab.sh   # -> $OUT/...
 #
-# Not yet run. About 5 minutes: two Nsight Compute passes (clocks left alone) and one bench run.
+# About 2 minutes on the H200 (2026-12-02): two Nsight Compute passes (clocks left alone) and one
+# bench run; its data and finding are in experiments/prefill_order/data and experiments/README.md.
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 M=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__bytes_read.sum,lts__t_sector_op_read_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum

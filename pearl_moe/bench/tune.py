@@ -87,6 +87,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--limit", type=int, default=28, help="most candidates per shape")
     p.add_argument(
+        "--group-twins",
+        type=int,
+        default=0,
+        help="at prefill, also time n_group=8 twins of the first N candidates of 128+ rows "
+        "(beyond --limit; experiments/prefill_order)",
+    )
+    p.add_argument(
         "--skew-tokens",
         default="64",
         help="token counts whose pick must also hold under skewed routing ('' for none): the "
@@ -208,8 +215,9 @@ def _shape(problem) -> tuple[int, int, int, int]:
 
 
 def compile_requests(
-    problems, arch: str, sms: int, limit: int = 16, ablation: bool = False, device=None
-) -> list[tuple]:
+    problems, arch: str, sms: int, limit: int = 16, ablation: bool = False, device=None,
+    group_twins: int = 0,
+) -> list[tuple]:  # fmt: skip
     """``(arch, stage, config, n, k, experts, ctas)`` for every candidate of every problem (and,
     with ``ablation``, the course configuration of every stage 3-7 that exists here). ``ctas`` is
     the persistent grid (:func:`pearl_moe.kernels.targets.persistent_ctas`; with ``device``, the
@@ -228,7 +236,9 @@ def compile_requests(
     for p in problems:
         n, k, experts, rows = _shape(p)
         if limit > 0:
-            for stage, config in autotune.candidates(arch, n, k, experts, rows, limit, sms):
+            for stage, config in autotune.candidates(
+                arch, n, k, experts, rows, limit, sms, group_twins
+            ):
                 requests.append(request(stage, config))
         if ablation:
             for stage in range(3, LAST_STAGE + 1):
@@ -289,7 +299,7 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
 
     n, k, experts, rows = _shape(problem)
     sms = _sm_count(device)
-    cands = autotune.candidates(arch, n, k, experts, rows, args.limit, sms)
+    cands = autotune.candidates(arch, n, k, experts, rows, args.limit, sms, args.group_twins)
     heuristic = autotune.heuristic(arch, n, k, experts, rows)
     impls = {}
     for stage, config in cands:
@@ -663,7 +673,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.precompile_only:
         arch = args.arch or "sm_90a"
         sms = args.sms or {"sm_90a": 132, "sm_100a": 148}[arch]
-        requests = compile_requests(problems, arch, sms, args.limit, args.with_ablation)
+        requests = compile_requests(
+            problems, arch, sms, args.limit, args.with_ablation, group_twins=args.group_twins
+        )
         info = precompile_with_progress(requests, args.jobs, tqdm)
         print(json.dumps(info, indent=1))
         return 1 if info["failed"] else 0
@@ -701,7 +713,12 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(" ".join(["python -m pearl_moe tune", *(argv or sys.argv[1:])]))
     chunks = [problems[i : i + COMPILE_CHUNK] for i in range(0, len(problems), COMPILE_CHUNK)]
     ahead = CompileAhead(
-        [compile_requests(c, arch, sms, args.limit, device=torch.device("cuda")) for c in chunks],
+        [
+            compile_requests(
+                c, arch, sms, args.limit, device=torch.device("cuda"), group_twins=args.group_twins
+            )
+            for c in chunks
+        ],
         args.jobs,
     )
     deadline = t_start + args.deadline_s if args.deadline_s is not None else None

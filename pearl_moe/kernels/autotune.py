@@ -779,8 +779,9 @@ SERIAL_WALK_ROWS = 512
 
 
 def candidates(
-    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 28, sms: int = 132
-) -> list[tuple[int, GemmConfig]]:
+    arch: str, n: int, k: int, experts: int, rows: int, limit: int = 28, sms: int = 132,
+    group_twins: int = 0,
+) -> list[tuple[int, GemmConfig]]:  # fmt: skip
     """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
 
     The full space on sm_90a is tile_m {8, 16, 32, 64, 128, 256} x tile_n {64, 96, 128, 192, 256}
@@ -809,6 +810,11 @@ def candidates(
       space above leaves under ``limit`` go to serial-walk twins of its single-consumer
       candidates, in order (on the H200 the serial walk took 0.83-0.95x the warp-parallel walk's
       time with 64 x 128 tiles at 4096 tokens, and 1.03-1.06x at 1 token: ``results/H200/walk.json.gz``).
+
+    * **the tile order** (``group_twins``, sm_90a prefill, off by default): beyond ``limit``,
+      twins in the grouped order (``n_group=8``, quack's) of the first ``group_twins``
+      candidates of 128 or more rows: a tuning run that decides whether the order earns a place
+      in the space (``experiments/prefill_order``).
 
     Configurations of stages whose kernel does not exist here (``stage_module`` would raise
     ModuleNotFoundError) or that the kernel refuses (:func:`pearl_moe.kernels.api.can_implement`)
@@ -854,4 +860,29 @@ def candidates(
                 break
             if config.acc_slots == 1 and config.walk == "warp-parallel":
                 out.append((stage, config.with_(walk="serial")))
+    if arch == "sm_90a" and per_expert > PREFILL_ROWS and group_twins > 0:
+        out += _group_twins(out, n, k, group_twins)
     return out
+
+
+def _group_twins(cands: list[tuple[int, GemmConfig]], n: int, k: int, count: int) -> list:
+    """``(stage, config)`` twins with ``n_group=8`` of ``count`` candidates of 128 or more rows in
+    m-fastest order: the ping-pong, 256-row and 2-CTA cluster candidates first (the kinds that
+    won the H200 table's prefill entries), then the others in order."""
+    twins = []
+
+    def rank(config: GemmConfig) -> int:
+        clustered = config.cluster_m * config.cluster_n > 1
+        return 0 if config.acc_slots == 2 else 1 if config.tile_m == 256 else 2 if clustered else 3
+
+    for config in sorted((c for _, c in cands), key=rank):
+        if len(twins) >= count:
+            break
+        if config.tile_m < 128 or config.n_group:
+            continue
+        try:
+            twin = config.with_(n_group=8).resolved()
+            twins.append((stage_for(twin, n, k), twin))
+        except ValueError:
+            continue
+    return twins
