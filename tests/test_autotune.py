@@ -208,6 +208,37 @@ def test_a_fused_activation_runs_a_tile_that_was_timed():
     )
 
 
+def test_the_activation_is_fused_unless_its_tiles_lose_more_than_a_pass_costs():
+    """``fuse_activation``: fuse, unless the entry's fastest activation-ready tile is slower than
+    its fastest tile by more than a separate activation pass costs (7 us plus 7 ps an output)."""
+    entry = _timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0, B: 104.0, A: 106.0})
+    autotune.use_table(_table([{**entry, "median_us": 100.0}]))
+    # B, the fastest ready tile, is 1.04x: 4 us lost against 7 + 8 x 4096 x 7e-6 = 7.2 us
+    assert autotune.fuse_activation("sm_90a", *GLM, rows=8)
+    entry = _timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0, B: 110.0})
+    autotune.use_table(_table([{**entry, "median_us": 100.0}]))
+    assert not autotune.fuse_activation("sm_90a", *GLM, rows=8)  # 10 us lost
+    # the same loss at prefill, where the pass is long: fuse
+    big = _timed(GLM, 1024, {W96: 100.0, B: 110.0})
+    autotune.use_table(_table([{**big, "median_us": 100.0}]))
+    assert autotune.fuse_activation("sm_90a", *GLM, rows=32 * 1024)
+    # no ready tile was timed: the plain GEMM and the pass; a shape the table lacks: fuse
+    autotune.use_table(_table([{**_timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0}), "median_us": 1}]))
+    assert not autotune.fuse_activation("sm_90a", *GLM, rows=8)
+    assert autotune.fuse_activation("sm_90a", 4096, 5120, 32, rows=8)
+
+
+def test_the_h200_table_unfuses_deepseek_v4_pro_at_one_token_only(package_tuning_table):
+    """On the H200 the course's gate+up layers fuse at every measured size except DeepSeek V4
+    Pro at 1 token, whose 96-wide winner the fused epilogue cannot run (128: 1.09x)."""
+    layers = {"GLM 5.3": (4096, 6144, 32, 8), "DeepSeek V4 Pro": (6144, 7168, 48, 6),
+              "Kimi K3": (6144, 3584, 112, 16)}  # fmt: skip
+    for model, (n, k, experts, top_k) in layers.items():
+        for tokens in (1, 16, 64, 256, 1024, 4096):
+            fuses = autotune.fuse_activation("sm_90a", n, k, experts, tokens * top_k, "H200")
+            assert fuses == (model != "DeepSeek V4 Pro" or tokens != 1), (model, tokens)
+
+
 def test_grouped_gemm_with_an_activation_asks_for_a_fused_pick(fake_gpu, monkeypatch):
     asked = []
     real = autotune.pick_config
@@ -363,6 +394,26 @@ def test_serial_walk_twins_fill_the_free_slots_at_prefill_only(model):
         assert twins and all(c.acc_slots == 1 for c in twins)
         assert all(c.with_(walk="warp-parallel") in base for c in twins)  # a twin of a candidate
         assert [c for _, c in cands][: len(base)] == base  # the space itself comes first
+
+
+def test_grouped_order_twins_come_only_when_asked_and_only_at_prefill():
+    """``group_twins``: ``n_group=8`` twins of 128- and 256-row candidates, ping-pong first, after
+    the space itself (which they leave as it was); none by default or at decode."""
+    from pearl_moe.workloads import make_problem
+
+    p = make_problem("GLM 5.3", 4096, ep=8)
+    plain = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=48)
+    asked = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=48, group_twins=6)
+    assert asked[: len(plain)] == plain and not any(c.n_group for _, c in plain)
+    twins = asked[len(plain) :]
+    assert len(twins) == 6 and all(c.n_group == 8 and c.tile_m >= 128 for _, c in twins)
+    assert twins[0][1].acc_slots == 2  # the ping-pong tiles first
+    for stage, twin in twins:
+        assert twin.with_(n_group=0) in [c for _, c in plain]
+        assert stage == autotune.stage_for(twin, p.n, p.k)
+    d = make_problem("GLM 5.3", 16, ep=8)
+    decode = autotune.candidates("sm_90a", d.n, d.k, d.experts, d.rows, limit=28, group_twins=6)
+    assert decode == autotune.candidates("sm_90a", d.n, d.k, d.experts, d.rows, limit=28)
 
 
 @pytest.fixture

@@ -68,6 +68,27 @@ def test_the_layer_on_our_kernels_matches_the_reference(layer, tokens, routing):
         assert per_token.max().item() < 0.05
 
 
+@pytest.mark.parametrize("tokens", [1, 64])
+def test_interleaved_weights_left_unfused_by_the_table_match_the_reference(tokens, monkeypatch):
+    """Where ``autotune.fuse_activation`` says no (on the H200: DeepSeek V4 Pro at 1 token), the
+    interleaved layer runs the plain gate+up GEMM and the activation on the interleaved layout."""
+    import pearl_moe.moe.layer as layer_module
+
+    hidden, inter, experts, top_k = LAYERS["qwen3-30b-ep8"]
+    w13, w2 = _layer(hidden, inter, experts, seed=7)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(tokens, hidden, generator=g, device="cuda").bfloat16()
+    weights, ids = select_experts(torch.randn(tokens, experts, generator=g, device="cuda"), top_k)
+    ref = reference_moe(x, w13, w2, ids, weights)
+    base = torch_composition(x, w13, w2, ids, weights)
+    asked = []
+    monkeypatch.setattr(layer_module, "_fuses_activation", lambda *a: asked.append(a) or False)
+    out = moe_forward(x, interleave_gate_up(w13), w2, topk_ids=ids, topk_weights=weights,
+                      backend="pearl", gate_up_layout="interleaved")  # fmt: skip
+    assert asked and torch.isfinite(out).all()
+    assert _rel(out, ref) <= 2 * _rel(base, ref) + 1e-3
+
+
 def test_the_forward_needs_no_host_sync_and_replays_in_a_cuda_graph():
     hidden, inter, experts, top_k = LAYERS["qwen3-30b-ep8"]
     w13, w2 = _layer(hidden, inter, experts)

@@ -513,6 +513,38 @@ def _fused_from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
     return None
 
 
+#: What the activation as a pass of its own costs beside the gate+up GEMM: a fixed part in us and
+#: a part per element of the GEMM's output in ps, fitted to the H200 layer run's step timings
+#: (results/H200/moe_layer.json.gz: 7.2-7.7 us at 1 token, 6.7-7.1 ps an element at 4096 tokens
+#: on all three course models, 956-2714 us).
+ACTIVATION_PASS_US, ACTIVATION_PS_PER_ELEMENT = 7.0, 7.0
+
+
+def fuse_activation(
+    arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None
+) -> bool:
+    """Whether a gate+up GEMM should run its gated activation in the epilogue (else: the plain
+    GEMM, then the activation as a pass of its own). Yes, unless this shape's table entry timed
+    the fastest tile the fused epilogue runs (:func:`activation_ready`) slower than the fastest
+    tile by more than that pass costs (:data:`ACTIVATION_PASS_US` and
+    :data:`ACTIVATION_PS_PER_ELEMENT` for the ``rows x n`` outputs). At the same tile the fused
+    epilogue costs little more than the plain one (on the H200, 0.6-1.5% at GLM 5.3's 1 token
+    under Nsight Compute; 0.4-5% with 128 rows over 32 experts, ``experiments/fused_decode``), so
+    the tile's width decides: DeepSeek V4 Pro at 1 token runs 96-wide tiles (6 experts x 64
+    tiles: 2.9 waves of 132 SMs) and the fused epilogue needs a multiple of 64 (128: 2.2 waves),
+    9% slower: 11 us against the pass's 7. Shapes the table does not hold fuse."""
+    gpu = gpu or default_gpu_name(arch)
+    for entry in _table_entries(arch, n, k, experts, rows_bucket(rows, experts), gpu):
+        rel = _relative_times(entry)
+        ready = [r for label, r in rel.items()
+                 if (found := _runnable_label(label, arch, n, k)) and activation_ready(found[1])]  # fmt: skip
+        if not ready or "median_us" not in entry:
+            return bool(ready)
+        activation_us = ACTIVATION_PASS_US + rows * n * ACTIVATION_PS_PER_ELEMENT * 1e-6
+        return entry["median_us"] * (min(ready) - 1.0) <= activation_us
+    return True
+
+
 def _from_neighbours(arch, n, k, experts, rows, gpu, fused: bool = False) -> Choice | None:
     table = load_table(gpu)
     if not table or table.get("arch") != arch or not table["entries"]:

@@ -129,7 +129,11 @@ def moe_forward(
     ``gate_up_layout="interleaved"``: ``w_gate_up``'s rows are in the fused epilogue's layout
     (:func:`pearl_moe.kernels.interleave_gate_up`); with the pearl backend the activation is then
     computed in the gate+up kernel's epilogue, which stores only ``act(gate) * up`` (half the
-    bytes, no activation pass). Other backends apply it after their GEMM.
+    bytes, no activation pass), except where the GPU's table measured the tiles that epilogue
+    takes slower than a separate activation pass costs
+    (:func:`pearl_moe.kernels.autotune.fuse_activation`; on the H200, DeepSeek V4 Pro at 1
+    token): then the plain GEMM and the pass. ``gather="kernel"`` always fuses. Other backends
+    apply it after their GEMM.
 
     Routing comes from ``router_logits`` ``(tokens, experts)`` with ``top_k`` (softmax over all
     experts, the ``top_k`` largest, renormalized unless ``renormalize=False``), or is given as
@@ -187,7 +191,11 @@ def moe_forward(
         from ..kernels import grouped_gemm
 
         A = x.index_select(0, routing.token_of_row)
-        a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation)
+        if _fuses_activation(A.device, A.shape[0], w_gate_up):
+            a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation)
+        else:  # the activation-ready tiles measured slower than a separate pass costs
+            h = grouped_gemm(A, w_gate_up, routing.offsets, check=False)
+            a = gated(h, activation, gate_up_layout).to(torch.bfloat16)
     else:
         A = x.index_select(0, routing.token_of_row)
         h = grouped(A, w_gate_up, routing.offsets, backend)
@@ -195,6 +203,16 @@ def moe_forward(
     y = grouped(a, w_down, routing.offsets, backend)
     out = combine(y, routing)
     return (out, routing) if return_routing else out
+
+
+def _fuses_activation(device, rows: int, w_gate_up) -> bool:
+    """Whether the default gate+up call on these operands fuses the activation into its
+    epilogue (:func:`pearl_moe.kernels.autotune.fuse_activation`)."""
+    from ..kernels.api import _arch_of
+    from ..kernels.autotune import fuse_activation
+
+    experts, n, k = w_gate_up.shape
+    return fuse_activation(_arch_of(device), n, k, experts, rows)
 
 
 def combine(y, routing: Routing, kernels: bool | None = None):
