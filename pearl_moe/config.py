@@ -299,10 +299,10 @@ class GemmConfig:
                 yield "swap_ab has one consumer warpgroup (acc_slots=1)"
             if self.activation is not None:
                 yield "the fused activation needs the tokens as rows: not with swap_ab"
-        if self.activation is not None and self.tile_n % 64:
+        if self.activation is not None and self.tile_n % 32:
             yield (
-                "the fused activation stores 16 bytes per thread from 64 accumulator columns (32 "
-                f"outputs): tile_n must be a multiple of 64, got {self.tile_n}"
+                "the fused activation stores whole 8-column output groups, 16 bytes a thread from "
+                f"64 accumulator columns: tile_n must be a multiple of 32, got {self.tile_n}"
             )
         if self.gather_a:
             yield from self._gather_a_problems()

@@ -8,15 +8,15 @@
 #
 # Groups: 256-row tiles, 128 x 192 ping-pong tiles, 2-CTA clusters along N (A multicast), along M
 # (B multicast), the token gather in the producer (gather_a), the layer on our kernels, the grouped
-# tile order (n_group) and the layer's Triton glue (routing metadata, combine). The first six passed
-# on the H200 (results/H200/gpu_checks.txt); by default the run takes the options that have not
-# run on a GPU yet, and the layer, whose glue changed. At most LIMIT_S (default 95) seconds a
-# group: six groups fit one device call of 10 minutes. Each line of the summary is
+# tile order (n_group), the layer's Triton glue (routing metadata, combine) and fused activation
+# tiles 32 (2 b + 1) wide (fused32). All but fused32 passed on the H200
+# (results/H200/gpu_checks.txt); by default the run takes the options that have not run on a
+# GPU. At most LIMIT_S (default 95) seconds a group: six groups fit one device call of 10 minutes. Each line of the summary is
 # `group: <pytest summary or "timed out after N s" / exit status>`.
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 LIMIT_S=${LIMIT_S:-95}
-ONLY=${ONLY:-ngroup glue layer}  # groups to run (all: tile256 pingpong192 clusterN2 clusterM2 gather_a layer ngroup glue)
+ONLY=${ONLY:-fused32}  # groups to run (all: tile256 pingpong192 clusterN2 clusterM2 gather_a layer ngroup glue fused32)
 SUMMARY="$OUT/new_kernels_gpu.txt"
 : > "$SUMMARY"
 run_group() {
@@ -44,3 +44,4 @@ run_group gather_a "gather_a" tests/test_kernels_sm90_gpu.py
 run_group layer "matches_the_reference or converted_weight" tests/test_moe_layer_gpu.py
 run_group ngroup "ng2 or ng8 or grouped_tile_order" tests/test_kernels_sm90_gpu.py
 run_group glue "glue or routing_kernels or combine_kernel or out_of_range" tests/test_glue_kernels_gpu.py
+run_group fused32 "16x96-shiftA-swiglu or 64x160-geglu" tests/test_kernels_sm90_gpu.py

@@ -39,12 +39,14 @@ def _fused_registers(acc_tile, t, tile_n):
             for m in range(tile_n // 16) for ch in range(4)]  # fmt: skip
 
 
-@pytest.mark.parametrize("tile_n", [64, 128, 256])
+@pytest.mark.parametrize("tile_n", [64, 96, 128, 160, 256])
 def test_the_epilogue_register_mapping_stores_silu_of_gate_times_up(tile_n):
     """Replay the sm_90a fused store of one m64 block with the kernel's index arithmetic: the
     registers the wgmma leaves, the gate/up pairing, the quad transpose (lane ``q`` stores the
-    words of group ``4 g + q`` that lanes ``p = 0..3`` hold) and the store columns. The stored
-    tile must be ``silu(x W_gate^T) * (x W_up^T)`` of the ``[gate; up]`` weight."""
+    words of group ``4 g + q`` that lanes ``p = 0..3`` hold), the store columns, and for widths
+    ``32 (2 b + 1)`` the two output groups past the blocks of four, each lane storing its own
+    word. The stored tile must be ``silu(x W_gate^T) * (x W_up^T)`` of the ``[gate; up]``
+    weight, every output written once."""
     rng = np.random.default_rng(tile_n)
     k, inter = 32, 3 * tile_n // 2  # three n tiles of outputs
     a = rng.standard_normal((64, k))
@@ -52,6 +54,7 @@ def test_the_epilogue_register_mapping_stores_silu_of_gate_times_up(tile_n):
     w_fused = interleave_gate_up(torch.from_numpy(w)).numpy()
     want = _silu(a @ w[:inter].T) * (a @ w[inter:].T)
     out = np.full((64, inter), np.nan)
+    written = np.zeros((64, inter), dtype=int)
     for n_tile in range(2 * inter // tile_n):
         acc_tile = a @ w_fused[n_tile * tile_n : (n_tile + 1) * tile_n].T  # (64, tile_n)
         regs = [_fused_registers(acc_tile, t, tile_n) for t in range(128)]
@@ -60,13 +63,22 @@ def test_the_epilogue_register_mapping_stores_silu_of_gate_times_up(tile_n):
             q = lane % 4
             for h in range(2):
                 row = 16 * warp + lane // 4 + 8 * h
-                for g in range(tile_n // 64):
-                    col = n_tile * (tile_n // 2) + 32 * g + 8 * q
+                out_tile_n = tile_n // 2
+                for g in range(out_tile_n // 32):
+                    col = n_tile * out_tile_n + 32 * g + 8 * q
                     word = 2 * (h + 2 * (4 * g + q))  # word (h, 4 g + q) as two bf16 registers
                     for p in range(4):
                         donor = regs[t - q + p]  # lane p of this quad
+                        written[row, col + 2 * p : col + 2 * p + 2] += 1
                         out[row, col + 2 * p : col + 2 * p + 2] = donor[word : word + 2]
+                for r in range(out_tile_n % 32 // 8):  # the groups past the blocks of four
+                    group = 4 * (out_tile_n // 32) + r
+                    col = n_tile * out_tile_n + 8 * group + 2 * q
+                    word = 2 * (h + 2 * group)
+                    written[row, col : col + 2] += 1
+                    out[row, col : col + 2] = regs[t][word : word + 2]
     np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+    assert (written == 1).all()
 
 
 def test_configurations_that_can_fuse_and_those_that_cannot():
@@ -76,7 +88,7 @@ def test_configurations_that_can_fuse_and_those_that_cannot():
     assert fused.output_columns(4096) == 2048 and stage_config("sm_90a", 5).output_columns(64) == 64
     assert stage_problems(fused, 4) == [] and stage_problems(fused, 3)
     for change, message in (
-        (dict(tile_n=96), "multiple of 64"),
+        (dict(tile_n=80), "multiple of 32"),
         (dict(epilogue="tma_store"), "direct_store"),
         (dict(tile_m=16, swap_ab=True), "not with swap_ab"),
         (dict(activation="relu"), "one of"),

@@ -237,7 +237,8 @@ def with_activation(
     config: GemmConfig, activation: str, n: int | None = None, k: int | None = None
 ) -> GemmConfig:
     """``config`` with a fused gated ``activation``, changed as little as the option needs: the
-    direct store, tokens as rows (no ``swap_ab``), a tile width that is a multiple of 64. Given
+    direct store, tokens as rows (no ``swap_ab``), a tile width that is a multiple of 64 (the
+    widths that passed their GPU tests; :func:`autotune.activation_ready`). Given
     ``n`` (and ``k``), also what the shape needs: on sm_100a a thread stores its run of outputs
     whole, so where ``n / 2`` does not split into whole runs the epilogue takes 16 columns a
     step (runs of 8 outputs)."""
