@@ -301,8 +301,9 @@ class GemmConfig:
                 yield "the fused activation needs the tokens as rows: not with swap_ab"
         if self.activation is not None and self.tile_n % 32:
             yield (
-                "the fused activation stores whole 8-column output groups, 16 bytes a thread from "
-                f"64 accumulator columns: tile_n must be a multiple of 32, got {self.tile_n}"
+                "the direct store takes tile_n in multiples of 32 (fused: blocks of 32 outputs, "
+                "then up to two 8-column groups 4 bytes a thread): tile_n must be a multiple of "
+                f"32, got {self.tile_n}"
             )
         if self.gather_a:
             yield from self._gather_a_problems()

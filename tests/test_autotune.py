@@ -170,7 +170,7 @@ def test_a_tile_that_needs_more_m_tiles_here_is_charged_for_them():
     assert autotune.pick("sm_90a", 4096, 4096, 32, rows=32 * 48).config.tile_m == 64
 
 
-W96 = "s6 sm_90a 16x96x64 1cta r14 B2 shiftA direct"  # a width the fused epilogue cannot take
+W96 = "s6 sm_90a 16x96x64 1cta r14 B2 shiftA direct"  # a width activation_ready does not pick
 TMA = "s3 sm_90a 64x256x64 1cta r5 tma"  # a TMA store: the fused epilogue stores directly
 
 

@@ -39,7 +39,7 @@ def _fused_registers(acc_tile, t, tile_n):
             for m in range(tile_n // 16) for ch in range(4)]  # fmt: skip
 
 
-@pytest.mark.parametrize("tile_n", [64, 96, 128, 160, 256])
+@pytest.mark.parametrize("tile_n", [32, 64, 96, 128, 160, 224, 256])
 def test_the_epilogue_register_mapping_stores_silu_of_gate_times_up(tile_n):
     """Replay the sm_90a fused store of one m64 block with the kernel's index arithmetic: the
     registers the wgmma leaves, the gate/up pairing, the quad transpose (lane ``q`` stores the

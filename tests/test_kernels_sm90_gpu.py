@@ -273,6 +273,7 @@ FUSED = {
     "s6-16x96-shiftA-swiglu": (6, stage_config("sm_90a", 6).with_(
         tile_m=16, tile_n=96, shift_a_box=True, activation="swiglu")),
     "s5-64x160-geglu": (5, stage_config("sm_90a", 5).with_(tile_n=160, activation="geglu")),
+    "s5-64x32-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=32, activation="swiglu")),
     "default-swiglu": (None, None),
 }  # fmt: skip
 FUSED_CASES = [

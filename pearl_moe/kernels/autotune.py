@@ -527,7 +527,7 @@ def fuse_activation(
 ) -> bool:
     """Whether a gate+up GEMM should run its gated activation in the epilogue (else: the plain
     GEMM, then the activation as a pass of its own). Yes, unless this shape's table entry timed
-    the fastest tile the fused epilogue runs (:func:`activation_ready`) slower than the fastest
+    the fastest tile the fused picks use (:func:`activation_ready`) slower than the fastest
     tile by more than that pass costs (:data:`ACTIVATION_PASS_US` and
     :data:`ACTIVATION_PS_PER_ELEMENT` for the ``rows x n`` outputs). At the same tile the fused
     epilogue costs little more than the plain one (on the H200, 0.6-1.5% at GLM 5.3's 1 token

@@ -129,8 +129,8 @@ def moe_forward(
     ``gate_up_layout="interleaved"``: ``w_gate_up``'s rows are in the fused epilogue's layout
     (:func:`pearl_moe.kernels.interleave_gate_up`); with the pearl backend the activation is then
     computed in the gate+up kernel's epilogue, which stores only ``act(gate) * up`` (half the
-    bytes, no activation pass), except where the GPU's table measured the tiles that epilogue
-    takes slower than a separate activation pass costs
+    bytes, no activation pass), except where the GPU's table measured the tiles the fused picks
+    use slower than a separate activation pass costs
     (:func:`pearl_moe.kernels.autotune.fuse_activation`; on the H200, DeepSeek V4 Pro at 1
     token): then the plain GEMM and the pass. ``gather="kernel"`` always fuses. Other backends
     apply it after their GEMM.

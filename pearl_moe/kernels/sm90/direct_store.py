@@ -1,4 +1,5 @@
-"""Stage 4's epilogue on sm_90a: wgmma accumulator registers -> bf16 -> global memory, 16 bytes a store.
+"""Stage 4's epilogue on sm_90a: wgmma accumulator registers -> bf16 -> global memory, 16 bytes a store
+(4 for the last two output groups of a fused tile 32 (2 b + 1) columns wide).
 
 Where the accumulator lives
 ---------------------------
