@@ -549,7 +549,8 @@ def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> s
         _measured_on(env, gpu, run_path(gpu, "moe_layer", root))
         + ": the whole layer forward (routing metadata, gather, gate+up, activation, down, "
         f"combine) in CUDA graphs, interleaved rounds. `{ours}` is ours with the activation in "
-        "the gate+up epilogue; the floor moves both weight sets of the active experts and the "
+        "the gate+up epilogue where `autotune.fuse_activation` says so (else as a pass of its "
+        "own); the floor moves both weight sets of the active experts and the "
         "activations at the run's read ceiling. Ratio = ours / theirs (below 1: ours is faster).",
         "",
         "| model | tokens | routing | floor us | "
@@ -565,7 +566,7 @@ def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> s
             us = r["us"].get(impl)
             cell = "-" if us is None else f"{us:.1f}"
             if impl == ours and "of_floor" in r:
-                cell += f" ({r['of_floor']:.2f}x)"
+                cell += f" ({r['of_floor']:.3f}x)"
             times.append(cell)
         ratios = [f"{r['vs'][o]['ratio']:.3f}" if o in r["vs"] else "-" for o in others]
         floor = f"{r['floor_us']:.1f}" if r["floor_us"] else "-"
@@ -585,7 +586,7 @@ def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> s
     lines += [
         "",
         f"Goals: at decode (up to {layer.DECODE_TOKENS} tokens per GPU) within {layer.FLOOR_GOAL:.2f}x the "
-        f"floor: worst {num(g['decode_worst_of_floor'], '.2f')}x, {verdict('floor')}; "
+        f"floor: worst {num(g['decode_worst_of_floor'], '.3f')}x, {verdict('floor')}; "
         f"against quack's composition a geomean of at most {layer.QUACK_GEOMEAN_GOAL:.2f} and no shape "
         f"above {layer.TIE:.2f}: geomean {num(g['quack_geomean'], '.3f')}, worst "
         f"{num(g['quack_worst'], '.3f')}, {g['quack_above_tie']} of {g['quack_shapes']} above, "

@@ -11,12 +11,12 @@
 # tile order (n_group), the layer's Triton glue (routing metadata, combine) and fused activation
 # tiles 32 (2 b + 1) wide (fused32). All but fused32 passed on the H200
 # (results/H200/gpu_checks.txt); by default the run takes the options that have not run on a
-# GPU. At most LIMIT_S (default 95) seconds a group: six groups fit one device call of 10 minutes. Each line of the summary is
+# GPU, and the layer (its unfused interleaved path has not). At most LIMIT_S (default 95) seconds a group: six groups fit one device call of 10 minutes. Each line of the summary is
 # `group: <pytest summary or "timed out after N s" / exit status>`.
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 LIMIT_S=${LIMIT_S:-95}
-ONLY=${ONLY:-fused32}  # groups to run (all: tile256 pingpong192 clusterN2 clusterM2 gather_a layer ngroup glue fused32)
+ONLY=${ONLY:-fused32 layer}  # groups to run (all: tile256 pingpong192 clusterN2 clusterM2 gather_a layer ngroup glue fused32)
 SUMMARY="$OUT/new_kernels_gpu.txt"
 : > "$SUMMARY"
 run_group() {
@@ -41,7 +41,7 @@ run_group pingpong192 "128x192-pingpong and not cluster" tests/test_kernels_sm90
 run_group clusterN2 "clusterN2 and not ng2 and not ng8" tests/test_kernels_sm90_gpu.py
 run_group clusterM2 "clusterM2 and not ng2 and not ng8" tests/test_kernels_sm90_gpu.py
 run_group gather_a "gather_a" tests/test_kernels_sm90_gpu.py
-run_group layer "matches_the_reference or converted_weight" tests/test_moe_layer_gpu.py
+run_group layer "matches_the_reference or match_the_reference or converted_weight" tests/test_moe_layer_gpu.py
 run_group ngroup "ng2 or ng8 or grouped_tile_order" tests/test_kernels_sm90_gpu.py
 run_group glue "glue or routing_kernels or combine_kernel or out_of_range" tests/test_glue_kernels_gpu.py
 run_group fused32 "16x96-shiftA-swiglu or 64x160-geglu or 64x32-swiglu" tests/test_kernels_sm90_gpu.py

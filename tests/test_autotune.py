@@ -222,6 +222,10 @@ def test_the_activation_is_fused_unless_its_tiles_lose_more_than_a_pass_costs():
     big = _timed(GLM, 1024, {W96: 100.0, B: 110.0})
     autotune.use_table(_table([{**big, "median_us": 100.0}]))
     assert autotune.fuse_activation("sm_90a", *GLM, rows=32 * 1024)
+    # the loss is against the entry's own pick: here the worse of balanced and skewed
+    skewed = _timed(GLM, 1 / 4, {W96: 100.0, B: 110.0}, skewed={W96: 112.0, B: 100.0})
+    autotune.use_table(_table([{**skewed, "median_us": 100.0}]))
+    assert autotune.fuse_activation("sm_90a", *GLM, rows=8)  # B 1.10 against W96's own 1.12
     # no ready tile was timed: the plain GEMM and the pass; a shape the table lacks: fuse
     autotune.use_table(_table([{**_timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0}), "median_us": 1}]))
     assert not autotune.fuse_activation("sm_90a", *GLM, rows=8)

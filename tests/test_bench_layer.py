@@ -315,6 +315,9 @@ def test_a_resumed_part_that_skips_a_left_problem_keeps_it_listed(monkeypatch, t
     assert left and all("|64|" in p or "|16|" in p for p in left)
     assert layer.main([*base, "--tokens", "256", "--resume"]) == 0  # another problem only
     assert json.loads(out.read_text())["env"]["skipped_problems"] == left
+    # a part whose deadline passes at once leaves them listed once, not twice
+    assert layer.main([*base, "--tokens", "1,16,64", "--resume", "--deadline-s", "-1"]) == 0
+    assert json.loads(out.read_text())["env"]["skipped_problems"] == left
     assert layer.main([*base, "--tokens", "1,16,64", "--resume"]) == 0
     run = json.loads(out.read_text())
     assert not run["env"].get("skipped_problems") and len(run["problems"]) == 4
@@ -577,6 +580,6 @@ def test_the_layer_summary_judges_the_goals_on_paired_rounds(tmp_path):
     (root / "H200").mkdir(parents=True)
     layer.write_layer_run(run, root / "H200" / "moe_layer.json")
     table = render_layer_table(root)
-    assert "| GLM 5.3 | 1 | balanced | 100.0 | 105.0 (1.05x) | 120.0 | 170.0 | 0.875 |" in table
+    assert "| GLM 5.3 | 1 | balanced | 100.0 | 105.0 (1.050x) | 120.0 | 170.0 | 0.875 |" in table
     assert "1 of 2 above" in table and "**not met**" in table
     assert "No layer run" in render_layer_table(tmp_path / "empty")

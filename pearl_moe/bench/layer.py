@@ -270,6 +270,13 @@ def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
         )  # fmt: skip
 
     fused = "activation in the gate+up epilogue"
+    if gather == "copy":
+        from ..moe.layer import _fuses_activation
+
+        rows = inputs["topk_ids"].numel()
+        if not _fuses_activation(inputs["x"].device, rows, w_fused):
+            fused = ("activation as a pass of its own on the interleaved weights "
+                     "(autotune.fuse_activation: the fused tiles lose more than the pass costs)")  # fmt: skip
     if gather == "kernel":
         fused += "; x read through the gather index by the gate+up kernel (no gathered copy)"
     return Prepared(run, {"backend": "pearl", "fused": fused, "glue": _glue()})
@@ -414,7 +421,8 @@ LAYER_IMPLS = {
     "pearl": (_pearl, "moe_forward on pearl-moe's grouped GEMMs (unfused steps between them)"),
     "pearl-fused": (
         _pearl_fused,
-        "moe_forward on pearl-moe's grouped GEMMs, the activation fused into the gate+up epilogue",
+        "moe_forward on pearl-moe's grouped GEMMs, the activation fused into the gate+up epilogue "
+        "where autotune.fuse_activation says so",
     ),
     "pearl-gather": (
         _pearl_gather,
@@ -865,7 +873,9 @@ def main(argv=None) -> int:
     ceilings = run["ceilings"]  # on a resumed run, the first part's: one floor for all problems
     for problem in problems:
         if args.deadline_s is not None and time.monotonic() - t0 > args.deadline_s:
-            run["env"].setdefault("skipped_problems", []).append(problem.id)
+            skipped = run["env"].setdefault("skipped_problems", [])
+            if problem.id not in skipped:  # an earlier part may have left it already
+                skipped.append(problem.id)
             continue
         run["problems"].append(problem.entry(ceilings))
         if problem.id in run["env"].get("skipped_problems", []):

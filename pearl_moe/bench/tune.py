@@ -90,8 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--group-twins",
         type=int,
         default=0,
-        help="at prefill, also time n_group=8 twins of the first N candidates of 128+ rows "
-        "(beyond --limit; experiments/prefill_order)",
+        help="at prefill, also time n_group=8 twins of N candidates of 128+ rows, ping-pong, "
+        "256-row and cluster tiles first (beyond --limit; experiments/prefill_order)",
     )
     p.add_argument(
         "--skew-tokens",
@@ -299,7 +299,8 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
 
     n, k, experts, rows = _shape(problem)
     sms = _sm_count(device)
-    cands = autotune.candidates(arch, n, k, experts, rows, args.limit, sms, args.group_twins)
+    twins = getattr(args, "group_twins", 0)
+    cands = autotune.candidates(arch, n, k, experts, rows, args.limit, sms, twins)
     heuristic = autotune.heuristic(arch, n, k, experts, rows)
     impls = {}
     for stage, config in cands:
@@ -621,6 +622,7 @@ def run_tuning(
                 "limit": args.limit, "rounds": args.rounds,
                 "refine_within": getattr(args, "refine_within", 0.0),
                 "skew_tokens": getattr(args, "skew_tokens", ""),
+                **({"group_twins": args.group_twins} if getattr(args, "group_twins", 0) else {}),
             }  # fmt: skip
             table["entries"] = merge_entries(table["entries"], [entry])
             _write_table(out, table)

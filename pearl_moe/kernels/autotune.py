@@ -208,12 +208,15 @@ def heuristic(arch: str, n: int, k: int, experts: int, rows: int) -> Choice:
 _TABLE_OVERRIDE: dict = {}  # {"path": ...} or {"table": ...} set by use_table
 _TABLES: dict = {}
 _PICKS: dict = {}
+#: Memoized :func:`fuse_activation` answers, by (arch, gpu, n, k, experts, bucket).
+_FUSES: dict = {}
 
 
 def clear_cache() -> None:
     """Forget loaded tables and memoized picks (after a table file changed)."""
     _TABLES.clear()
     _PICKS.clear()
+    _FUSES.clear()
 
 
 def use_table(table: str | Path | dict | None) -> None:
@@ -527,24 +530,41 @@ def fuse_activation(
 ) -> bool:
     """Whether a gate+up GEMM should run its gated activation in the epilogue (else: the plain
     GEMM, then the activation as a pass of its own). Yes, unless this shape's table entry timed
-    the fastest tile the fused picks use (:func:`activation_ready`) slower than the fastest
-    tile by more than that pass costs (:data:`ACTIVATION_PASS_US` and
-    :data:`ACTIVATION_PS_PER_ELEMENT` for the ``rows x n`` outputs). At the same tile the fused
-    epilogue costs little more than the plain one (on the H200, 0.6-1.5% at GLM 5.3's 1 token
-    under Nsight Compute; 0.4-5% with 128 rows over 32 experts, ``experiments/fused_decode``), so
-    the tile's width decides: DeepSeek V4 Pro at 1 token runs 96-wide tiles (6 experts x 64
-    tiles: 2.9 waves of 132 SMs) and the fused picks keep to multiples of 64 (128: 2.2 waves),
-    9% slower: 11 us against the pass's 7. Shapes the table does not hold fuse."""
+    the fastest tile the fused picks use (:func:`activation_ready`) slower than the entry's own
+    pick by more than that pass costs (:data:`ACTIVATION_PASS_US` and
+    :data:`ACTIVATION_PS_PER_ELEMENT` for the ``rows x n`` outputs), or timed no such tile at
+    all. Shapes the table does not hold fuse. Memoized per rows-per-expert bucket.
+
+    What it weighs is the tile's width: DeepSeek V4 Pro at 1 token runs 96-wide tiles (6 experts
+    x 64 tiles: 2.9 waves of 132 SMs) and the fused picks keep to multiples of 64; the table's
+    128-wide tile (2.2 waves) took 1.09x, 11 us against the pass's 7. It leaves out what the
+    fused epilogue itself costs at a given tile (one launch each under Nsight Compute: about 1%
+    at GLM 5.3's 1 token; in the layer run's CUDA-graph step timings 1.087x, not explained,
+    ``experiments/fused_decode``), and the pass it fits is the activation on ``[gate | up]``,
+    not on the interleaved layout the unfused call then uses. Judged by the whole layer: at
+    DeepSeek V4 Pro's 1 token the fused layer took 216.1 us against 204.4 for the layer with the
+    pass (the first layer run), and with this rule 211.4 against 207.8."""
     gpu = gpu or default_gpu_name(arch)
-    for entry in _table_entries(arch, n, k, experts, rows_bucket(rows, experts), gpu):
+    bucket = rows_bucket(rows, experts)
+    key = (arch, gpu, n, k, experts, bucket)
+    if key in _FUSES:
+        return _FUSES[key]
+    answer = True
+    for entry in _table_entries(arch, n, k, experts, bucket, gpu):
         rel = _relative_times(entry)
         ready = [r for label, r in rel.items()
                  if (found := _runnable_label(label, arch, n, k)) and activation_ready(found[1])]  # fmt: skip
         if not ready or "median_us" not in entry:
-            return bool(ready)
+            answer = bool(ready)
+            break
+        own = rel.get(f"s{entry['stage']} {entry.get('label')}", min(rel.values()))
         activation_us = ACTIVATION_PASS_US + rows * n * ACTIVATION_PS_PER_ELEMENT * 1e-6
-        return entry["median_us"] * (min(ready) - 1.0) <= activation_us
-    return True
+        answer = entry["median_us"] * (min(ready) / own - 1.0) <= activation_us
+        break
+    if len(_FUSES) >= MAX_PICKS:
+        _FUSES.clear()
+    _FUSES[key] = answer
+    return answer
 
 
 def _from_neighbours(arch, n, k, experts, rows, gpu, fused: bool = False) -> Choice | None:
@@ -846,8 +866,8 @@ def candidates(
       time with 64 x 128 tiles at 4096 tokens, and 1.03-1.06x at 1 token: ``results/H200/walk.json.gz``).
 
     * **the tile order** (``group_twins``, sm_90a prefill, off by default): beyond ``limit``,
-      twins in the grouped order (``n_group=8``, quack's) of the first ``group_twins``
-      candidates of 128 or more rows: a tuning run that decides whether the order earns a place
+      twins in the grouped order (``n_group=8``, quack's) of ``group_twins`` candidates of 128
+      or more rows (ping-pong, then 256-row, then cluster tiles first): a tuning run that decides whether the order earns a place
       in the space (``experiments/prefill_order``).
 
     Configurations of stages whose kernel does not exist here (``stage_module`` would raise
