@@ -208,7 +208,7 @@ def heuristic(arch: str, n: int, k: int, experts: int, rows: int) -> Choice:
 _TABLE_OVERRIDE: dict = {}  # {"path": ...} or {"table": ...} set by use_table
 _TABLES: dict = {}
 _PICKS: dict = {}
-#: Memoized :func:`fuse_activation` answers, by (arch, gpu, n, k, experts, bucket).
+#: Memoized :func:`fuse_activation` answers, by (arch, gpu, n, k, experts, rows).
 _FUSES: dict = {}
 
 
@@ -533,7 +533,7 @@ def fuse_activation(
     the fastest tile the fused picks use (:func:`activation_ready`) slower than the entry's own
     pick by more than that pass costs (:data:`ACTIVATION_PASS_US` and
     :data:`ACTIVATION_PS_PER_ELEMENT` for the ``rows x n`` outputs), or timed no such tile at
-    all. Shapes the table does not hold fuse. Memoized per rows-per-expert bucket.
+    all. Shapes the table does not hold fuse. A pure function of its arguments, memoized.
 
     What it weighs is the tile's width: DeepSeek V4 Pro at 1 token runs 96-wide tiles (6 experts
     x 64 tiles: 2.9 waves of 132 SMs) and the fused picks keep to multiples of 64; the table's
@@ -546,7 +546,7 @@ def fuse_activation(
     pass (the first layer run), and with this rule 211.4 against 207.8."""
     gpu = gpu or default_gpu_name(arch)
     bucket = rows_bucket(rows, experts)
-    key = (arch, gpu, n, k, experts, bucket)
+    key = (arch, gpu, n, k, experts, rows)
     if key in _FUSES:
         return _FUSES[key]
     answer = True
