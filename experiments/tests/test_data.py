@@ -1,14 +1,29 @@
-"""Every bench run among the studies' data follows the schema of ``pearl_moe.bench.records``."""
+"""Every bench run among the studies' data follows the schema of ``pearl_moe.bench.records``;
+every tuning table (``tuning_*``) the schema of ``pearl_moe.kernels.autotune``."""
+
+import gzip
+import json
 
 from analysis import EXPERIMENTS
 
 from pearl_moe.bench.records import read_run
+from pearl_moe.kernels.autotune import _validate_table
 
 
 def test_study_runs_follow_the_schema():
-    runs = sorted(EXPERIMENTS.glob("*/data/*.json.gz"))
+    runs = sorted(
+        f for f in EXPERIMENTS.glob("*/data/*.json.gz") if not f.name.startswith("tuning_")
+    )
     assert len(runs) >= 15
     for f in runs:
         for r in read_run(f)["records"]:
             if r["status"] == "ok":
                 assert r["correctness"]["max_abs_err"] <= r["correctness"]["tolerance"], f
+
+
+def test_study_tuning_tables_follow_the_schema():
+    tables = sorted(EXPERIMENTS.glob("*/data/tuning_*.json.gz"))
+    assert tables
+    for f in tables:
+        table = _validate_table(json.loads(gzip.decompress(f.read_bytes())), str(f))
+        assert table["entries"] and all("candidates" in e for e in table["entries"])
