@@ -501,6 +501,17 @@ def activation_ready(config: GemmConfig) -> bool:
     return config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % 64 == 0
 
 
+def _fastest_ready(rel: dict[str, float], arch, n, k) -> tuple[tuple, float] | None:
+    """Of an entry's timed candidates (``rel``, :func:`_relative_times`), the fastest that a fused
+    activation runs as measured (:func:`activation_ready`): ``((stage, config), its relative
+    time)``, or None."""
+    for label, r in sorted(rel.items(), key=lambda t: (t[1], t[0])):
+        found = _runnable_label(label, arch, n, k)
+        if found is not None and activation_ready(found[1]):
+            return found, r
+    return None
+
+
 def _fused_from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
     """For a fused activation: this shape's table entry's winner if it is :func:`activation_ready`,
     else the fastest candidate the entry timed among those that are (in the pass that timed them
@@ -509,12 +520,11 @@ def _fused_from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
         winner = _entry_choice(entry, arch, n, k, gpu)
         if winner is not None and activation_ready(winner.config):
             return winner
-        for label, rel in sorted(_relative_times(entry).items(), key=lambda t: (t[1], t[0])):
-            found = _runnable_label(label, arch, n, k)
-            if found is not None and activation_ready(found[1]):
-                where = entry.get("measured_at") or f"{entry['bucket']}"
-                return Choice(*found, f"table {gpu}: {where} (fastest timed tile a fused "
-                                      f"activation runs as measured: {rel:.3f}x its best)")  # fmt: skip
+        ready = _fastest_ready(_relative_times(entry), arch, n, k)
+        if ready is not None:
+            (found, rel), where = ready, entry.get("measured_at") or f"{entry['bucket']}"
+            return Choice(*found, f"table {gpu}: {where} (fastest timed tile a fused "
+                                  f"activation runs as measured: {rel:.3f}x its best)")  # fmt: skip
     return None
 
 
@@ -549,18 +559,18 @@ def fuse_activation(
     key = (arch, gpu, n, k, experts, rows)
     if key in _FUSES:
         return _FUSES[key]
+    entries = _table_entries(arch, n, k, experts, bucket, gpu)
     answer = True
-    for entry in _table_entries(arch, n, k, experts, bucket, gpu):
+    if entries:
+        entry = entries[0]
         rel = _relative_times(entry)
-        ready = [r for label, r in rel.items()
-                 if (found := _runnable_label(label, arch, n, k)) and activation_ready(found[1])]  # fmt: skip
-        if not ready or "median_us" not in entry:
-            answer = bool(ready)
-            break
-        own = rel.get(f"s{entry['stage']} {entry.get('label')}", min(rel.values()))
-        activation_us = ACTIVATION_PASS_US + rows * n * ACTIVATION_PS_PER_ELEMENT * 1e-6
-        answer = entry["median_us"] * (min(ready) / own - 1.0) <= activation_us
-        break
+        ready = _fastest_ready(rel, arch, n, k)
+        if ready is None or "median_us" not in entry:
+            answer = ready is not None
+        else:
+            own = rel.get(f"s{entry['stage']} {entry.get('label')}", min(rel.values()))
+            activation_us = ACTIVATION_PASS_US + rows * n * ACTIVATION_PS_PER_ELEMENT * 1e-6
+            answer = entry["median_us"] * (ready[1] / own - 1.0) <= activation_us
     if len(_FUSES) >= MAX_PICKS:
         _FUSES.clear()
     _FUSES[key] = answer

@@ -79,6 +79,21 @@ def quad_transpose(words, q):
     return [Int32(cutlass.select_((q & 2) != 0, swap1[s ^ 2], swap1[s])) for s in range(4)]
 
 
+@cute.jit
+def _store_words(words, base, offset):
+    """Store ``words`` (one or four 32-bit words, contiguous and aligned to their size) at byte
+    ``offset`` of the global tensor that starts at address ``base``."""
+    count = len(words)
+    dst = cute.make_tensor(
+        cute.make_ptr(Int32, base + offset, cute.AddressSpace.gmem, assumed_align=4 * count),
+        cute.make_layout(count),
+    )
+    src = cute.make_rmem_tensor(cute.make_layout(count), Int32)
+    for p in cutlass.range_constexpr(count):
+        src[p] = Int32(words[p])
+    cute.autovec_copy(src, dst)
+
+
 class DirectStoreEpilogue:
     """The direct-store epilogue, mixed into the persistent sm_90a kernel (``epilogue='direct_store'``)."""
 
@@ -119,31 +134,14 @@ class DirectStoreEpilogue:
                     out = quad_transpose(words, q)
                     col = col_tile + 32 * g + 8 * q
                     if row >= first and row < first + valid and col < n:
-                        offset = (Int64(a_row0 + row) * n + col) * 2  # bytes
-                        dst = cute.make_tensor(
-                            cute.make_ptr(
-                                Int32, base + offset, cute.AddressSpace.gmem, assumed_align=16
-                            ),
-                            cute.make_layout(4),
-                        )
-                        src = cute.make_rmem_tensor(cute.make_layout(4), Int32)
-                        for p in cutlass.range_constexpr(4):
-                            src[p] = out[p]
-                        cute.autovec_copy(src, dst)
+                        _store_words(out, base, (Int64(a_row0 + row) * n + col) * 2)
                 # output groups past the last block of four (a fused tile 32 x (2 b + 1) wide):
                 # each thread stores its own word, a quad's four words one 16-byte row segment
                 for r in cutlass.range_constexpr((out_tile_n % 32) // 8):
                     group = 4 * (out_tile_n // 32) + r
                     col = col_tile + 8 * group + 2 * q
                     if row >= first and row < first + valid and col < n:
-                        offset = (Int64(a_row0 + row) * n + col) * 2  # bytes
-                        dst = cute.make_tensor(
-                            cute.make_ptr(
-                                Int32, base + offset, cute.AddressSpace.gmem, assumed_align=4
-                            ),
-                            cute.make_layout(1),
-                        )
-                        dst[0] = Int32(rW[h + 2 * group])
+                        _store_words([rW[h + 2 * group]], base, (Int64(a_row0 + row) * n + col) * 2)
 
     @cute.jit
     def _gated_words(self, acc_m):
