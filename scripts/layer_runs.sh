@@ -8,7 +8,8 @@
 #
 # Each call continues from results/H200/moe_layer.json.gz in the working tree (--resume): between
 # calls store $OUT/moe_layer.json there (gzip -9 -n -c $OUT/moe_layer.json > ...) and commit it;
-# repeat until it reports nothing left.
+# repeat until it reports nothing left. Further arguments go to `python -m pearl_moe layer`
+# (for example --remeasure ID,ID --why "..." to measure problems again after a default changed).
 # Exit status 3: a kernel faulted (the run names the implementation and keeps what it measured);
 # rerun with IMPLS set to the others.
 #
@@ -24,9 +25,10 @@ IMPLS=${IMPLS:-pearl,pearl-fused,pearl-gather,torch,quack}
 if [ "${1:-}" = sonic ]; then
   NAME=moe_layer_sonic
   IMPLS=sonic
+  shift
 fi
 if [ -f "results/H200/$NAME.json.gz" ]; then
   gzip -dc "results/H200/$NAME.json.gz" > "$OUT/$NAME.json"
 fi
 python3 -m pearl_moe layer --impls "$IMPLS" --resume \
-  --deadline-s "$DEADLINE_S" --out "$OUT/$NAME.json"
+  --deadline-s "$DEADLINE_S" --out "$OUT/$NAME.json" "$@"

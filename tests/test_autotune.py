@@ -170,24 +170,25 @@ def test_a_tile_that_needs_more_m_tiles_here_is_charged_for_them():
     assert autotune.pick("sm_90a", 4096, 4096, 32, rows=32 * 48).config.tile_m == 64
 
 
-W96 = "s6 sm_90a 16x96x64 1cta r14 B2 shiftA direct"  # a width activation_ready does not pick
+W96 = "s6 sm_90a 16x96x64 1cta r14 B2 shiftA direct"
+SWAP = "s6 sm_90a 16x256x64 1cta r6 B2 shiftA swapAB direct"  # weight rows as M: not fusable
 TMA = "s3 sm_90a 64x256x64 1cta r5 tma"  # a TMA store: the fused epilogue stores directly
 
 
 def test_a_fused_activation_runs_a_tile_that_was_timed():
     """With the activation in the epilogue the pick is a timed candidate that runs it as
-    measured (direct store, width a multiple of 64, no swap): the entry's winner if it is one,
+    measured (direct store, width a multiple of 32 on sm_90a, no swap): the entry's winner if it is one,
     else the fastest such candidate of the entry, else the vote among such candidates; the
     plain pick (adapted by the caller) only when no neighbour timed one."""
     label = lambda x: x.split(" ", 1)[1]  # noqa: E731
     entries = [
-        _timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0, B: 104.0, A: 106.0}),
-        _timed(GLM, 2, {A: 100.0, W96: 103.0}),
-        _timed((4096, 4096, 32), 1 / 4, {W96: 100.0, B: 103.0, A: 108.0}),
+        _timed(GLM, 1 / 4, {SWAP: 100.0, TMA: 101.0, B: 104.0, A: 106.0}),
+        _timed(GLM, 2, {A: 100.0, SWAP: 103.0}),
+        _timed((4096, 4096, 32), 1 / 4, {SWAP: 100.0, B: 103.0, A: 108.0}),
     ]
     autotune.use_table(_table(entries))
     plain = autotune.pick("sm_90a", *GLM, rows=8)
-    assert plain.config.describe() == label(W96)
+    assert plain.config.describe() == label(SWAP)
     fused = autotune.pick("sm_90a", *GLM, rows=8, fused=True)
     assert fused.config.describe() == label(B) and fused.stage == 6  # 1.04x: the fastest ready
     assert "fused activation runs as measured: 1.040x" in fused.source
@@ -200,9 +201,9 @@ def test_a_fused_activation_runs_a_tile_that_was_timed():
     voted = autotune.pick("sm_90a", 4096, 5120, 32, rows=8, fused=True)
     assert voted.config.describe() == label(B)
     assert "among tiles a fused activation runs as measured" in voted.source
-    assert autotune.pick("sm_90a", 4096, 5120, 32, rows=8).config.describe() == label(W96)
+    assert autotune.pick("sm_90a", 4096, 5120, 32, rows=8).config.describe() == label(SWAP)
     # no neighbour timed a ready candidate: the plain pick
-    autotune.use_table(_table([_timed(GLM, 1 / 4, {W96: 100.0, TMA: 104.0})]))
+    autotune.use_table(_table([_timed(GLM, 1 / 4, {SWAP: 100.0, TMA: 104.0})]))
     assert autotune.pick("sm_90a", *GLM, rows=8, fused=True) == autotune.pick(
         "sm_90a", *GLM, rows=8
     )
@@ -211,36 +212,43 @@ def test_a_fused_activation_runs_a_tile_that_was_timed():
 def test_the_activation_is_fused_unless_its_tiles_lose_more_than_a_pass_costs():
     """``fuse_activation``: fuse, unless the entry's fastest activation-ready tile is slower than
     its fastest tile by more than a separate activation pass costs (7 us plus 7 ps an output)."""
-    entry = _timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0, B: 104.0, A: 106.0})
+    entry = _timed(GLM, 1 / 4, {SWAP: 100.0, TMA: 101.0, B: 104.0, A: 106.0})
     autotune.use_table(_table([{**entry, "median_us": 100.0}]))
     # B, the fastest ready tile, is 1.04x: 4 us lost against 7 + 8 x 4096 x 7e-6 = 7.2 us
     assert autotune.fuse_activation("sm_90a", *GLM, rows=8)
-    entry = _timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0, B: 110.0})
+    entry = _timed(GLM, 1 / 4, {SWAP: 100.0, TMA: 101.0, B: 110.0})
     autotune.use_table(_table([{**entry, "median_us": 100.0}]))
     assert not autotune.fuse_activation("sm_90a", *GLM, rows=8)  # 10 us lost
     # the same loss at prefill, where the pass is long: fuse
-    big = _timed(GLM, 1024, {W96: 100.0, B: 110.0})
+    big = _timed(GLM, 1024, {SWAP: 100.0, B: 110.0})
     autotune.use_table(_table([{**big, "median_us": 100.0}]))
     assert autotune.fuse_activation("sm_90a", *GLM, rows=32 * 1024)
     # the loss is against the entry's own pick: here the worse of balanced and skewed
-    skewed = _timed(GLM, 1 / 4, {W96: 100.0, B: 110.0}, skewed={W96: 112.0, B: 100.0})
+    skewed = _timed(GLM, 1 / 4, {SWAP: 100.0, B: 110.0}, skewed={SWAP: 112.0, B: 100.0})
     autotune.use_table(_table([{**skewed, "median_us": 100.0}]))
-    assert autotune.fuse_activation("sm_90a", *GLM, rows=8)  # B 1.10 against W96's own 1.12
+    assert autotune.fuse_activation("sm_90a", *GLM, rows=8)  # B 1.10 against SWAP's own 1.12
     # no ready tile was timed: the plain GEMM and the pass; a shape the table lacks: fuse
-    autotune.use_table(_table([{**_timed(GLM, 1 / 4, {W96: 100.0, TMA: 101.0}), "median_us": 1}]))
+    autotune.use_table(_table([{**_timed(GLM, 1 / 4, {SWAP: 100.0, TMA: 101.0}), "median_us": 1}]))
     assert not autotune.fuse_activation("sm_90a", *GLM, rows=8)
     assert autotune.fuse_activation("sm_90a", 4096, 5120, 32, rows=8)
 
 
-def test_the_h200_table_unfuses_deepseek_v4_pro_at_one_token_only(package_tuning_table):
-    """On the H200 the course's gate+up layers fuse at every measured size except DeepSeek V4
-    Pro at 1 token, whose 96-wide winner the fused epilogue cannot run (128: 1.09x)."""
+def test_the_h200_table_fuses_every_course_gate_up_layer(package_tuning_table):
+    """On the H200 every course gate+up layer fuses at every measured size: the fused epilogue
+    runs each entry's winner or a timed tile within the activation pass's cost of it (DeepSeek
+    V4 Pro and Kimi K3 at 1 token win with 96-wide tiles, which sm_90a fuses)."""
     layers = {"GLM 5.3": (4096, 6144, 32, 8), "DeepSeek V4 Pro": (6144, 7168, 48, 6),
               "Kimi K3": (6144, 3584, 112, 16)}  # fmt: skip
     for model, (n, k, experts, top_k) in layers.items():
         for tokens in (1, 16, 64, 256, 1024, 4096):
-            fuses = autotune.fuse_activation("sm_90a", n, k, experts, tokens * top_k, "H200")
-            assert fuses == (model != "DeepSeek V4 Pro" or tokens != 1), (model, tokens)
+            rows = tokens * top_k
+            assert autotune.fuse_activation("sm_90a", n, k, experts, rows, "H200"), (model, tokens)
+    pick = autotune.pick("sm_90a", 6144, 7168, 48, 6, "H200", True)
+    assert pick.config.tile_n == 96 and autotune.activation_ready(pick.config)
+    # on sm_100a a fused tile is a multiple of 64 wide
+    narrow = stage_config("sm_100a", 5).with_(tile_n=96, epilogue="direct_store")
+    assert not autotune.activation_ready(narrow)
+    assert autotune.activation_ready(narrow.with_(tile_n=128))
 
 
 def test_grouped_gemm_with_an_activation_asks_for_a_fused_pick(fake_gpu, monkeypatch):

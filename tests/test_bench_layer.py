@@ -367,6 +367,7 @@ def test_the_layer_device_script_asks_for_what_the_command_accepts():
         command.replace('"$IMPLS"', default)
         .replace('"$DEADLINE_S"', "470")
         .replace('"$OUT/$NAME.json"', "/tmp/x/moe_layer.json")
+        .replace('"$@"', "")  # the script's own arguments, passed on
     )
     args = layer.parse_args(words[4:])
     assert args.resume and args.deadline_s == 470
@@ -583,3 +584,48 @@ def test_the_layer_summary_judges_the_goals_on_paired_rounds(tmp_path):
     assert "| GLM 5.3 | 1 | balanced | 100.0 | 105.0 (1.050x) | 120.0 | 170.0 | 0.875 |" in table
     assert "1 of 2 above" in table and "**not met**" in table
     assert "No layer run" in render_layer_table(tmp_path / "empty")
+
+
+def test_remeasure_drops_named_problems_and_lists_what_they_had(monkeypatch, tmp_path):
+    """--resume --remeasure ID --why TEXT measures ID again: its entry, records and place in the
+    earlier parts go, env.edits says why and what times it had; unknown ids and a missing reason
+    are refused before anything is timed."""
+    import json
+
+    _fake_gpu_command(monkeypatch)
+    timed = _fake_checks_and_timings(monkeypatch)
+    out = tmp_path / "moe_layer.json"
+    argv = ["--models", "glm", "--tokens", "1,16", "--skewed-tokens", "", "--steps-tokens", "",
+            "--impls", "pearl", "--out", str(out)]  # fmt: skip
+    assert layer.main(argv) == 0
+    again = json.loads(out.read_text())["problems"][0]["id"]
+    with pytest.raises(ValueError, match="not in the run"):
+        layer.main([*argv, "--resume", "--remeasure", "nope", "--why", "x"])
+    with pytest.raises(ValueError, match="--why"):
+        layer.main([*argv, "--resume", "--remeasure", again])
+    assert len(timed) == 2
+    assert layer.main([*argv, "--resume", "--remeasure", again, "--why", "a new default"]) == 0
+    assert timed == [timed[0], timed[1], again]
+    run = layer.validate_layer_run(json.loads(out.read_text()))
+    assert [p["id"] for p in run["problems"]][0] == again and len(run["records"]) == 2
+    assert run["records"][0]["problem"] == again  # in the table's order, not the parts'
+    parts = run["env"]["parts"]
+    assert again not in parts[0]["problems"] and parts[1]["problems"] == [again]
+    (edit,) = run["env"]["edits"]
+    assert again in edit and "a new default" in edit and "pearl 100.0 us" in edit
+
+
+def test_a_run_that_times_no_pearl_implementation_skips_the_step_breakdown(monkeypatch, tmp_path):
+    """The step breakdown times our own forward: a SonicMoE-only run (its own environment, where
+    our kernels do not compile) does not ask for it."""
+    _fake_gpu_command(monkeypatch)
+    _fake_checks_and_timings(monkeypatch)
+    monkeypatch.setitem(layer.LAYER_IMPLS, "other", layer.LAYER_IMPLS["torch"])
+
+    def no_steps(*a, **kw):
+        raise AssertionError("steps timed in a run without our forward")
+
+    monkeypatch.setattr(layer, "time_layer_steps", no_steps)
+    out = tmp_path / "moe_layer.json"
+    assert layer.main(["--models", "glm", "--tokens", "1", "--skewed-tokens", "",
+                       "--steps-tokens", "1", "--impls", "torch", "--out", str(out)]) == 0  # fmt: skip

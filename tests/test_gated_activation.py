@@ -111,8 +111,12 @@ def test_the_default_configuration_is_adapted_to_the_activation():
     adapted = api.with_activation(swapped, "swiglu")
     assert (adapted.swap_ab, adapted.activation, adapted.tile_m) == (False, "swiglu", 16)
     assert adapted.shift_a_box and adapted.epilogue == "direct_store"
-    narrow = api.with_activation(stage_config("sm_90a", 5).with_(tile_n=96), "geglu")
-    assert narrow.tile_n == 64 and narrow.ring_depth is not None
+    kept = api.with_activation(stage_config("sm_90a", 5).with_(tile_n=96), "geglu")
+    assert kept.tile_n == 96 and kept.ring_depth is not None  # sm_90a: multiples of 32
+    narrow = api.with_activation(stage_config("sm_90a", 5).with_(tile_n=120), "geglu")
+    assert narrow.tile_n == 96
+    wide = api.with_activation(stage_config("sm_100a", 5).with_(tile_n=96), "geglu")
+    assert wide.tile_n == 64  # sm_100a: multiples of 64
     tma = api.with_activation(stage_config("sm_90a", 3), "swiglu")
     assert tma.epilogue == "direct_store"
 

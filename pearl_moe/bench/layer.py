@@ -768,6 +768,16 @@ def load_layer_run(gpu: str = "H200", root: Path | None = None) -> dict | None:
     return validate_layer_run(read_json(path)) if path.exists() else None
 
 
+def in_order(run: dict, order: list[str]) -> dict:
+    """Sort ``run``'s problems and records by ``order`` (problem ids; those it lacks go last, in
+    their order), so a problem measured again in a later part keeps its place in the table."""
+    rank = {pid: i for i, pid in enumerate(order)}
+    key = lambda pid: rank.get(pid, len(rank))  # noqa: E731
+    run["problems"].sort(key=lambda p: key(p["id"]))  # stable: unknown ids keep their order
+    run["records"].sort(key=lambda r: key(r["problem"]))
+    return run
+
+
 def write_layer_run(run: dict, path: Path) -> Path:
     """Validate and write ``run`` in the bench's compact form (one problem or record a line)."""
     from .records import _dumps
@@ -803,7 +813,40 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="continue the run at --out: keep its problems and records, time the others",
     )
+    p.add_argument(
+        "--remeasure",
+        default="",
+        help="with --resume: comma list of problem ids whose records are dropped and measured "
+        "again (what they had is listed in env.edits with --why)",
+    )
+    p.add_argument("--why", default="", help="why --remeasure measures them again (env.edits)")
     return p.parse_args(argv)
+
+
+def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
+    """``run`` without the problems ``ids`` (entries, records, their place in ``env.parts``), so
+    that a resumed part measures them again; each drop is listed in ``env.edits`` with ``why``
+    and the median times it had, so the file says what it replaced."""
+    known = {p["id"] for p in run["problems"]}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise ValueError(f"--remeasure: {unknown} not in the run (its problems: {sorted(known)})")
+    if not why:
+        raise ValueError("--remeasure needs --why: the file lists why the records were replaced")
+    env = run["env"]
+    for pid in ids:
+        had = [f"{r['impl']} {r['time']['median_us']:.1f} us" for r in run["records"]
+               if r["problem"] == pid and r.get("time")]  # fmt: skip
+        env.setdefault("edits", []).append(
+            f"Part {len(env.get('parts', []))} measured {pid} again ({why}); it had: "
+            + (", ".join(had) or "no timed record")
+        )
+        for part in env.get("parts", [])[:-1]:
+            if pid in part["problems"]:
+                part["problems"].remove(pid)
+    run["problems"] = [p for p in run["problems"] if p["id"] not in ids]
+    run["records"] = [r for r in run["records"] if r["problem"] not in ids]
+    return run
 
 
 def resume_layer_run(path: Path, run: dict) -> dict:
@@ -846,6 +889,7 @@ def main(argv=None) -> int:
     problems = layer_problems(models, ints(args.tokens), ("balanced",), ints(args.skewed_tokens),
                               args.ep)  # fmt: skip
     steps_tokens = set(ints(args.steps_tokens))
+    order = [p.id for p in problems]  # a resumed or re-measured problem keeps its place
     import torch
 
     if not torch.cuda.is_available():
@@ -866,6 +910,8 @@ def main(argv=None) -> int:
            for n in impls}, "problems": [], "records": []}  # fmt: skip
     if args.resume and out.exists():
         run = resume_layer_run(out, run)
+        if args.remeasure:
+            run = drop_for_remeasure(run, args.remeasure.split(","), args.why)
         done = {p["id"] for p in run["problems"]}
         problems = [p for p in problems if p.id not in done]
         if done:
@@ -891,7 +937,10 @@ def main(argv=None) -> int:
                     run["records"].append(_record(problem, n, status, ceilings, message=message))
             timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
             steps = {}
-            if problem.routing == "balanced" and problem.tokens in steps_tokens:
+            # the step breakdown times our forward's steps: only in a run that times ours (a
+            # SonicMoE run has its own environment, where our kernels do not compile)
+            ours = any(name.startswith("pearl") for name in impls)
+            if ours and problem.routing == "balanced" and problem.tokens in steps_tokens:
                 steps = time_layer_steps(problem, args.rounds, args.reps)
         except DeviceFault as fault:  # this process can run nothing more: keep what was measured
             # the problem stays unmeasured (a --resume without the culprit times it); the fault is
@@ -938,6 +987,7 @@ def main(argv=None) -> int:
                 run["records"].append(_record(problem, f"step:{step}", "ok", ceilings,
                                               time=timing.as_dict(), config={"step": step}))  # fmt: skip
         torch.cuda.empty_cache()
+        in_order(run, order)
         write_layer_run(run, out)
         print(f"{problem.name}: " + ", ".join(
             f"{r['impl']} {r['time']['median_us']:.1f} us" if r["status"] == "ok"

@@ -237,12 +237,15 @@ def with_activation(
     config: GemmConfig, activation: str, n: int | None = None, k: int | None = None
 ) -> GemmConfig:
     """``config`` with a fused gated ``activation``, changed as little as the option needs: the
-    direct store, tokens as rows (no ``swap_ab``), a tile width that is a multiple of 64 (the
-    widths that passed their GPU tests; :func:`autotune.activation_ready`). Given
+    direct store, tokens as rows (no ``swap_ab``), a tile width the fused epilogue takes (a
+    multiple of 32 on sm_90a, of 64 on sm_100a; :func:`autotune.activation_ready`). Given
     ``n`` (and ``k``), also what the shape needs: on sm_100a a thread stores its run of outputs
     whole, so where ``n / 2`` does not split into whole runs the epilogue takes 16 columns a
     step (runs of 8 outputs)."""
-    tile_n = config.tile_n if config.tile_n % 64 == 0 else max(64, config.tile_n // 64 * 64)
+    width = 32 if config.arch == "sm_90a" else 64
+    tile_n = (
+        config.tile_n if config.tile_n % width == 0 else max(width, config.tile_n // width * width)
+    )
     changes = dict(activation=activation, epilogue="direct_store", swap_ab=False, tile_n=tile_n)
     if config.swap_ab and config.tile_m < 64:
         changes["shift_a_box"] = True  # keep short A boxes inside A, as the swapped tile did

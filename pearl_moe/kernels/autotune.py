@@ -495,10 +495,11 @@ def vote(
 def activation_ready(config: GemmConfig) -> bool:
     """Whether a fused gated activation runs on ``config`` with nothing else changed
     (:func:`pearl_moe.kernels.api.with_activation` changes the rest): the direct store, tokens as
-    rows (no ``swap_ab``) and a tile width that is a multiple of 64. (On sm_90a the fused
-    epilogue also takes widths of 32 (2 b + 1), 96 among them; those are compiled and checked on
-    the CPU but have not run on a GPU, so the default does not pick them for a fused call yet.)"""
-    return config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % 64 == 0
+    rows (no ``swap_ab``) and a tile width the fused epilogue takes: on sm_90a any multiple of 32
+    (widths of 32 (2 b + 1), 96 among them, store their last two output groups 4 bytes a thread),
+    on sm_100a a multiple of 64."""
+    width = 32 if config.arch == "sm_90a" else 64
+    return config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % width == 0
 
 
 def _fastest_ready(rel: dict[str, float], arch, n, k) -> tuple[tuple, float] | None:
