@@ -596,7 +596,41 @@ def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> s
     unreached = g["missing"] + list(env.get("skipped_problems") or [])
     if unreached:
         lines += ["", f"Not measured in this run ({len(unreached)}): " + ", ".join(unreached) + "."]
+    sonic = layer.load_layer_run(gpu, root, "moe_layer_sonic")
+    if sonic is not None:
+        lines += ["", *_sonic_lines(run, sonic, ours, run_path(gpu, "moe_layer_sonic", root))]
     return "\n".join(lines)
+
+
+def _sonic_lines(run: dict, sonic: dict, ours: str, path: Path) -> list[str]:
+    """SonicMoE's layer, timed in a run of its own (its pinned CuTe DSL and quack), beside ours:
+    a ratio across two runs, labeled as such."""
+    from .bench import layer
+    from .bench.compare import geomean
+
+    rows = layer.cross_run_ratios(run, sonic, "sonic", ours)
+    if not rows:
+        return []
+    env = sonic["env"]
+    read = rows[0]["read_ceiling_ratio"]
+    lines = [
+        f"SonicMoE (`results/{path.parent.name}/{path.name}`), timed in a run of its own on the same GPU model "
+        f"({env.get('date', '?')[:10]}; CuTe DSL {env.get('cutlass_dsl')}, quack "
+        f"{env.get('quack')}, torch {env.get('torch')}), with the same problems, inputs, checks "
+        f"and timing; its read ceiling was {read:.3f}x this run's. A ratio across two runs: "
+        "medians, not paired round by round.",
+        "",
+        "| model | tokens | routing | sonic us | ours / sonic (across runs) |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r['model']} | {r['tokens']} | {r['routing']} | {r['theirs_us']:.1f} | "
+              f"{r['ratio']:.3f} |" for r in rows]  # fmt: skip
+    ratios = [r["ratio"] for r in rows]
+    worst = max(rows, key=lambda r: r["ratio"])
+    lines += ["", f"Against SonicMoE over {len(rows)} problems: geomean {geomean(ratios):.3f}, "
+              f"worst {worst['ratio']:.3f} ({worst['model']}, {worst['tokens']} tokens, "
+              f"{worst['routing']})."]  # fmt: skip
+    return lines
 
 
 _BLOCKS = {

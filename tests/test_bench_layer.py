@@ -629,3 +629,31 @@ def test_a_run_that_times_no_pearl_implementation_skips_the_step_breakdown(monke
     out = tmp_path / "moe_layer.json"
     assert layer.main(["--models", "glm", "--tokens", "1", "--skewed-tokens", "",
                        "--steps-tokens", "1", "--impls", "torch", "--out", str(out)]) == 0  # fmt: skip
+
+
+def test_sonicmoe_from_its_own_run_is_compared_across_runs_and_labeled_so():
+    """SonicMoE runs in an environment of its own: its problems are matched by id with ours, the
+    ratio is of medians (not paired), and the README lines say it is across two runs."""
+    from pathlib import Path
+
+    from pearl_moe.stages import _sonic_lines
+
+    def run(impl, times, read):
+        problems = [{"id": f"m|layer|{t}|EP8|balanced", "model": "m", "tokens_per_gpu": t,
+                     "routing": "balanced"} for t in times]  # fmt: skip
+        records = [{"problem": p["id"], "impl": impl, "status": "ok", "time": {"median_us": us}}
+                   for p, us in zip(problems, times.values(), strict=True)]  # fmt: skip
+        return {"env": {"date": "2026-12-02T08:00", "cutlass_dsl": "4.4.2", "quack": "0.3.11"},
+                "ceilings": {"read_bytes_per_s": read}, "problems": problems, "records": records}  # fmt: skip
+
+    ours = run("pearl-fused", {1: 100.0, 16: 300.0}, 4.0e12)
+    sonic = run("sonic", {1: 200.0, 4096: 900.0}, 3.8e12)  # 16 tokens not measured there
+    rows = layer.cross_run_ratios(ours, sonic, "sonic")
+    assert [(r["tokens"], r["ratio"]) for r in rows] == [(1, 0.5)]
+    assert rows[0]["read_ceiling_ratio"] == pytest.approx(0.95)
+    text = "\n".join(_sonic_lines(ours, sonic, "pearl-fused", Path("H200/moe_layer_sonic.json.gz")))
+    assert (
+        "across runs" in text and "4.4.2" in text and "| m | 1 | balanced | 200.0 | 0.500 |" in text
+    )
+    assert "0.950x this run's" in text
+    assert _sonic_lines(ours, run("sonic", {64: 1.0}, 4e12), "pearl-fused", Path("x")) == []

@@ -269,7 +269,7 @@ FUSED = {
         tile_m=128, activation="swiglu")),
     "s5-64x64-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=64, activation="swiglu")),
     "s5-64x192-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=192, activation="swiglu")),
-    # widths 32 (2 b + 1): the last two output groups stored word by word (not yet run on a GPU)
+    # widths 32 (2 b + 1): the last two output groups stored word by word
     "s6-16x96-shiftA-swiglu": (6, stage_config("sm_90a", 6).with_(
         tile_m=16, tile_n=96, shift_a_box=True, activation="swiglu")),
     "s5-64x160-geglu": (5, stage_config("sm_90a", 5).with_(tile_n=160, activation="geglu")),

@@ -758,14 +758,35 @@ def layer_summary(run: dict, ours: str = "pearl-fused") -> dict:
     return {"rows": rows, "goals": goals, "impls": [ours, *others], "ours": ours}
 
 
-def load_layer_run(gpu: str = "H200", root: Path | None = None) -> dict | None:
-    """The layer run ``results/<gpu>/moe_layer.json`` (a run of this machine's) or else the
-    committed ``moe_layer.json.gz``, validated; None when there is neither (the order
-    :func:`pearl_moe.replay.load_run` reads bench runs in)."""
+def load_layer_run(
+    gpu: str = "H200", root: Path | None = None, name: str = "moe_layer"
+) -> dict | None:
+    """The layer run ``results/<gpu>/<name>.json`` (a run of this machine's) or else the
+    committed ``<name>.json.gz``, validated; None when there is neither (the order
+    :func:`pearl_moe.replay.load_run` reads bench runs in). ``name="moe_layer_sonic"`` is
+    SonicMoE's run of its own."""
     from ..replay import read_json, run_path
 
-    path = run_path(gpu, "moe_layer", root)
+    path = run_path(gpu, name, root)
     return validate_layer_run(read_json(path)) if path.exists() else None
+
+
+def cross_run_ratios(run: dict, other: dict, impl: str, ours: str = "pearl-fused") -> list[dict]:
+    """Per problem both runs measured, ``ours`` in ``run`` against ``impl`` in ``other`` (a run
+    in another environment, such as SonicMoE's): the ratio of the two medians. Not paired round
+    by round, so it resolves less than a ratio within one run; each row also gives the two runs'
+    read ceilings' ratio, what the machine did between them."""
+
+    def times(r, name):
+        return {rec["problem"]: rec["time"]["median_us"] for rec in r["records"]
+                if rec["impl"] == name and rec.get("status") == "ok"}  # fmt: skip
+
+    mine, theirs = times(run, ours), times(other, impl)
+    read = other["ceilings"]["read_bytes_per_s"] / run["ceilings"]["read_bytes_per_s"]
+    return [{"problem": p["id"], "model": p["model"], "tokens": p["tokens_per_gpu"],
+             "routing": p["routing"], "ours_us": mine[p["id"]], "theirs_us": theirs[p["id"]],
+             "ratio": mine[p["id"]] / theirs[p["id"]], "read_ceiling_ratio": read}
+            for p in run["problems"] if p["id"] in mine and p["id"] in theirs]  # fmt: skip
 
 
 def in_order(run: dict, order: list[str]) -> dict:

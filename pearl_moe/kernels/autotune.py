@@ -516,7 +516,8 @@ def _fastest_ready(rel: dict[str, float], arch, n, k) -> tuple[tuple, float] | N
 def _fused_from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
     """For a fused activation: this shape's table entry's winner if it is :func:`activation_ready`,
     else the fastest candidate the entry timed among those that are (in the pass that timed them
-    all); the winner's tile narrowed to a multiple of 64 would be an untimed configuration."""
+    all); the winner's tile narrowed to a width the fused epilogue takes would be an untimed
+    configuration."""
     for entry in _table_entries(arch, n, k, experts, bucket, gpu):
         winner = _entry_choice(entry, arch, n, k, gpu)
         if winner is not None and activation_ready(winner.config):
@@ -546,15 +547,16 @@ def fuse_activation(
     :data:`ACTIVATION_PS_PER_ELEMENT` for the ``rows x n`` outputs), or timed no such tile at
     all. Shapes the table does not hold fuse. A pure function of its arguments, memoized.
 
-    What it weighs is the tile's width: DeepSeek V4 Pro at 1 token runs 96-wide tiles (6 experts
-    x 64 tiles: 2.9 waves of 132 SMs) and the fused picks keep to multiples of 64; the table's
-    128-wide tile (2.2 waves) took 1.09x, 11 us against the pass's 7. It leaves out what the
-    fused epilogue itself costs at a given tile (one launch each under Nsight Compute: about 1%
-    at GLM 5.3's 1 token; in the layer run's CUDA-graph step timings 1.087x, not explained,
+    What it weighs is the tile's width, where the fused epilogue does not take the winner's
+    (swapped tiles; on sm_100a widths that are not multiples of 64). On the H200 table it fuses
+    every course shape since the sm_90a fused epilogue takes multiples of 32: before, DeepSeek V4
+    Pro at 1 token (a 96-wide winner, 2.9 waves of 132 SMs; the 128-wide tile, 2.2 waves, took
+    1.09x: 11 us against the pass's 7) ran the pass, 211.4 us against 216.1 fused at 128 wide;
+    fused at 96 wide it took 203.8. It leaves out what the fused epilogue itself costs at a
+    given tile (one launch each under Nsight Compute: about 1% at GLM 5.3's 1 token; in the
+    layer run's CUDA-graph step timings 7-9% at 1 token, not explained,
     ``experiments/fused_decode``), and the pass it fits is the activation on ``[gate | up]``,
-    not on the interleaved layout the unfused call then uses. Judged by the whole layer: at
-    DeepSeek V4 Pro's 1 token the fused layer took 216.1 us against 204.4 for the layer with the
-    pass (the first layer run), and with this rule 211.4 against 207.8."""
+    not on the interleaved layout the unfused call then uses."""
     gpu = gpu or default_gpu_name(arch)
     bucket = rows_bucket(rows, experts)
     key = (arch, gpu, n, k, experts, rows)
@@ -659,7 +661,7 @@ def pick(
 
     ``fused``: for a gate+up GEMM with the activation in its epilogue. The table and the vote
     then choose among the timed candidates :func:`activation_ready` (so the fused kernel runs a
-    tile that was measured, not the winner's tile narrowed to a multiple of 64); with none, the
+    tile that was measured, not the winner's tile narrowed to a width it takes); with none, the
     plain pick (the caller adapts it)."""
     gpu = gpu or default_gpu_name(arch)
     key = (arch, gpu, n, k, experts, rows, fused)
