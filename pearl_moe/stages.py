@@ -612,13 +612,16 @@ def _sonic_lines(run: dict, sonic: dict, ours: str, path: Path) -> list[str]:
     if not rows:
         return []
     env = sonic["env"]
-    read = rows[0]["read_ceiling_ratio"]
+    version = next((r["config"].get("sonic_moe") for r in sonic["records"]
+                    if r.get("config", {}).get("sonic_moe")), "?")  # fmt: skip
     lines = [
-        f"SonicMoE (`results/{path.parent.name}/{path.name}`), timed in a run of its own on the same GPU model "
-        f"({env.get('date', '?')[:10]}; CuTe DSL {env.get('cutlass_dsl')}, quack "
-        f"{env.get('quack')}, torch {env.get('torch')}), with the same problems, inputs, checks "
-        f"and timing; its read ceiling was {read:.3f}x this run's. A ratio across two runs: "
-        "medians, not paired round by round.",
+        f"SonicMoE {version} (`results/{path.parent.name}/{path.name}`), timed in a run of its "
+        f"own on an {env.get('gpu', '?').replace('NVIDIA ', '')} ({str(env.get('date', '?'))[:10]}; "
+        f"CuTe DSL {env.get('cutlass_dsl')}, quack {env.get('quack')}, torch {env.get('torch')}), "
+        "with the same problems, inputs, checks and timing; its read and bf16 ceilings were "
+        f"{rows[0]['read_ceiling_ratio']:.3f}x and {rows[0]['bf16_ceiling_ratio']:.3f}x this "
+        "run's. A ratio across two runs: medians, not paired round by round, so it resolves a "
+        "few percent, not the 2% of a ratio within one run.",
         "",
         "| model | tokens | routing | sonic us | ours / sonic (across runs) |",
         "|---|---|---|---|---|",

@@ -588,31 +588,61 @@ def test_the_layer_summary_judges_the_goals_on_paired_rounds(tmp_path):
 
 def test_remeasure_drops_named_problems_and_lists_what_they_had(monkeypatch, tmp_path):
     """--resume --remeasure ID --why TEXT measures ID again: its entry, records and place in the
-    earlier parts go, env.edits says why and what times it had; unknown ids and a missing reason
-    are refused before anything is timed."""
+    earlier parts go, env.edits says why and what times it had, and the problem keeps its place
+    in the table even when the part's command covers it alone. Refused before anything runs:
+    without --resume, without --why, an id the run lacks, an id the command does not cover."""
     import json
 
     _fake_gpu_command(monkeypatch)
     timed = _fake_checks_and_timings(monkeypatch)
     out = tmp_path / "moe_layer.json"
-    argv = ["--models", "glm", "--tokens", "1,16", "--skewed-tokens", "", "--steps-tokens", "",
-            "--impls", "pearl", "--out", str(out)]  # fmt: skip
-    assert layer.main(argv) == 0
-    again = json.loads(out.read_text())["problems"][0]["id"]
-    with pytest.raises(ValueError, match="not in the run"):
-        layer.main([*argv, "--resume", "--remeasure", "nope", "--why", "x"])
-    with pytest.raises(ValueError, match="--why"):
-        layer.main([*argv, "--resume", "--remeasure", again])
+    base = ["--models", "glm", "--skewed-tokens", "", "--steps-tokens", "", "--impls", "pearl",
+            "--out", str(out)]  # fmt: skip
+    assert layer.main([*base, "--tokens", "1,16"]) == 0
+    first = json.loads(out.read_text())["problems"][0]["id"]
+    again = ["--remeasure", first, "--why", "a new default"]
+    refusals = {
+        "needs --resume": [*base, "--tokens", "1,16", *again],
+        "not in the run": [*base, "--tokens", "1,16,64", "--resume", "--remeasure",
+                           first.replace("|1|", "|64|"), "--why", "x"],
+        "not among this command's problems": [*base, "--tokens", "16", "--resume", *again],
+        "--why": [*base, "--tokens", "1,16", "--resume", "--remeasure", first],
+    }  # fmt: skip
+    for message, argv in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            layer.main(argv)
     assert len(timed) == 2
-    assert layer.main([*argv, "--resume", "--remeasure", again, "--why", "a new default"]) == 0
-    assert timed == [timed[0], timed[1], again]
+    assert layer.main([*base, "--tokens", "1", "--resume", *again]) == 0  # this problem only
+    assert timed == [timed[0], timed[1], first]
     run = layer.validate_layer_run(json.loads(out.read_text()))
-    assert [p["id"] for p in run["problems"]][0] == again and len(run["records"]) == 2
-    assert run["records"][0]["problem"] == again  # in the table's order, not the parts'
+    assert [p["id"] for p in run["problems"]][0] == first and len(run["records"]) == 2
+    assert run["records"][0]["problem"] == first  # in the table's order, not the parts'
     parts = run["env"]["parts"]
-    assert again not in parts[0]["problems"] and parts[1]["problems"] == [again]
+    assert first not in parts[0]["problems"] and parts[1]["problems"] == [first]
     (edit,) = run["env"]["edits"]
-    assert again in edit and "a new default" in edit and "pearl 100.0 us" in edit
+    assert first in edit and "a new default" in edit and "pearl 100.0 us" in edit
+    assert not run["env"].get("skipped_problems")
+    # the edits stay on record through later parts
+    assert layer.main([*base, "--tokens", "1,16,64", "--resume"]) == 0
+    assert json.loads(out.read_text())["env"]["edits"] == [edit]
+
+
+def test_a_dropped_problem_is_listed_as_left_until_a_part_measures_it(monkeypatch, tmp_path):
+    """A part whose deadline comes before the dropped problem leaves it in skipped_problems."""
+    import json
+
+    _fake_gpu_command(monkeypatch)
+    _fake_checks_and_timings(monkeypatch)
+    out = tmp_path / "moe_layer.json"
+    base = ["--models", "glm", "--tokens", "1", "--skewed-tokens", "", "--steps-tokens", "",
+            "--impls", "pearl", "--out", str(out)]  # fmt: skip
+    assert layer.main(base) == 0
+    pid = json.loads(out.read_text())["problems"][0]["id"]
+    argv = [*base, "--resume", "--remeasure", pid, "--why", "x", "--deadline-s", "-1"]
+    assert layer.main(argv) == 0
+    run = json.loads(out.read_text())
+    assert run["env"]["skipped_problems"] == [pid] and not run["problems"]
+    assert "dropped" in run["env"]["edits"][0]
 
 
 def test_a_run_that_times_no_pearl_implementation_skips_the_step_breakdown(monkeypatch, tmp_path):
@@ -620,7 +650,6 @@ def test_a_run_that_times_no_pearl_implementation_skips_the_step_breakdown(monke
     our kernels do not compile) does not ask for it."""
     _fake_gpu_command(monkeypatch)
     _fake_checks_and_timings(monkeypatch)
-    monkeypatch.setitem(layer.LAYER_IMPLS, "other", layer.LAYER_IMPLS["torch"])
 
     def no_steps(*a, **kw):
         raise AssertionError("steps timed in a run without our forward")
@@ -643,17 +672,28 @@ def test_sonicmoe_from_its_own_run_is_compared_across_runs_and_labeled_so():
                      "routing": "balanced"} for t in times]  # fmt: skip
         records = [{"problem": p["id"], "impl": impl, "status": "ok", "time": {"median_us": us}}
                    for p, us in zip(problems, times.values(), strict=True)]  # fmt: skip
-        return {"env": {"date": "2026-12-02T08:00", "cutlass_dsl": "4.4.2", "quack": "0.3.11"},
-                "ceilings": {"read_bytes_per_s": read}, "problems": problems, "records": records}  # fmt: skip
+        env = {
+            "date": "2026-12-02T08:00",
+            "gpu": "NVIDIA H200",
+            "cutlass_dsl": "4.4.2",
+            "quack": "0.3.11",
+        }
+        ceilings = {"read_bytes_per_s": read, "bf16_flops_per_s": 8e14}
+        return {"env": env, "ceilings": ceilings, "problems": problems, "records": records}
 
     ours = run("pearl-fused", {1: 100.0, 16: 300.0}, 4.0e12)
     sonic = run("sonic", {1: 200.0, 4096: 900.0}, 3.8e12)  # 16 tokens not measured there
     rows = layer.cross_run_ratios(ours, sonic, "sonic")
     assert [(r["tokens"], r["ratio"]) for r in rows] == [(1, 0.5)]
     assert rows[0]["read_ceiling_ratio"] == pytest.approx(0.95)
+    assert rows[0]["bf16_ceiling_ratio"] == 1.0
     text = "\n".join(_sonic_lines(ours, sonic, "pearl-fused", Path("H200/moe_layer_sonic.json.gz")))
     assert (
         "across runs" in text and "4.4.2" in text and "| m | 1 | balanced | 200.0 | 0.500 |" in text
     )
-    assert "0.950x this run's" in text
+    assert "0.950x and 1.000x this run's" in text
+    other_gpu = run("sonic", {1: 200.0}, 4e12)
+    other_gpu["env"]["gpu"] = "NVIDIA B200"
+    with pytest.raises(ValueError, match="different GPUs"):
+        layer.cross_run_ratios(ours, other_gpu, "sonic")
     assert _sonic_lines(ours, run("sonic", {64: 1.0}, 4e12), "pearl-fused", Path("x")) == []

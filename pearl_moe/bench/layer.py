@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 import zlib
@@ -774,28 +775,47 @@ def load_layer_run(
 def cross_run_ratios(run: dict, other: dict, impl: str, ours: str = "pearl-fused") -> list[dict]:
     """Per problem both runs measured, ``ours`` in ``run`` against ``impl`` in ``other`` (a run
     in another environment, such as SonicMoE's): the ratio of the two medians. Not paired round
-    by round, so it resolves less than a ratio within one run; each row also gives the two runs'
-    read ceilings' ratio, what the machine did between them."""
+    by round, so it resolves less than a ratio within one run (the same kernel moved up to 7% between
+    batches of runs on the H200, ``experiments/reproducibility``); each row also gives the ratios
+    of the two runs' read and bf16 ceilings, what the machine did between them. Runs on different
+    GPUs are refused."""
 
     def times(r, name):
         return {rec["problem"]: rec["time"]["median_us"] for rec in r["records"]
                 if rec["impl"] == name and rec.get("status") == "ok"}  # fmt: skip
 
+    if run["env"].get("gpu") != other["env"].get("gpu"):
+        raise ValueError(
+            f"runs on different GPUs ({run['env'].get('gpu')} and {other['env'].get('gpu')}): "
+            "their times do not compare"
+        )
     mine, theirs = times(run, ours), times(other, impl)
-    read = other["ceilings"]["read_bytes_per_s"] / run["ceilings"]["read_bytes_per_s"]
+    ceilings = {key: other["ceilings"][key] / run["ceilings"][key]
+                for key in ("read_bytes_per_s", "bf16_flops_per_s")}  # fmt: skip
     return [{"problem": p["id"], "model": p["model"], "tokens": p["tokens_per_gpu"],
              "routing": p["routing"], "ours_us": mine[p["id"]], "theirs_us": theirs[p["id"]],
-             "ratio": mine[p["id"]] / theirs[p["id"]], "read_ceiling_ratio": read}
+             "ratio": mine[p["id"]] / theirs[p["id"]],
+             "read_ceiling_ratio": ceilings["read_bytes_per_s"],
+             "bf16_ceiling_ratio": ceilings["bf16_flops_per_s"]}
             for p in run["problems"] if p["id"] in mine and p["id"] in theirs]  # fmt: skip
 
 
-def in_order(run: dict, order: list[str]) -> dict:
-    """Sort ``run``'s problems and records by ``order`` (problem ids; those it lacks go last, in
-    their order), so a problem measured again in a later part keeps its place in the table."""
-    rank = {pid: i for i, pid in enumerate(order)}
-    key = lambda pid: rank.get(pid, len(rank))  # noqa: E731
-    run["problems"].sort(key=lambda p: key(p["id"]))  # stable: unknown ids keep their order
-    run["records"].sort(key=lambda r: key(r["problem"]))
+def problem_rank(entry: dict) -> tuple:
+    """Where a problem entry sits in a layer run's table: the models in :data:`MODELS`' order,
+    each model's balanced problems by tokens, then its skewed ones (the order
+    :func:`layer_problems` makes them in); a model outside :data:`MODELS` after those."""
+    names = list(MODELS)
+    model = names.index(entry["model"]) if entry["model"] in names else len(names)
+    return (model, entry["routing"] != "balanced", entry["routing"], entry["tokens_per_gpu"])
+
+
+def in_order(run: dict) -> dict:
+    """Sort ``run``'s problems (:func:`problem_rank`) and its records by their problem's place,
+    so a problem measured in a later part (or measured again) takes its place in the table,
+    whatever problems that part's command covered."""
+    run["problems"].sort(key=problem_rank)
+    place = {p["id"]: i for i, p in enumerate(run["problems"])}
+    run["records"].sort(key=lambda r: place[r["problem"]])  # stable within a problem
     return run
 
 
@@ -844,10 +864,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _check_remeasure(path: Path, ids: list[str], why: str) -> None:
+    """Raise ``ValueError`` unless the run at ``path`` exists, holds every id and ``why`` is
+    given (``--remeasure``)."""
+    import json
+
+    if not why:
+        raise ValueError("--remeasure needs --why: the file lists why the records were replaced")
+    if not path.exists():
+        raise ValueError(f"--remeasure: no run at {path} to resume")
+    known = {p["id"] for p in json.loads(path.read_text())["problems"]}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise ValueError(f"--remeasure: {unknown} not in the run (its problems: {sorted(known)})")
+
+
 def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
     """``run`` without the problems ``ids`` (entries, records, their place in ``env.parts``), so
-    that a resumed part measures them again; each drop is listed in ``env.edits`` with ``why``
-    and the median times it had, so the file says what it replaced."""
+    that the resumed part measures them again; each drop is listed in ``env.edits`` with ``why``
+    and the median times it had, so the file says what it replaced. Until the part measures a
+    dropped problem it is also in ``env.skipped_problems`` (a deadline or a fault may come
+    first)."""
     known = {p["id"] for p in run["problems"]}
     unknown = [i for i in ids if i not in known]
     if unknown:
@@ -859,12 +896,15 @@ def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
         had = [f"{r['impl']} {r['time']['median_us']:.1f} us" for r in run["records"]
                if r["problem"] == pid and r.get("time")]  # fmt: skip
         env.setdefault("edits", []).append(
-            f"Part {len(env.get('parts', []))} measured {pid} again ({why}); it had: "
+            f"Part {len(env.get('parts', []))} dropped {pid} to measure it again ({why}); it had: "
             + (", ".join(had) or "no timed record")
         )
         for part in env.get("parts", [])[:-1]:
             if pid in part["problems"]:
                 part["problems"].remove(pid)
+        skipped = env.setdefault("skipped_problems", [])
+        if pid not in skipped:
+            skipped.append(pid)
     run["problems"] = [p for p in run["problems"] if p["id"] not in ids]
     run["records"] = [r for r in run["records"] if r["problem"] not in ids]
     return run
@@ -899,6 +939,8 @@ def resume_layer_run(path: Path, run: dict) -> dict:
         env["faults"] = list(old["env"]["faults"])
     if old["env"].get("skipped_problems"):  # left for later until a part measures them
         env["skipped_problems"] = list(old["env"]["skipped_problems"])
+    if old["env"].get("edits"):  # what was changed by hand or dropped stays on record
+        env["edits"] = list(old["env"]["edits"])
     return {**run, "env": env, "ceilings": old["ceilings"], "problems": old["problems"],
             "records": old["records"]}  # fmt: skip
 
@@ -910,7 +952,16 @@ def main(argv=None) -> int:
     problems = layer_problems(models, ints(args.tokens), ("balanced",), ints(args.skewed_tokens),
                               args.ep)  # fmt: skip
     steps_tokens = set(ints(args.steps_tokens))
-    order = [p.id for p in problems]  # a resumed or re-measured problem keeps its place
+    covered = {p.id for p in problems}
+    remeasure = [i for i in args.remeasure.split(",") if i]
+    if remeasure and not args.resume:
+        raise ValueError("--remeasure drops problems of the run it resumes: it needs --resume")
+    if [i for i in remeasure if i not in covered]:
+        raise ValueError(
+            f"--remeasure: {[i for i in remeasure if i not in covered]} are not among this "
+            "command's problems (--models, --tokens, --skewed-tokens): they would be dropped "
+            "and not measured again"
+        )
     import torch
 
     if not torch.cuda.is_available():
@@ -922,8 +973,10 @@ def main(argv=None) -> int:
 
     impls = {name: layer_impl(name) for name in args.impls.split(",")}
     out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), "moe_layer")
+    if remeasure:  # refused before the ceilings are probed and anything is timed
+        _check_remeasure(out, remeasure, args.why)
     t0 = time.monotonic()
-    env = environment(" ".join(["python -m pearl_moe layer", *(argv or sys.argv[1:])]))
+    env = environment(shlex.join(["python", "-m", "pearl_moe", "layer", *(argv or sys.argv[1:])]))
     env["glue"] = _glue()
     ceilings = measure_ceilings()
     run = {"schema": LAYER_SCHEMA, "kind": "moe_layer", "env": env, "ceilings": ceilings,
@@ -931,8 +984,8 @@ def main(argv=None) -> int:
            for n in impls}, "problems": [], "records": []}  # fmt: skip
     if args.resume and out.exists():
         run = resume_layer_run(out, run)
-        if args.remeasure:
-            run = drop_for_remeasure(run, args.remeasure.split(","), args.why)
+        if remeasure:
+            run = drop_for_remeasure(run, remeasure, args.why)
         done = {p["id"] for p in run["problems"]}
         problems = [p for p in problems if p.id not in done]
         if done:
@@ -1008,7 +1061,7 @@ def main(argv=None) -> int:
                 run["records"].append(_record(problem, f"step:{step}", "ok", ceilings,
                                               time=timing.as_dict(), config={"step": step}))  # fmt: skip
         torch.cuda.empty_cache()
-        in_order(run, order)
+        in_order(run)
         write_layer_run(run, out)
         print(f"{problem.name}: " + ", ".join(
             f"{r['impl']} {r['time']['median_us']:.1f} us" if r["status"] == "ok"
