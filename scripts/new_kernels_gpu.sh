@@ -9,9 +9,10 @@
 # Groups: 256-row tiles, 128 x 192 ping-pong tiles, 2-CTA clusters along N (A multicast), along M
 # (B multicast), the token gather in the producer (gather_a), the layer on our kernels, the grouped
 # tile order (n_group), the layer's Triton glue (routing metadata, combine) and fused activation
-# tiles 32 (2 b + 1) wide (fused32). All passed on the H200 (results/H200/gpu_checks.txt); by
-# default the run takes the newest options (fused32) and the layer. At most LIMIT_S (default 95)
-# seconds a group: six groups fit one device call of 10 minutes. Each line of the summary is
+# tiles 32 (2 b + 1) wide (fused32). All passed on the H200 (results/H200/gpu_checks.txt) but
+# fused32's 224-wide and 8 x 96 cases, added after; by default the run takes fused32 and the
+# layer. At most LIMIT_S (default 95) seconds a group: six groups fit one device call of 10
+# minutes. Each line of the summary is
 # `group: <pytest summary or "timed out after N s" / exit status>`.
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
@@ -44,4 +45,4 @@ run_group gather_a "gather_a" tests/test_kernels_sm90_gpu.py
 run_group layer "matches_the_reference or match_the_reference or converted_weight" tests/test_moe_layer_gpu.py
 run_group ngroup "ng2 or ng8 or grouped_tile_order" tests/test_kernels_sm90_gpu.py
 run_group glue "glue or routing_kernels or combine_kernel or out_of_range" tests/test_glue_kernels_gpu.py
-run_group fused32 "16x96-shiftA-swiglu or 64x160-geglu or 64x32-swiglu" tests/test_kernels_sm90_gpu.py
+run_group fused32 "16x96-shiftA-swiglu or 64x160-geglu or 64x32-swiglu or s5-64x224 or s5-8x96" tests/test_kernels_sm90_gpu.py

@@ -209,6 +209,16 @@ def test_a_fused_activation_runs_a_tile_that_was_timed():
     )
 
 
+def test_a_96_wide_winner_is_the_fused_pick_on_sm90():
+    """On sm_90a the fused epilogue takes widths that are multiples of 32: a 96-wide winner is
+    the fused pick itself, and ``fuse_activation`` loses nothing by fusing."""
+    label = lambda x: x.split(" ", 1)[1]  # noqa: E731
+    autotune.use_table(_table([{**_timed(GLM, 1 / 4, {W96: 100.0, B: 104.0}), "median_us": 1e2}]))
+    fused = autotune.pick("sm_90a", *GLM, rows=8, fused=True)
+    assert fused.config.describe() == label(W96) and fused == autotune.pick("sm_90a", *GLM, rows=8)
+    assert autotune.fuse_activation("sm_90a", *GLM, rows=8)
+
+
 def test_the_activation_is_fused_unless_its_tiles_lose_more_than_a_pass_costs():
     """``fuse_activation``: fuse, unless the entry's fastest activation-ready tile is slower than
     its fastest tile by more than a separate activation pass costs (7 us plus 7 ps an output)."""
@@ -236,7 +246,7 @@ def test_the_activation_is_fused_unless_its_tiles_lose_more_than_a_pass_costs():
 def test_the_h200_table_fuses_every_course_gate_up_layer(package_tuning_table):
     """On the H200 every course gate+up layer fuses at every measured size: the fused epilogue
     runs each entry's winner or a timed tile within the activation pass's cost of it (DeepSeek
-    V4 Pro and Kimi K3 at 1 token win with 96-wide tiles, which sm_90a fuses)."""
+    V4 Pro's and Kimi K3's 1-token winners are 96 wide, which sm_90a fuses)."""
     layers = {"GLM 5.3": (4096, 6144, 32, 8), "DeepSeek V4 Pro": (6144, 7168, 48, 6),
               "Kimi K3": (6144, 3584, 112, 16)}  # fmt: skip
     for model, (n, k, experts, top_k) in layers.items():

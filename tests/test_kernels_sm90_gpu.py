@@ -274,6 +274,10 @@ FUSED = {
         tile_m=16, tile_n=96, shift_a_box=True, activation="swiglu")),
     "s5-64x160-geglu": (5, stage_config("sm_90a", 5).with_(tile_n=160, activation="geglu")),
     "s5-64x32-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=32, activation="swiglu")),
+    # the widest such tile, and an 8-row A box at 96 wide (combinations the fused picks may use)
+    "s5-64x224-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=224, activation="swiglu")),
+    "s5-8x96-shiftA-swiglu": (5, stage_config("sm_90a", 5).with_(
+        tile_m=8, tile_n=96, shift_a_box=True, activation="swiglu")),
     "default-swiglu": (None, None),
 }  # fmt: skip
 FUSED_CASES = [
