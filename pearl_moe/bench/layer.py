@@ -869,11 +869,15 @@ def _check_remeasure(path: Path, ids: list[str], why: str) -> None:
     given (``--remeasure``)."""
     import json
 
-    if not why:
-        raise ValueError("--remeasure needs --why: the file lists why the records were replaced")
     if not path.exists():
         raise ValueError(f"--remeasure: no run at {path} to resume")
-    known = {p["id"] for p in json.loads(path.read_text())["problems"]}
+    _check_dropped(json.loads(path.read_text()), ids, why)
+
+
+def _check_dropped(run: dict, ids: list[str], why: str) -> None:
+    if not why:
+        raise ValueError("--remeasure needs --why: the file lists why the records were replaced")
+    known = {p["id"] for p in run["problems"]}
     unknown = [i for i in ids if i not in known]
     if unknown:
         raise ValueError(f"--remeasure: {unknown} not in the run (its problems: {sorted(known)})")
@@ -885,12 +889,7 @@ def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
     and the median times it had, so the file says what it replaced. Until the part measures a
     dropped problem it is also in ``env.skipped_problems`` (a deadline or a fault may come
     first)."""
-    known = {p["id"] for p in run["problems"]}
-    unknown = [i for i in ids if i not in known]
-    if unknown:
-        raise ValueError(f"--remeasure: {unknown} not in the run (its problems: {sorted(known)})")
-    if not why:
-        raise ValueError("--remeasure needs --why: the file lists why the records were replaced")
+    _check_dropped(run, ids, why)
     env = run["env"]
     for pid in ids:
         had = [f"{r['impl']} {r['time']['median_us']:.1f} us" for r in run["records"]
