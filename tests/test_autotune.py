@@ -453,7 +453,7 @@ def fake_gpu(monkeypatch):
     )
     monkeypatch.setattr(api, "_compiled", lambda *a: calls.append(a) or "fn")
     monkeypatch.setattr(
-        api, "stage_module", lambda arch, stage: types.SimpleNamespace(launch=lambda *a: None)
+        api, "stage_module", lambda arch, stage: types.SimpleNamespace(launch=lambda *a, **kw: None)
     )
     import pearl_moe.kernels.host as host
 
@@ -559,3 +559,21 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
             assert not api.can_implement("sm_90a", autotune.stage_for(c, p.n, p.k), c, p.n, p.k)
     blackwell = autotune.candidates("sm_100a", 4096, 6144, 32, 32 * 1024, 60)
     assert all(c.cluster_n == c.cluster_m == 1 for _, c in blackwell)
+
+
+def test_default_choice_is_what_the_default_call_launches(fake_gpu):
+    """``api.default_choice`` (what the layer benchmark records beside its times) is the stage
+    and configuration the default call compiles: plain, with the fused activation, and with the
+    gather of A."""
+    from pearl_moe.kernels import interleave_gate_up
+
+    for rows, n, k, experts in ((512, 256, 128, 32), (16, 1536, 1024, 16), (6, 768, 512, 8)):
+        A, W, offs = _inputs(rows, n, k, experts)
+        for activation, gather in ((None, False), ("swiglu", False), (None, True)):
+            weight = interleave_gate_up(W) if activation else W
+            index = {"a_index": torch.arange(rows, dtype=torch.int32)} if gather else {}
+            api.grouped_gemm(A, weight, offs, check=False, activation=activation, **index)
+            arch, stage, config = fake_gpu[-1][:3]
+            want = api.default_choice("sm_90a", n, k, experts, rows, "H200", activation, gather)
+            assert (stage, config) == want, (rows, n, activation, gather)
+            assert config.gather_a == gather and config.activation == activation

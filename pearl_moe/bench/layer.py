@@ -244,6 +244,28 @@ def _glue() -> str:
     return TORCH_GLUE
 
 
+def _gemm_choices(inputs: dict, fused: bool, gather: bool = False) -> dict:
+    """The kernels the layer's two grouped GEMMs run by default (:func:`kernels.api.default_choice`,
+    ``"s<stage> <config>"``), recorded with each of our implementations' times; empty where no
+    CUDA device is there to ask."""
+    from ..kernels import api, autotune
+
+    x, w_up, w_down = inputs["x"], inputs["w_gate_up"], inputs["w_down"]
+    if x.device.type != "cuda":
+        return {}
+    arch, gpu = api._arch_of(x.device), autotune.gpu_name(x.device)
+    rows, experts = inputs["topk_ids"].numel(), w_up.shape[0]
+
+    def label(n, k, activation=None, gather=False):
+        stage, config = api.default_choice(arch, n, k, experts, rows, gpu, activation, gather)
+        return f"s{stage} {config.describe()}"
+
+    return {
+        "gate_up_kernel": label(*w_up.shape[1:], "swiglu" if fused else None, gather),
+        "down_kernel": label(*w_down.shape[1:]),
+    }
+
+
 def _pearl(inputs: dict) -> Prepared:
     from ..moe import moe_forward
 
@@ -254,7 +276,7 @@ def _pearl(inputs: dict) -> Prepared:
         )  # fmt: skip
 
     return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)",
-                          "glue": _glue()})  # fmt: skip
+                          "glue": _glue(), **_gemm_choices(inputs, fused=False)})  # fmt: skip
 
 
 def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
@@ -270,17 +292,19 @@ def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
             gate_up_layout="interleaved", gather=gather,
         )  # fmt: skip
 
-    fused = "activation in the gate+up epilogue"
+    fused, fuses = "activation in the gate+up epilogue", True
     if gather == "copy":
         from ..moe.layer import _fuses_activation
 
         rows = inputs["topk_ids"].numel()
-        if not _fuses_activation(inputs["x"].device, rows, w_fused):
+        fuses = _fuses_activation(inputs["x"].device, rows, w_fused)
+        if not fuses:
             fused = ("activation as a pass of its own on the interleaved weights "
                      "(autotune.fuse_activation: the fused tiles lose more than the pass costs)")  # fmt: skip
     if gather == "kernel":
         fused += "; x read through the gather index by the gate+up kernel (no gathered copy)"
-    return Prepared(run, {"backend": "pearl", "fused": fused, "glue": _glue()})
+    kernels = _gemm_choices(inputs, fuses, gather == "kernel")
+    return Prepared(run, {"backend": "pearl", "fused": fused, "glue": _glue(), **kernels})
 
 
 def _pearl_gather(inputs: dict) -> Prepared:

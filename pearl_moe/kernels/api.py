@@ -13,6 +13,7 @@ __all__ = [
     "grouped_gemm",
     "with_activation",
     "with_gather",
+    "default_choice",
     "validate",
     "can_implement",
     "default_config",
@@ -282,6 +283,28 @@ def with_gather(config: GemmConfig, n: int, k: int, stage: int | None = None) ->
     ).resolved()  # fmt: skip
 
 
+def default_choice(
+    arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None,
+    activation: str | None = None, gather: bool = False,
+) -> tuple[int, GemmConfig]:  # fmt: skip
+    """The ``(stage, config)`` that :func:`grouped_gemm` runs when given neither: the tuned pick
+    (:func:`autotune.pick_config`, a fused one for an ``activation``), adapted to the
+    activation (:func:`with_activation`) and to the gather of A (:func:`with_gather`). A pure
+    function of its arguments (what the host knows without a sync): the layer benchmark records
+    it beside each time."""
+    stage, config = autotune.pick_config(
+        arch, n, k, experts, rows, gpu, fused=activation is not None
+    )
+    if activation is not None:
+        config = with_activation(config, activation, n, k)
+        stage = autotune.stage_for(config, n, k)
+    config = config.resolved()
+    if gather and not config.gather_a:
+        config = with_gather(config, n, k)
+        stage = autotune.stage_for(config, n, k)
+    return stage, config
+
+
 def grouped_gemm(
     A,
     W,
@@ -363,12 +386,8 @@ def grouped_gemm(
             else "a_index given: the config must carry gather_a=True (see with_gather)"
         )
     if stage is None and config is None:
-        stage, config = autotune.pick_config(
-            arch, n, k, experts, rows, autotune.gpu_name(A.device), fused=activation is not None
-        )
-        if activation is not None:
-            config = with_activation(config, activation, n, k)
-            stage = autotune.stage_for(config, n, k)
+        gpu = autotune.gpu_name(A.device)
+        stage, config = default_choice(arch, n, k, experts, rows, gpu, activation, gather)
     elif stage is None:
         stage = autotune.stage_for(config.resolved(), n, k)
     if config is None and activation is not None:

@@ -131,8 +131,8 @@ def moe_forward(
     computed in the gate+up kernel's epilogue, which stores only ``act(gate) * up`` (half the
     bytes, no activation pass), except where the GPU's table measured the tiles the fused picks
     use slower than a separate activation pass costs
-    (:func:`pearl_moe.kernels.autotune.fuse_activation`; on the H200, DeepSeek V4 Pro at 1
-    token): then the plain GEMM and the pass. ``gather="kernel"`` always fuses. Other backends
+    (:func:`pearl_moe.kernels.autotune.fuse_activation`; on the H200 table, no course shape
+    since the sm_90a fused epilogue takes 96-wide tiles): then the plain GEMM and the pass. ``gather="kernel"`` always fuses. Other backends
     apply it after their GEMM.
 
     Routing comes from ``router_logits`` ``(tokens, experts)`` with ``top_k`` (softmax over all
