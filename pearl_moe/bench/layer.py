@@ -260,10 +260,13 @@ def _gemm_choices(inputs: dict, fused: bool, gather: bool = False) -> dict:
         stage, config = api.default_choice(arch, n, k, experts, rows, gpu, activation, gather)
         return f"s{stage} {config.describe()}"
 
-    return {
-        "gate_up_kernel": label(*w_up.shape[1:], "swiglu" if fused else None, gather),
-        "down_kernel": label(*w_down.shape[1:]),
-    }
+    try:
+        return {
+            "gate_up_kernel": label(*w_up.shape[1:], "swiglu" if fused else None, gather),
+            "down_kernel": label(*w_down.shape[1:]),
+        }
+    except Exception as exc:  # bookkeeping must not cost the measurement: say what failed
+        return {"kernels": f"not recorded: {type(exc).__name__}: {exc}"[:300]}
 
 
 def _pearl(inputs: dict) -> Prepared:
