@@ -568,12 +568,16 @@ def test_default_choice_is_what_the_default_call_launches(fake_gpu):
     from pearl_moe.kernels import interleave_gate_up
 
     for rows, n, k, experts in ((512, 256, 128, 32), (16, 1536, 1024, 16), (6, 768, 512, 8)):
-        A, W, offs = _inputs(rows, n, k, experts)
-        for activation, gather in ((None, False), ("swiglu", False), (None, True)):
+        A, W, _ = _inputs(rows, n, k, experts)
+        offs = torch.linspace(0, rows, experts + 1)[1:].round().to(torch.int32)  # ragged, real
+        cases = ((None, False), ("swiglu", False), (None, True), ("swiglu", True))
+        for activation, gather in cases:
             weight = interleave_gate_up(W) if activation else W
             index = {"a_index": torch.arange(rows, dtype=torch.int32)} if gather else {}
             api.grouped_gemm(A, weight, offs, check=False, activation=activation, **index)
             arch, stage, config = fake_gpu[-1][:3]
-            want = api.default_choice("sm_90a", n, k, experts, rows, "H200", activation, gather)
+            want = api.default_choice("sm_90a", n, k, experts, rows, None, activation, gather)
             assert (stage, config) == want, (rows, n, activation, gather)
             assert config.gather_a == gather and config.activation == activation
+    with pytest.raises(ValueError, match="sm_90a kernels only"):
+        api.default_choice("sm_100a", 256, 128, 32, 512, None, None, True)

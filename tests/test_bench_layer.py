@@ -697,3 +697,53 @@ def test_sonicmoe_from_its_own_run_is_compared_across_runs_and_labeled_so():
     with pytest.raises(ValueError, match="different GPUs"):
         layer.cross_run_ratios(ours, other_gpu, "sonic")
     assert _sonic_lines(ours, run("sonic", {64: 1.0}, 4e12), "pearl-fused", Path("x")) == []
+
+
+def test_our_records_name_the_kernels_the_default_calls_run(monkeypatch):
+    """Each of our implementations records its gate+up and down kernels (what
+    ``api.default_choice`` picks for the layer's shapes on this GPU); a failure to name one is
+    written in its place instead of stopping the measurement."""
+    import types
+
+    from pearl_moe.kernels import api, autotune
+
+    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(autotune, "gpu_name", lambda device=None: "H200")
+    inputs = {"x": types.SimpleNamespace(device=torch.device("cuda")),
+              "w_gate_up": torch.empty(32, 4096, 6144, device="meta"),
+              "w_down": torch.empty(32, 6144, 2048, device="meta"),
+              "topk_ids": torch.empty(1, 8, device="meta")}  # GLM 5.3 at 1 token, EP8  # fmt: skip
+    kernels = layer._gemm_choices(inputs, fused=True)
+    stage, config = api.default_choice("sm_90a", 4096, 6144, 32, 8, "H200", "swiglu")
+    assert (
+        kernels["gate_up_kernel"] == f"s{stage} {config.describe()}"
+        and "swiglu" in config.describe()
+    )
+    stage, config = api.default_choice("sm_90a", 6144, 2048, 32, 8, "H200")
+    assert kernels["down_kernel"] == f"s{stage} {config.describe()}"
+    assert "gatherA" in layer._gemm_choices(inputs, fused=True, gather=True)["gate_up_kernel"]
+    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_100a")  # no gather there
+    failed = layer._gemm_choices(inputs, fused=True, gather=True)
+    assert failed["gate_up_kernel"].startswith("not recorded: ValueError")
+    assert failed["down_kernel"].startswith("s")
+
+
+def test_remeasure_refuses_a_run_it_would_not_resume(monkeypatch, tmp_path):
+    """A run measured with other glue is not resumed but started again: --remeasure refuses it
+    before anything is probed, rather than dropping problems from a run it then replaces."""
+    import json
+
+    _fake_gpu_command(monkeypatch)
+    _fake_checks_and_timings(monkeypatch)
+    out = tmp_path / "moe_layer.json"
+    argv = ["--models", "glm", "--tokens", "1", "--skewed-tokens", "", "--steps-tokens", "",
+            "--impls", "pearl", "--out", str(out)]  # fmt: skip
+    monkeypatch.setattr(layer, "_glue", lambda: "torch operations")
+    assert layer.main(argv) == 0
+    pid = json.loads(out.read_text())["problems"][0]["id"]
+    monkeypatch.setattr(layer, "_glue", lambda: "Triton kernels")
+    probed = []
+    monkeypatch.setattr(layer, "_check_dropped", lambda *a: probed.append(a))
+    with pytest.raises(ValueError, match="other glue"):
+        layer.main([*argv, "--resume", "--remeasure", pid, "--why", "x"])
+    assert not probed

@@ -253,20 +253,23 @@ def _gemm_choices(inputs: dict, fused: bool, gather: bool = False) -> dict:
     x, w_up, w_down = inputs["x"], inputs["w_gate_up"], inputs["w_down"]
     if x.device.type != "cuda":
         return {}
-    arch, gpu = api._arch_of(x.device), autotune.gpu_name(x.device)
     rows, experts = inputs["topk_ids"].numel(), w_up.shape[0]
 
     def label(n, k, activation=None, gather=False):
+        arch, gpu = api._arch_of(x.device), autotune.gpu_name(x.device)
         stage, config = api.default_choice(arch, n, k, experts, rows, gpu, activation, gather)
-        return f"s{stage} {config.describe()}"
+        epi = f" epi_tile_n={config.epi_tile_n}" if arch == "sm_100a" and config.epi_tile_n else ""
+        return f"s{stage} {config.describe()}{epi}"
 
-    try:
-        return {
-            "gate_up_kernel": label(*w_up.shape[1:], "swiglu" if fused else None, gather),
-            "down_kernel": label(*w_down.shape[1:]),
-        }
-    except Exception as exc:  # bookkeeping must not cost the measurement: say what failed
-        return {"kernels": f"not recorded: {type(exc).__name__}: {exc}"[:300]}
+    calls = {"gate_up_kernel": (*w_up.shape[1:], "swiglu" if fused else None, gather),
+             "down_kernel": tuple(w_down.shape[1:])}  # fmt: skip
+    kernels = {}
+    for key, args in calls.items():
+        try:
+            kernels[key] = label(*args)
+        except Exception as exc:  # bookkeeping must not cost the measurement: say what failed
+            kernels[key] = f"not recorded: {type(exc).__name__}: {exc}"[:300]
+    return kernels
 
 
 def _pearl(inputs: dict) -> Prepared:
@@ -891,14 +894,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _check_remeasure(path: Path, ids: list[str], why: str) -> None:
-    """Raise ``ValueError`` unless the run at ``path`` exists, holds every id and ``why`` is
-    given (``--remeasure``)."""
+def _check_remeasure(path: Path, ids: list[str], why: str, glue: str) -> None:
+    """Raise ``ValueError`` unless the run at ``path`` exists, can be resumed with this glue
+    (:func:`resume_layer_run`), holds every id and ``why`` is given (``--remeasure``)."""
     import json
 
     if not path.exists():
         raise ValueError(f"--remeasure: no run at {path} to resume")
-    _check_dropped(json.loads(path.read_text()), ids, why)
+    old = validate_layer_run(json.loads(path.read_text()))
+    if old["env"].get("glue", TORCH_GLUE) != glue:
+        raise ValueError(
+            f"--remeasure: {path} was measured with other glue "
+            f"({old['env'].get('glue', TORCH_GLUE)}): it is not resumed, so nothing in it can "
+            "be measured again"
+        )
+    _check_dropped(old, ids, why)
 
 
 def _check_dropped(run: dict, ids: list[str], why: str) -> None:
@@ -1000,7 +1010,7 @@ def main(argv=None) -> int:
     impls = {name: layer_impl(name) for name in args.impls.split(",")}
     out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), "moe_layer")
     if remeasure:  # refused before the ceilings are probed and anything is timed
-        _check_remeasure(out, remeasure, args.why)
+        _check_remeasure(out, remeasure, args.why, _glue())
     t0 = time.monotonic()
     env = environment(shlex.join(["python", "-m", "pearl_moe", "layer", *(argv or sys.argv[1:])]))
     env["glue"] = _glue()

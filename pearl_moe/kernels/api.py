@@ -292,6 +292,10 @@ def default_choice(
     activation (:func:`with_activation`) and to the gather of A (:func:`with_gather`). A pure
     function of its arguments (what the host knows without a sync): the layer benchmark records
     it beside each time."""
+    if gather and arch != "sm_90a":
+        raise ValueError(
+            f"the gather of A (gather_a) is implemented by the sm_90a kernels only, not {arch}"
+        )
     stage, config = autotune.pick_config(
         arch, n, k, experts, rows, gpu, fused=activation is not None
     )

@@ -131,9 +131,9 @@ def moe_forward(
     computed in the gate+up kernel's epilogue, which stores only ``act(gate) * up`` (half the
     bytes, no activation pass), except where the GPU's table measured the tiles the fused picks
     use slower than a separate activation pass costs
-    (:func:`pearl_moe.kernels.autotune.fuse_activation`; on the H200 table, no course shape
-    since the sm_90a fused epilogue takes 96-wide tiles): then the plain GEMM and the pass. ``gather="kernel"`` always fuses. Other backends
-    apply it after their GEMM.
+    (:func:`pearl_moe.kernels.autotune.fuse_activation`; on the H200 table that is no course
+    shape, since the sm_90a fused epilogue takes 96-wide tiles): then the plain GEMM and the
+    pass. ``gather="kernel"`` always fuses. Other backends apply it after their GEMM.
 
     Routing comes from ``router_logits`` ``(tokens, experts)`` with ``top_k`` (softmax over all
     experts, the ``top_k`` largest, renormalized unless ``renormalize=False``), or is given as
@@ -209,10 +209,10 @@ def _fuses_activation(device, rows: int, w_gate_up) -> bool:
     """Whether the default gate+up call on these operands fuses the activation into its
     epilogue (:func:`pearl_moe.kernels.autotune.fuse_activation`)."""
     from ..kernels.api import _arch_of
-    from ..kernels.autotune import fuse_activation
+    from ..kernels.autotune import fuse_activation, gpu_name
 
     experts, n, k = w_gate_up.shape
-    return fuse_activation(_arch_of(device), n, k, experts, rows)
+    return fuse_activation(_arch_of(device), n, k, experts, rows, gpu_name(device))
 
 
 def combine(y, routing: Routing, kernels: bool | None = None):
