@@ -894,6 +894,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _glue_of(run: dict) -> str:
+    """How a run's routing metadata and combine ran (``env.glue``; runs before it was recorded
+    used torch's)."""
+    return run["env"].get("glue", TORCH_GLUE)
+
+
 def _check_remeasure(path: Path, ids: list[str], why: str, glue: str) -> None:
     """Raise ``ValueError`` unless the run at ``path`` exists, can be resumed with this glue
     (:func:`resume_layer_run`), holds every id and ``why`` is given (``--remeasure``)."""
@@ -902,11 +908,10 @@ def _check_remeasure(path: Path, ids: list[str], why: str, glue: str) -> None:
     if not path.exists():
         raise ValueError(f"--remeasure: no run at {path} to resume")
     old = validate_layer_run(json.loads(path.read_text()))
-    if old["env"].get("glue", TORCH_GLUE) != glue:
+    if _glue_of(old) != glue:
         raise ValueError(
-            f"--remeasure: {path} was measured with other glue "
-            f"({old['env'].get('glue', TORCH_GLUE)}): it is not resumed, so nothing in it can "
-            "be measured again"
+            f"--remeasure: {path} was measured with other glue ({_glue_of(old)}): it is not "
+            "resumed, so nothing in it can be measured again"
         )
     _check_dropped(old, ids, why)
 
@@ -960,10 +965,10 @@ def resume_layer_run(path: Path, run: dict) -> dict:
             f"--resume: {path} was measured on {old['env'].get('gpu')}, this GPU is "
             f"{run['env'].get('gpu')}"
         )
-    if old["env"].get("glue", TORCH_GLUE) != run["env"].get("glue", TORCH_GLUE):
+    if _glue_of(old) != _glue_of(run):
         # the routing metadata and the combine ran another way there: its times do not mix
-        print(f"--resume: {path} was measured with other glue "
-              f"({old['env'].get('glue', TORCH_GLUE)}); starting a new run", flush=True)  # fmt: skip
+        print(f"--resume: {path} was measured with other glue ({_glue_of(old)}); starting a new "
+              "run", flush=True)  # fmt: skip
         return run
     first = {"date": old["env"].get("date"), "command": old["env"].get("command"),
              "ceilings": old["ceilings"], "problems": [p["id"] for p in old["problems"]]}  # fmt: skip
@@ -992,9 +997,10 @@ def main(argv=None) -> int:
     remeasure = [i for i in args.remeasure.split(",") if i]
     if remeasure and not args.resume:
         raise ValueError("--remeasure drops problems of the run it resumes: it needs --resume")
-    if [i for i in remeasure if i not in covered]:
+    uncovered = [i for i in remeasure if i not in covered]
+    if uncovered:
         raise ValueError(
-            f"--remeasure: {[i for i in remeasure if i not in covered]} are not among this "
+            f"--remeasure: {uncovered} are not among this "
             "command's problems (--models, --tokens, --skewed-tokens): they would be dropped "
             "and not measured again"
         )
@@ -1009,11 +1015,12 @@ def main(argv=None) -> int:
 
     impls = {name: layer_impl(name) for name in args.impls.split(",")}
     out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), "moe_layer")
+    glue = _glue()
     if remeasure:  # refused before the ceilings are probed and anything is timed
-        _check_remeasure(out, remeasure, args.why, _glue())
+        _check_remeasure(out, remeasure, args.why, glue)
     t0 = time.monotonic()
     env = environment(shlex.join(["python", "-m", "pearl_moe", "layer", *(argv or sys.argv[1:])]))
-    env["glue"] = _glue()
+    env["glue"] = glue
     ceilings = measure_ceilings()
     run = {"schema": LAYER_SCHEMA, "kind": "moe_layer", "env": env, "ceilings": ceilings,
            "method": __doc__.split("Method, as")[1].strip(), "impls": {n: LAYER_IMPLS[n][1]
@@ -1027,6 +1034,9 @@ def main(argv=None) -> int:
         if done:
             print(f"resuming {out}: {len(done)} problems done, {len(problems)} to go", flush=True)
     ceilings = run["ceilings"]  # on a resumed run, the first part's: one floor for all problems
+    # the step breakdown times our forward's steps: only in a run that times ours (a SonicMoE run
+    # has its own environment, where our kernels do not compile)
+    ours = any(name.startswith("pearl") for name in impls)
     for problem in problems:
         if args.deadline_s is not None and time.monotonic() - t0 > args.deadline_s:
             skipped = run["env"].setdefault("skipped_problems", [])
@@ -1047,9 +1057,6 @@ def main(argv=None) -> int:
                     run["records"].append(_record(problem, n, status, ceilings, message=message))
             timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
             steps = {}
-            # the step breakdown times our forward's steps: only in a run that times ours (a
-            # SonicMoE run has its own environment, where our kernels do not compile)
-            ours = any(name.startswith("pearl") for name in impls)
             if ours and problem.routing == "balanced" and problem.tokens in steps_tokens:
                 steps = time_layer_steps(problem, args.rounds, args.reps)
         except DeviceFault as fault:  # this process can run nothing more: keep what was measured

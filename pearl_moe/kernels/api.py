@@ -243,7 +243,7 @@ def with_activation(
     ``n`` (and ``k``), also what the shape needs: on sm_100a a thread stores its run of outputs
     whole, so where ``n / 2`` does not split into whole runs the epilogue takes 16 columns a
     step (runs of 8 outputs)."""
-    width = 32 if config.arch == "sm_90a" else 64
+    width = autotune.fused_tile_multiple(config.arch)
     tile_n = (
         config.tile_n if config.tile_n % width == 0 else max(width, config.tile_n // width * width)
     )

@@ -492,13 +492,18 @@ def vote(
     return scored
 
 
+def fused_tile_multiple(arch: str) -> int:
+    """The tile widths a fused gated activation takes are multiples of this: 32 on sm_90a (widths
+    of 32 (2 b + 1) store their last two output groups 4 bytes a thread), 64 on sm_100a."""
+    return 32 if arch == "sm_90a" else 64
+
+
 def activation_ready(config: GemmConfig) -> bool:
     """Whether a fused gated activation runs on ``config`` with nothing else changed
     (:func:`pearl_moe.kernels.api.with_activation` changes the rest): the direct store, tokens as
-    rows (no ``swap_ab``) and a tile width the fused epilogue takes: on sm_90a any multiple of 32
-    (widths of 32 (2 b + 1), 96 among them, store their last two output groups 4 bytes a thread),
-    on sm_100a a multiple of 64."""
-    width = 32 if config.arch == "sm_90a" else 64
+    rows (no ``swap_ab``) and a tile width the fused epilogue takes (:func:`fused_tile_multiple`:
+    on sm_90a 96 among them)."""
+    width = fused_tile_multiple(config.arch)
     return config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % width == 0
 
 
