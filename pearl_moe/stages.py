@@ -450,7 +450,7 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
             f"{c['datasheet_read_tb_s']:.1f} TB/s"
         )
     summary += f"; dense bf16 ceiling {c['bf16_tflop_s']:.0f} TFLOP/s. The floor uses both."
-    lines += ["", summary]
+    lines += ["", summary, *_changed_picks_note(run)]
     return "\n".join(lines)
 
 
@@ -467,7 +467,7 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
     tokens per GPU (geomean and worst ratio against the best baseline, who won), beside the
     course shapes of the same run; the shapes above the tie, those the run did not reach, and
     the shapes whose pick has changed since the run (the table or the picker changed)."""
-    from .bench.compare import by_tokens, changed_picks, compare_summary
+    from .bench.compare import by_tokens, compare_summary
     from .replay import load_run, run_path
 
     root = results_root or ROOT / "results"
@@ -516,16 +516,26 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
             f"Not reached by this run ({len(unreached)}, a deadline; "
             "`scripts/general_runs.sh compare` continues it): " + ", ".join(unreached) + ".",
         ]
-    changed = changed_picks(run)
-    if changed:
-        lines += [
-            "",
-            f"Picks changed since this run ({len(changed)}; their times above are of the "
-            "configuration the run timed): "
-            + "; ".join(f"{c['problem']}: {c['timed']} -> {c['now']}" for c in changed)
-            + ".",
-        ]
+    lines += _changed_picks_note(run)
     return "\n".join(lines)
+
+
+def _changed_picks_note(run: dict) -> list[str]:
+    """Lines naming the problems whose default pick changed since ``run`` timed them
+    (:func:`pearl_moe.bench.compare.changed_picks`; ``bench --resume --remeasure-changed``
+    times them again), or none."""
+    from .bench.compare import changed_picks
+
+    changed = changed_picks(run)
+    if not changed:
+        return []
+    return [
+        "",
+        f"Picks changed since this run ({len(changed)}; their times above are of the "
+        "configuration the run timed): "
+        + "; ".join(f"{c['problem']}: {c['timed']} -> {c['now']}" for c in changed)
+        + ".",
+    ]
 
 
 def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> str:

@@ -462,7 +462,7 @@ def vote(
     full) but one active expert 171 (two waves, the second under a third full), while a
     128-column tile gives that expert 128 tiles, one wave. On the H200 table this took the
     leave-one-model-out regret at under one row per expert from 1.062 to 1.016 (all entries:
-    1.043 to 1.032)."""
+    1.042 to 1.031)."""
     runnable: dict[str, tuple[int, GemmConfig]] = {}
     for _, entry in near:
         for label in _relative_times(entry):
@@ -558,10 +558,10 @@ def fuse_activation(
     Pro at 1 token (a 96-wide winner, 2.9 waves of 132 SMs; the 128-wide tile, 2.2 waves, took
     1.09x: 11 us against the pass's 7) ran the pass, 211.4 us against 216.1 fused at 128 wide;
     fused at 96 wide it took 203.8. It leaves out what the fused epilogue itself costs at a
-    given tile (one launch each under Nsight Compute: about 1% at GLM 5.3's 1 token; in the
-    layer run's CUDA-graph step timings 7-9% at 1 token, not explained,
-    ``experiments/fused_decode``), and the pass it fits is the activation on ``[gate | up]``,
-    not on the interleaved layout the unfused call then uses."""
+    given tile: with SiLU's division a hardware reciprocal, 0.995-1.003x the plain kernel in the
+    step graphs (``experiments/fused_decode``; with the IEEE division it was up to 1.09x). The
+    pass it fits is the activation on ``[gate | up]``, not on the interleaved layout the unfused
+    call then uses."""
     gpu = gpu or default_gpu_name(arch)
     bucket = rows_bucket(rows, experts)
     key = (arch, gpu, n, k, experts, rows)
