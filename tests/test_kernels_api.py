@@ -12,7 +12,7 @@ import functools  # noqa: E402
 import types  # noqa: E402
 
 from pearl_moe.config import GemmConfig  # noqa: E402
-from pearl_moe.kernels import api, grouped_gemm  # noqa: E402
+from pearl_moe.kernels import api, autotune, grouped_gemm  # noqa: E402
 from pearl_moe.kernels.api import stage_module, validate  # noqa: E402
 from pearl_moe.kernels.host import device_end_offsets, grouped_grid, schedule_tiles  # noqa: E402
 from pearl_moe.kernels.ladder import stage_config  # noqa: E402
@@ -474,6 +474,16 @@ def test_grouped_gemm_gathers_with_a_gather_config(fake_gpu):
         128,
         "direct_store",
     )
+    # a prefill tile keeps its shape and drops what the gather cannot take
+    s6 = stage_config("sm_90a", 6).with_(tile_m=128, tile_n=256, activation="swiglu")
+    for config in (s6, s6.with_(b_k_tiles=1, cluster_m=2), s6.with_(shift_a_box=True)):
+        kept = api.with_gather(config, 4096, 6144)
+        assert (kept.tile_m, kept.tile_n, kept.b_k_tiles, kept.cluster_m) == (128, 256, 1, 1)
+        assert kept.gather_a and not kept.shift_a_box and kept.activation == "swiglu"
+        assert autotune.stage_for(kept, 4096, 6144) == 4
+    # a ping-pong tile (two consumers) still takes the plain 128 x 128 gather tile
+    pingpong = api.with_gather(stage_config("sm_90a", 7), 4096, 6144)
+    assert (pingpong.tile_m, pingpong.tile_n, pingpong.acc_slots) == (128, 128, 1)
     # without a_index nothing is passed (the other kernels' launch takes no such argument)
     grouped_gemm(*_inputs(), stage=3)
     assert fake_gpu.a_index[-1] is None
