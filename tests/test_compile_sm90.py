@@ -171,6 +171,11 @@ def test_the_fused_activation_halves_the_stores_and_adds_one_exp_per_output(repo
     # SiLU: one exp2 per output value a thread holds, 64 rows x 64 outputs over 128 threads
     assert fused.opcodes.get("MUFU.EX2", 0) == 64 * 64 // 128
     assert plain.opcodes.get("MUFU.EX2", 0) == 0
+    # and one hardware reciprocal: no IEEE division, whose guarded slow path (FCHK, a CALLed
+    # subroutine) cost the fused kernel up to 9% at decode (experiments/fused_decode)
+    rcp = fused.opcodes.get("MUFU.RCP", 0) - plain.opcodes.get("MUFU.RCP", 0)
+    assert rcp == 64 * 64 // 128
+    assert not any(op.startswith("FCHK") for op in fused.opcodes)
     assert fused.smem_bytes == plain.smem_bytes  # registers only: the budget does not move
     geglu = reports["s7-pingpong-geglu"]
     assert any(op.startswith("MUFU.TANH") for op in geglu.opcodes)
