@@ -481,9 +481,13 @@ def test_grouped_gemm_gathers_with_a_gather_config(fake_gpu):
         assert (kept.tile_m, kept.tile_n, kept.b_k_tiles, kept.cluster_m) == (128, 256, 1, 1)
         assert kept.gather_a and not kept.shift_a_box and kept.activation == "swiglu"
         assert autotune.stage_for(kept, 4096, 6144) == 4
-    # a ping-pong tile (two consumers) still takes the plain 128 x 128 gather tile
-    pingpong = api.with_gather(stage_config("sm_90a", 7), 4096, 6144)
-    assert (pingpong.tile_m, pingpong.tile_n, pingpong.acc_slots) == (128, 128, 1)
+    # so does a 128-row ping-pong tile; a 64-row one takes the plain 128 x 128 gather tile
+    s7 = stage_config("sm_90a", 7)
+    kept = api.with_gather(s7.with_(tile_m=128, tile_n=192), 4096, 6144)
+    assert (kept.tile_m, kept.tile_n, kept.acc_slots, kept.b_k_tiles) == (128, 192, 2, 1)
+    assert autotune.stage_for(kept, 4096, 6144) == 7
+    narrow = api.with_gather(s7, 4096, 6144)
+    assert (narrow.tile_m, narrow.tile_n, narrow.acc_slots) == (128, 128, 1)
     # without a_index nothing is passed (the other kernels' launch takes no such argument)
     grouped_gemm(*_inputs(), stage=3)
     assert fake_gpu.a_index[-1] is None

@@ -7,9 +7,10 @@ For the gate+up GEMM of GLM 5.3 and DeepSeek V4 Pro at 1 token (EP8), the same c
 run plain and with ``activation="swiglu"`` on the interleaved weights, at the tile the default
 picks and at the other activation-ready widths (64, 128, 192).
 
-The run in ``data/`` was made before a fix: its calls did not bind their case's inputs, so all
+``data/fused_ab.json`` was made before a fix: its calls did not bind their case's inputs, so all
 21 ran on the last case's (GLM 5.3 at 16 tokens: 128 rows over 32 experts); the labels name the
-case whose configurations each call used (``data/fused_ab.json``, ``note``).
+case whose configurations each call used (its ``note``). ``data/fused_ab_rcp.json`` was made
+after it and after SiLU's division became a hardware reciprocal, each case on its own inputs.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """What the fused SwiGLU adds to the sm_90a kernel's instructions at decode's tile (CPU).
 
-    python experiments/fused_decode/sass_epilogue.py [OUT.json]   # default data/sass_epilogue.json
+    python experiments/fused_decode/sass_epilogue.py [OUT.json]  # data/sass_epilogue_rcp.json
 
 Compiles the gate+up GEMM that the H200 table picks for Kimi K3 at 1 token (EP8: 16 routed rows
 over 112 experts, n = 6144, k = 3584), a 16 x 96 tile at stage 6, plain and with
 ``activation="swiglu"``, and counts each kernel's SASS instructions by opcode: what the epilogue
 adds, and whether any of it is a slow path (``FCHK`` guards IEEE division and branches to a
 ``CALL``ed subroutine for operands the fast sequence cannot take).
+
+``data/sass_epilogue.json`` is the build with SiLU's IEEE division (commit ``21705c4``); since,
+the division is a hardware reciprocal, and the script writes ``data/sass_epilogue_rcp.json``.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def main(argv: list[str]) -> int:
         counts = opcode_counts(Path(report.files["sass"]).read_text())
         kernels[name] = {"label": report.label, "smem_bytes": report.smem_bytes,
                          "instructions": sum(counts.values()), "opcodes": dict(sorted(counts.items()))}  # fmt: skip
-    out = Path(argv[0]) if argv else Path(__file__).parent / "data" / "sass_epilogue.json"
+    out = Path(argv[0]) if argv else Path(__file__).parent / "data" / "sass_epilogue_rcp.json"
     out.write_text(json.dumps({"shape": SHAPE, "stage": stage, **kernels}, indent=1) + "\n")
     p, f = kernels["plain"]["opcodes"], kernels["fused"]["opcodes"]
     for op in sorted(set(p) | set(f)):

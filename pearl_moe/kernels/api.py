@@ -264,19 +264,20 @@ def with_activation(
 
 def with_gather(config: GemmConfig, n: int, k: int, stage: int | None = None) -> GemmConfig:
     """``config`` with A's rows read through an index (``with_(gather_a=True)``) where the
-    option combines with it at ``(n, k)`` (and at ``stage``, if given); else, for a
-    single-consumer tile of 128 or more rows, the same tile without what the gather cannot take
-    (B entries over two K tiles, clusters, the shifted A box); else a plain 128 x 128 tile with
-    the gather, the direct store (the TMA store at stage 3) and ``config``'s activation.
+    option combines with it at ``(n, k)`` (and at ``stage``, if given); else, for a tile of 128
+    or more rows, the same tile without what the gather cannot take (B entries over two K tiles,
+    clusters, the shifted A box); else a plain 128 x 128 tile with the gather, the direct store
+    (the TMA store at stage 3) and ``config``'s activation.
 
     Keeping the tile matters at prefill: on the H200 the GLM 5.3 layer at 4096 tokens took
-    4111 us with the 128 x 256 gather tile and 4592 us with the 128 x 128 one, in two layer runs
-    (``results/H200/moe_layer.json.gz``, ``env.edits``)."""
+    4111 us with a 128 x 256 gather tile (``git show 041d3a4:results/H200/moe_layer.json.gz``)
+    and 4592 us with the 128 x 128 one in the next run (``results/H200/moe_layer.json.gz``; its
+    down GEMM was 64 us faster too, so the gap is if anything larger)."""
     from .sm90.common import can_implement as sm90_can_implement
 
     at = LAST_STAGE if stage is None else stage
     tries = [dict(gather_a=True)]
-    if config.tile_m >= 128 and config.acc_slots == 1:
+    if config.tile_m >= 128:
         tries.append(dict(gather_a=True, b_k_tiles=1, cluster_n=1, cluster_m=1,
                           shift_a_box=False, ring_depth=None))  # fmt: skip
     for changes in tries:

@@ -537,8 +537,8 @@ def _fused_from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
 
 #: What the activation as a pass of its own costs beside the gate+up GEMM: a fixed part in us and
 #: a part per element of the GEMM's output in ps, fitted to the H200 layer run's step timings
-#: (results/H200/moe_layer.json.gz: 7.2-7.7 us at 1 token, 6.7-7.1 ps an element at 4096 tokens
-#: on all three course models, 956-2714 us).
+#: (then 7.2-7.7 us at 1 token and 6.7-7.1 ps an element at 4096 tokens on all three course
+#: models; the committed results/H200/moe_layer.json.gz: 7.4-7.5 us, 6.7-7.2 ps, 951-2696 us).
 ACTIVATION_PASS_US, ACTIVATION_PS_PER_ELEMENT = 7.0, 7.0
 
 
