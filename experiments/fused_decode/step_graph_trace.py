@@ -15,9 +15,9 @@ step: the graph's time per call (events, without the profiler), every kernel a r
 its median duration (memsets and copies left out), and the gaps between consecutive kernels
 (two replays a profiling session: the warm-up's kernels are in it too). If the fused kernel
 itself runs longer inside the graph, the kernels say so; if they match, the difference is in
-what the graph adds. Data: ``data/step_graph_trace_ieee.json`` (SiLU's IEEE division: the fused
-kernel itself ran 1.013-1.091x the plain one at 1 token) and ``data/step_graph_trace_rcp.json``
-(the hardware reciprocal: 0.995-1.003x).
+what the graph adds. Data, gzipped: ``data/step_graph_trace_ieee.json.gz`` (SiLU's IEEE
+division: the fused kernel itself ran 1.013-1.091x the plain one at 1 token) and
+``data/step_graph_trace_rcp.json.gz`` (the hardware reciprocal: 0.995-1.003x).
 """
 
 from __future__ import annotations

@@ -52,7 +52,9 @@ def _layer_times() -> dict:
 
 def _kernel_ratios(name: str) -> list[float]:
     """Fused over plain gate+up, median kernel durations inside the step graphs, per problem."""
-    trace = json.loads(data("fused_decode", name).read_text())
+    import gzip
+
+    trace = json.loads(gzip.decompress(data("fused_decode", name).read_bytes()))
     ratios = []
     for case in trace["cases"]:
         (plain,) = case["steps"]["gate+up"]["kernels"].values()
@@ -66,9 +68,9 @@ def test_inside_the_step_graphs_the_ieee_division_cost_up_to_9_percent():
     token, GLM 5.3 at 64): with SiLU's IEEE division the fused kernel itself ran 1.005-1.091x the
     plain one at the same tile (the graphs add nothing: their time per call is the kernel's plus
     0.1-1.0 us); with the hardware reciprocal 0.995-1.003x."""
-    ieee = _kernel_ratios("step_graph_trace_ieee.json")
+    ieee = _kernel_ratios("step_graph_trace_ieee.json.gz")
     assert [round(r, 3) for r in ieee] == [1.013, 1.070, 1.091, 1.005]
-    rcp = _kernel_ratios("step_graph_trace_rcp.json")
+    rcp = _kernel_ratios("step_graph_trace_rcp.json.gz")
     assert round(min(rcp), 3) == 0.995 and round(max(rcp), 3) == 1.003
 
 

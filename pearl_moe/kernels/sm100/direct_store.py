@@ -192,7 +192,10 @@ class DirectStoreEpilogue:
         for b in cutlass.range_constexpr(run // 16):
             for r in cutlass.range_constexpr(8):
                 rF[8 * b + r] = gated_value(
-                    tTR_rAcc[16 * b + r], tTR_rAcc[16 * b + 8 + r], self.activation
+                    tTR_rAcc[16 * b + r],
+                    tTR_rAcc[16 * b + 8 + r],
+                    self.activation,
+                    False,  # IEEE division: the reciprocal spills the 2-CTA 128 x 256 tile
                 )
         rO = cute.make_rmem_tensor(rF.layout, self.c_dtype)
         rO.store(rF.load().to(self.c_dtype))
