@@ -8,11 +8,10 @@
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
 #
 # `tune` measures the shapes the table lacks; `prefill` re-times the tuning set's prefill shapes
-# (more than 256 rows per expert) over the whole candidate space as it is now (47 configurations
+# (more than 256 rows per expert) over the whole candidate space as it is now (48 configurations
 # a shape: the 128 x 128 and 128 x 192 ping-pong tiles, the 256-row tiles and the 2-CTA clusters
-# among them, quack's default Hopper configuration too; --limit 48 leaves one slot for a
-# serial-walk twin); it
-# re-times all 14 each time, so give it a call of its own or a deadline that lets it finish.
+# among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
+# along N too; --limit 49 leaves one slot for a serial-walk twin); it re-times all 14 each time, so give it a call of its own or a deadline that lets it finish.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured.
 #
@@ -38,7 +37,7 @@ case "${1:-}" in
   prefill)
     cp pearl_moe/tuning/H200.json "$OUT/H200.json"
     python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
-      --limit 48 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
+      --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;
   compare)
