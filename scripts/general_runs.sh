@@ -11,7 +11,10 @@
 # (more than 256 rows per expert) over the whole candidate space as it is now (48 configurations
 # a shape: the 128 x 128 and 128 x 192 ping-pong tiles, the 256-row tiles and the 2-CTA clusters
 # among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
-# along N too; --limit 49 leaves one slot for a serial-walk twin); it re-times all 14 each time, so give it a call of its own or a deadline that lets it finish.
+# along N too; --limit 49 leaves one slot for a serial-walk twin); it re-times all 14 each time,
+# so give it a call of its own or a deadline that lets it finish. Run `ONLY=clusterN2
+# scripts/new_kernels_gpu.sh` first: the 128 x 192 ping-pong tile along N has not run on a GPU
+# yet, and tune rejects a wrong result but a cluster barrier that hangs would stall the run.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured.
 #

@@ -559,7 +559,8 @@ def test_decode_candidates_include_the_width_that_fills_the_waves():
 
 def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
     """At prefill the tuner also times 256-row tiles and, for tiles of 128 rows and more, twins
-    in clusters of two CTAs sharing A (``cluster_n=2``); not at decode, never on sm_100a."""
+    in clusters of two CTAs sharing A (``cluster_n=2``) or B (``cluster_m=2``); not at decode,
+    never on sm_100a."""
     from pearl_moe.workloads import make_problem
 
     for tokens in (1, 64, 256, 4096):
@@ -580,7 +581,7 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
         quack_default = "sm_90a 128x192x64 1cta r5 clusterM2 direct pingpong"
         assert quack_default in {c.describe() for c in clustered}
         # the shared operand is the larger tile: A (along N) when tile_m >= tile_n, else B; and
-        # the 128 x 192 ping-pong tile shares either (quack's tuned prefill down projections: A)
+        # the 128 x 192 ping-pong tile shares either
         along_n = {c.describe() for c in clustered if c.cluster_n == 2 and c.tile_m < c.tile_n}
         assert along_n == {"sm_90a 128x192x64 1cta r5 clusterN2 direct pingpong"}
         assert all(c.tile_n >= c.tile_m for c in clustered if c.cluster_m == 2)

@@ -61,7 +61,7 @@ VARIANTS = {
     # in clusters of two along M (quack's default Hopper configuration)
     "s7-128x192-pingpong": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1)),
     "s7-128x192-pingpong-clusterM2": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1, cluster_m=2)),
-    # and along N, sharing A (quack's tuned choice on several 4096-token down projections)
+    # and along N, sharing A (quack-tuned's choice on one held-out 4096-token down projection)
     "s7-128x192-pingpong-clusterN2": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1, cluster_n=2)),
     # clusters of two CTAs along M sharing B (an odd count of m tiles in an expert leaves the
     # second CTA rows past the expert: computed, never stored)

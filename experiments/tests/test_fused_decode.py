@@ -1,6 +1,7 @@
 """The fused gated activation at decode: the width decided most of it, SiLU's IEEE division the
 rest; with a hardware reciprocal the fused gate+up costs what the plain one does."""
 
+import gzip
 import json
 
 from analysis import data, ncu_metrics
@@ -52,8 +53,6 @@ def _layer_times() -> dict:
 
 def _kernel_ratios(name: str) -> list[float]:
     """Fused over plain gate+up, median kernel durations inside the step graphs, per problem."""
-    import gzip
-
     trace = json.loads(gzip.decompress(data("fused_decode", name).read_bytes()))
     ratios = []
     for case in trace["cases"]:

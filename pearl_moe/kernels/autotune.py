@@ -558,9 +558,9 @@ def fuse_activation(
     Pro at 1 token (a 96-wide winner, 2.9 waves of 132 SMs; the 128-wide tile, 2.2 waves, took
     1.09x: 11 us against the pass's 7) ran the pass, 211.4 us against 216.1 fused at 128 wide;
     fused at 96 wide it took 203.8. It leaves out what the fused epilogue itself costs at a
-    given tile: with SiLU's division a hardware reciprocal, 0.995-1.003x the plain kernel in the
-    step graphs (``experiments/fused_decode``; with the IEEE division it was up to 1.09x). The
-    pass it fits is the activation on ``[gate | up]``, not on the interleaved layout the unfused
+    given tile: with SiLU's division a hardware reciprocal (sm_90a), 0.995-1.003x the plain
+    kernel in the step graphs (``experiments/fused_decode``; with the IEEE division it was up to
+    1.09x). The pass it fits is the activation on ``[gate | up]``, not on the interleaved layout the unfused
     call then uses."""
     gpu = gpu or default_gpu_name(arch)
     bucket = rows_bucket(rows, experts)
@@ -819,19 +819,21 @@ def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
     """Prefill twins in clusters of two CTAs that share their larger operand tile by TMA
     multicast (each CTA loads half of it into both), of the 128- and 256-row tiles among
     ``configs`` (and of the 128 x 128 and 128 x 192 direct-store tiles in ping-pong): along N
-    sharing A (the 128 x 192 ping-pong tile too: quack's tuned configurations share A with
-    128-row ping-pong tiles 128-208 wide on most of the held-out set's 4096-token down
-    projections, where ours lose 5-8%)
-    (``cluster_n=2``, where ``tile_m >= tile_n`` and ``n`` gives at least two n tiles), along M
-    sharing B (``cluster_m=2``, where ``tile_n >= tile_m``). At prefill a tile's operands cross
+    sharing A (``cluster_n=2``, where ``tile_m >= tile_n`` and ``n`` gives at least two n tiles),
+    along M sharing B (``cluster_m=2``, where ``tile_n >= tile_m``); and the 128 x 192 ping-pong
+    tile along N too, sharing the smaller A: quack's tuned configurations share A with 128-row
+    ping-pong tiles on 3 of the held-out set's 10 down projections at 4096 tokens (128 x 128,
+    128 x 160 and 128 x 192 wide; on GLM-4.5-Air's, with 160, ours takes 1.077x), and this one
+    has not run on a GPU yet (its ``clusterN2`` test case, ``scripts/new_kernels_gpu.sh``). At prefill a tile's operands cross
     from L2 to the SM once per k tile: a 128 x 256 tile moves 16 KB of A and 32 KB of B per 4.2
     MFLOP, which at the H200's measured bf16 ceiling (796 TFLOP/s over 132 SMs) is about 9 TB/s
     of L2 reads (arithmetic, not a measurement); sharing its B tile cuts a CTA's loads from 48 to
     32 KB, a third (quack's tuned Hopper configurations use 2-CTA clusters on every prefill shape
     of the held-out set, along M or along N). Both directions passed their GPU tests on the H200
-    (the ``clusterN2`` / ``clusterM2`` variants of ``tests/test_kernels_sm90_gpu.py``); the tuner
+    (the ``clusterN2`` / ``clusterM2`` variants of ``tests/test_kernels_sm90_gpu.py``; all but
+    the 128 x 192 ping-pong tile along N); the tuner
     times them, and a table picks them only where they measured fastest (the H200 table: one
-    256 x 192 tile along N)."""
+    256 x 192 tile along N, one 128 x 192 ping-pong tile along M)."""
     out = []
     for config in configs:
         if config.tile_m < 128 or config.b_k_tiles != 1:
@@ -878,8 +880,8 @@ def candidates(
       Each is tried on the most promising shapes first, so truncation at ``limit`` drops the least
       likely combinations.
     * **clusters** (sm_90a, prefill only, :func:`_cluster_candidates`): twins of the first
-      pass's 128- and 256-row tiles in 2-CTA clusters sharing their larger operand tile, right
-      after that pass.
+      pass's 128- and 256-row tiles in 2-CTA clusters sharing their larger operand tile (and
+      the 128 x 192 ping-pong tile sharing A), right after that pass.
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
       so the table never picks something slower than either (within the run's noise).
     * **the scheduler's walk**: from :data:`SERIAL_WALK_ROWS` rows per expert on, the slots the
