@@ -903,11 +903,11 @@ def _glue_of(run: dict) -> str:
 def _check_remeasure(path: Path, ids: list[str], why: str, glue: str) -> None:
     """Raise ``ValueError`` unless the run at ``path`` exists, can be resumed with this glue
     (:func:`resume_layer_run`), holds every id and ``why`` is given (``--remeasure``)."""
-    import json
+    from ..replay import read_json
 
     if not path.exists():
         raise ValueError(f"--remeasure: no run at {path} to resume")
-    old = validate_layer_run(json.loads(path.read_text()))
+    old = validate_layer_run(read_json(path))
     if _glue_of(old) != glue:
         raise ValueError(
             f"--remeasure: {path} was measured with other glue ({_glue_of(old)}): it is not "

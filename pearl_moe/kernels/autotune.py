@@ -560,8 +560,8 @@ def fuse_activation(
     fused at 96 wide it took 203.8. It leaves out what the fused epilogue itself costs at a
     given tile: with SiLU's division a hardware reciprocal (sm_90a), 0.995-1.003x the plain
     kernel in the step graphs (``experiments/fused_decode``; with the IEEE division it was up to
-    1.09x). The pass it fits is the activation on ``[gate | up]``, not on the interleaved layout the unfused
-    call then uses."""
+    1.09x). The pass it fits is the activation on ``[gate | up]``, not on the interleaved layout
+    the unfused call then uses."""
     gpu = gpu or default_gpu_name(arch)
     bucket = rows_bucket(rows, experts)
     key = (arch, gpu, n, k, experts, rows)
@@ -824,14 +824,15 @@ def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
     tile along N too, sharing the smaller A: quack's tuned configurations share A with 128-row
     ping-pong tiles on 3 of the held-out set's 10 down projections at 4096 tokens (128 x 128,
     128 x 160 and 128 x 192 wide; on GLM-4.5-Air's, with 160, ours takes 1.077x), and this one
-    has not run on a GPU yet (its ``clusterN2`` test case, ``scripts/new_kernels_gpu.sh``). At prefill a tile's operands cross
-    from L2 to the SM once per k tile: a 128 x 256 tile moves 16 KB of A and 32 KB of B per 4.2
-    MFLOP, which at the H200's measured bf16 ceiling (796 TFLOP/s over 132 SMs) is about 9 TB/s
-    of L2 reads (arithmetic, not a measurement); sharing its B tile cuts a CTA's loads from 48 to
-    32 KB, a third (quack's tuned Hopper configurations use 2-CTA clusters on every prefill shape
-    of the held-out set, along M or along N). Both directions passed their GPU tests on the H200
-    (the ``clusterN2`` / ``clusterM2`` variants of ``tests/test_kernels_sm90_gpu.py``; all but
-    the 128 x 192 ping-pong tile along N); the tuner
+    has not run on a GPU yet (its ``clusterN2`` test case, ``scripts/new_kernels_gpu.sh``).
+
+    At prefill a tile's operands cross from L2 to the SM once per k tile: a 128 x 256 tile moves
+    16 KB of A and 32 KB of B per 4.2 MFLOP, which at the H200's measured bf16 ceiling (796
+    TFLOP/s over 132 SMs) is about 9 TB/s of L2 reads (arithmetic, not a measurement); sharing
+    its B tile cuts a CTA's loads from 48 to 32 KB, a third (quack's tuned Hopper configurations
+    use 2-CTA clusters on every prefill shape of the held-out set, along M or along N). Both
+    directions passed their GPU tests on the H200 (the ``clusterN2`` / ``clusterM2`` variants of
+    ``tests/test_kernels_sm90_gpu.py``; all but the 128 x 192 ping-pong tile along N); the tuner
     times them, and a table picks them only where they measured fastest (the H200 table: one
     256 x 192 tile along N, one 128 x 192 ping-pong tile along M)."""
     out = []
