@@ -372,6 +372,66 @@ def test_gather_a_equals_the_materialized_gather(name, counts, n, k):
     assert torch.equal(out, plain)
 
 
+def _course_gather_picks():
+    """The MoE layer's gate+up gather picks (``api.default_choice(..., gather=True)``, from the
+    H200 table the package ships) at the course models' prefill token counts, plain and fused:
+    the 128-row and wider tiles :func:`api.with_gather` keeps (a tile the layer runs only
+    there), each ``(id, n, k, stage, config)`` once."""
+    from pearl_moe.kernels import api
+
+    picks, seen = [], set()
+    for model in ("GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"):
+        for tokens in (1024, 4096):
+            p = make_problem(MODELS[model], tokens, ep=8, projection="gate_up")
+            for activation in (None, "swiglu"):
+                stage, config = api.default_choice(
+                    "sm_90a", p.n, p.k, p.experts, p.rows, "H200", activation, gather=True
+                )
+                key = (p.n, p.k, stage, config)
+                if key not in seen:
+                    seen.add(key)
+                    picks.append((f"{model}-{tokens}-{config.describe()}", p.n, p.k, stage, config))
+    return picks
+
+
+COURSE_GATHER_PICKS = _course_gather_picks()
+
+
+@pytest.mark.parametrize("pick", COURSE_GATHER_PICKS, ids=[p[0] for p in COURSE_GATHER_PICKS])
+def test_the_layers_gather_picks_at_prefill(pick):
+    """Each such pick on the course model's (n, k), ragged counts with a tokenless expert (fewer
+    rows than the layer, the same kernel), fused ones on interleaved weights: against the fp32
+    reference of the materialized gather ``x[idx]``, into a NaN-poisoned output."""
+    from pearl_moe.kernels import interleave_gate_up
+    from pearl_moe.kernels.verify import compare, reference, torch_bf16
+    from pearl_moe.moe.reference import gated
+
+    _, n, k, stage, config = pick
+    counts = (300, 0, 517, 129)
+    rows, tokens = sum(counts), 400
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    x = torch.randn(tokens, k, generator=g, device="cuda").to(torch.bfloat16)
+    _, W, offs = random_inputs(counts, n, k, seed=n + k)
+    idx = _top_k_index(rows, tokens, seed=n + k)
+    gathered, host = x[idx.long()], offs.tolist()
+    if config.activation is None:
+        res = run_checked(
+            lambda _A, W, o, out: grouped_gemm(x, W, o, out=out, stage=stage, config=config,
+                                               a_index=idx),
+            gathered, W, offs, host,
+        )  # fmt: skip
+        assert res["ok"], (config.describe(), res)
+        return
+    out = torch.full((rows, n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
+    grouped_gemm(x, interleave_gate_up(W), offs, out=out, stage=stage, config=config,
+                 activation=config.activation, a_index=idx)  # fmt: skip
+    torch.cuda.synchronize()
+    ref = gated(reference(gathered, W, host), config.activation)
+    torch_out = gated(torch_bf16(gathered, W, host), config.activation).to(torch.bfloat16)
+    res = compare(out, ref, torch_out)
+    assert res["ok"], (config.describe(), res)
+
+
 def test_gather_a_default_config_and_unchecked_call():
     """No config: the tuned pick with the gather (or the plain 128 x 128 gather tile);
     ``check=False`` skips the host copies and gives the same output."""
