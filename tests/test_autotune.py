@@ -81,6 +81,18 @@ def test_table_entry_wins_then_the_neighbours_vote_then_heuristic(tmp_path, monk
     assert other.config == wide and "vote" in other.source
     tiny = autotune.pick("sm_90a", 256, 512, 4, rows=4096)  # nothing measured near it
     assert tiny.source.startswith("heuristic")
+    # a GPU of the same arch with no table of its own is served by the H200's
+    borrowed = autotune.pick("sm_90a", *GLM, rows=512, gpu="H100")
+    assert borrowed.config == wide and borrowed.source.startswith("table H200 (for H100): ")
+    assert autotune.table_gpu("sm_90a", "H100") == "H200"
+    assert autotune.table_gpu("sm_90a", "H200") == "H200"
+    assert autotune.table_gpu("sm_100a", "B300") == "B300"  # no table for sm_100a: none to borrow
+    assert autotune.pick("sm_100a", *GLM, rows=512, gpu="B300").source.startswith("heuristic")
+    own = tmp_path / "H100.json"
+    own.write_text(json.dumps(_table([], gpu="H100")))
+    monkeypatch.setenv(autotune.ENV_TABLE, str(own))  # a table of the H100's own wins
+    autotune.clear_cache()
+    assert autotune.table_gpu("sm_90a", "H100") == "H100"
     assert autotune.pick("sm_90a", *GLM, rows=512, gpu="H100").source.startswith("heuristic")
     monkeypatch.setenv(autotune.ENV_TABLE, "off")
     autotune.clear_cache()

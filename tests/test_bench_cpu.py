@@ -191,8 +191,10 @@ def test_loop_baseline_checks_on_cpu_and_broken_one_does_not():
 
 def test_registry_lists_baselines_and_pearl_stages_lazily():
     names = harness.impl_names()
-    for name in ("loop", "grouped_mm", "quack", "quack-tuned", "triton", "pearl-s1", "pearl-s3"):
+    for name in ("loop", "grouped_mm", "quack", "quack-tuned", "triton", "pearl-s1", "pearl-s3",
+                 "pearl-heuristic"):  # fmt: skip
         assert name in names
+    assert harness.get_impl("pearl-heuristic").config["stage"] == "heuristic (no tuning table)"
     with pytest.raises(KeyError):
         harness.get_impl("no-such-impl")
 

@@ -354,11 +354,16 @@ def variant_config(arch: str, stage: int, overrides: dict):
     return stage_config(arch, stage).with_(**overrides).resolved()
 
 
-def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = None):
+def _pearl(
+    stage: int | None, overrides: dict | None = None, name: str | None = None,
+    heuristic: bool = False,
+):  # fmt: skip
     """``pearl_moe.kernels.grouped_gemm`` at a kernel stage (its ``stage`` argument; None: its
     default), called with ``check=False`` so the call can be captured in a CUDA graph (the
     harness's own correctness check runs first). The per-expert loop (stage 1) gets the offsets
-    on the host from the routing, as a serving system would have them."""
+    on the host from the routing, as a serving system would have them. ``heuristic``
+    (``pearl-heuristic``): what the default call runs with no tuning table at all
+    (:func:`pearl_moe.kernels.autotune.heuristic`), to weigh what a table buys on this GPU."""
     kernels = _pearl_kernels()
     names = getattr(kernels, "STAGE_NAMES", None) or getattr(
         getattr(kernels, "api", None), "STAGE_NAMES", None
@@ -367,7 +372,9 @@ def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = 
         raise ImplementationUnavailable(
             f"pearl_moe.kernels has no stage {stage} (stages: {sorted(names)})"
         )
-    name = name or ("pearl" if stage is None else f"pearl-s{stage}")
+    name = name or (
+        "pearl-heuristic" if heuristic else "pearl" if stage is None else f"pearl-s{stage}"
+    )
     kwargs = {"check": False} if stage is None else {"check": False, "stage": stage}
 
     def prepare(A, W, offsets, counts):
@@ -375,7 +382,13 @@ def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = 
         from ..workloads import counts_to_offsets
 
         arch = _arch_of(A.device)
-        if stage is None:  # the default call: record what it picks, then call it without a config
+        if heuristic:
+            from ..kernels.autotune import heuristic as guess
+
+            choice = guess(arch, W.shape[1], W.shape[2], W.shape[0], A.shape[0])
+            config, picked = choice.config, choice.stage
+            call_kwargs = {"stage": choice.stage, "config": config}
+        elif stage is None:  # the default call: record what it picks, then call it without a config
             from ..kernels.autotune import gpu_name, pick
 
             choice = pick(arch, W.shape[1], W.shape[2], W.shape[0], A.shape[0], gpu_name(A.device))
@@ -397,11 +410,13 @@ def _pearl(stage: int | None, overrides: dict | None = None, name: str | None = 
             )
 
         described = {"stage": picked, "config": config.describe()}
-        if stage is None:
+        if stage is None or heuristic:
             described["picked_by"] = choice.source
         return Prepared(run, {**described, "gemm_config": dataclasses.asdict(config)})
 
     config = {"stage": stage if stage is not None else "default", "overrides": overrides or {}}
+    if heuristic:
+        config["stage"] = "heuristic (no tuning table)"
 
     return Implementation(name, prepare, dict(config), "pearl-moe CuTe DSL kernel")
 
@@ -413,6 +428,7 @@ register("quack-tuned", functools.partial(_quack, True))
 register("triton", _triton)
 register("flashinfer", _flashinfer)
 register("pearl", functools.partial(_pearl, None))
+register("pearl-heuristic", functools.partial(_pearl, None, heuristic=True))
 for _s in PEARL_STAGES:
     register(f"pearl-s{_s}", functools.partial(_pearl, _s))
 # pearl-sN for stages not listed above, and pearl-sN:field=value+... variants

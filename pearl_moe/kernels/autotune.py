@@ -33,7 +33,7 @@ import importlib.util
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config import GemmConfig
@@ -62,6 +62,7 @@ __all__ = [
     "stage_for",
     "candidates",
     "load_table",
+    "table_gpu",
     "use_table",
     "table_key",
     "clear_cache",
@@ -270,6 +271,25 @@ def load_table(gpu: str) -> dict | None:
             table = None
     _TABLES[gpu] = table
     return table
+
+
+def table_gpu(arch: str, gpu: str) -> str:
+    """The GPU whose table serves ``gpu``: its own where it has one, else the architecture's
+    default GPU's (:func:`default_gpu_name`: the H200's for an H100), where that one exists and is
+    a table for ``arch``. The same kernels, SM count (132) and shared memory; what moves is the
+    memory bandwidth (3.35 against 4.8 TB/s), which shifts the tiles' times more than it reorders
+    them. Measured on an H100 (``results/H100/table_transfer.json.gz``), the H200 table's picks
+    took 0.937x the time of the heuristic's, the alternative (geomean over 69 course and held-out
+    shapes at 1, 16 and 4096 tokens; 0.52-1.09x, three shapes above 1.02x). ``tune`` on the GPU
+    itself gives it a table of its own, which then serves it."""
+    if load_table(gpu) is not None:
+        return gpu
+    fallback = _DEFAULT_GPU.get(arch)
+    if fallback and fallback != gpu:
+        table = load_table(fallback)
+        if table is not None and table.get("arch") == arch:
+            return fallback
+    return gpu
 
 
 def _entry_choice(entry: dict, arch: str, n: int, k: int, gpu: str) -> Choice | None:
@@ -567,7 +587,7 @@ def fuse_activation(
     key = (arch, gpu, n, k, experts, rows)
     if key in _FUSES:
         return _FUSES[key]
-    entries = _table_entries(arch, n, k, experts, bucket, gpu)
+    entries = _table_entries(arch, n, k, experts, bucket, table_gpu(arch, gpu))
     answer = True
     if entries:
         entry = entries[0]
@@ -672,6 +692,7 @@ def pick(
     key = (arch, gpu, n, k, experts, rows, fused)
     choice = _PICKS.get(key)
     if choice is None:
+        asked, gpu = gpu, table_gpu(arch, gpu)
         bucket = rows_bucket(rows, experts)
         exact = _from_table(arch, n, k, experts, bucket, gpu)
         ready = None
@@ -685,6 +706,9 @@ def pick(
             or _from_neighbours(arch, n, k, experts, rows, gpu)
             or heuristic(arch, n, k, experts, rows)
         )
+        if gpu != asked and choice.source.startswith(f"table {gpu}"):
+            where = choice.source[len(f"table {gpu}") :]
+            choice = replace(choice, source=f"table {gpu} (for {asked}){where}")
         if len(_PICKS) >= MAX_PICKS:
             _PICKS.clear()
         _PICKS[key] = choice
