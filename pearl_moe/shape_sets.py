@@ -34,6 +34,7 @@ __all__ = [
     "HELD_OUT_MODELS",
     "LAYOUTS",
     "TUNING_TOKENS",
+    "TUNING_PREFILL_TOKENS",
     "HELD_OUT_TOKENS",
     "HELD_OUT_DOWN_TOKENS",
     "cases",
@@ -79,6 +80,12 @@ LAYOUTS = {
     "DeepSeek-V2-Lite": (1,),
 }
 TUNING_TOKENS = (1, 16, 64, 256, 1024, 4096)
+#: Token counts the tuning set also takes (not the course's set): at 4096 tokens its layers reach
+#: 2048 rows per expert, the held-out set's 4096 (Qwen2-57B-A14B under EP=8: top-8 over 8 local
+#: experts) and with large n and k only 1024; at 8192 its large layers (DeepSeek-V3, Mixtral-8x7B,
+#: gpt-oss-120b, DBRX) reach 2048 and Qwen3-30B-A3B 4096, so that a prefill shape's rows per
+#: expert have tuned neighbours within an octave (a test checks it) and the picker interpolates.
+TUNING_PREFILL_TOKENS = (8192,)
 #: The held-out token counts of the gate+up layers: the decode sizes where a fixed cost shows
 #: (1, 16), prefill (4096), and 512, a count no table entry was measured at; the down layers are
 #: judged at 16 and 4096 (60 held-out shapes, about two device calls beside the course's 21).
@@ -127,7 +134,8 @@ def cases(name: str, tokens=None, projections=PROJECTIONS) -> list[LayerCase]:
         return [LayerCase(m, p, ep, t) for t in tokens for m, p, ep in layers] + skewed
     else:
         models = TUNING_MODELS if name == "tuning" else HELD_OUT_MODELS
-        tokens = tuple(tokens or (TUNING_TOKENS if name == "tuning" else HELD_OUT_TOKENS))
+        own = TUNING_TOKENS + TUNING_PREFILL_TOKENS if name == "tuning" else HELD_OUT_TOKENS
+        tokens = tuple(tokens or own)
         layers = [(m, p, ep) for m in models for ep in LAYOUTS[m] for p in projections]
     if name == "held-out" and not explicit:
         return [

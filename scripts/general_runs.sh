@@ -4,17 +4,18 @@
 # nothing left.
 #
 #   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/H200.json
-#   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024/4096-token shapes again
+#   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024-8192-token shapes again
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
 #
 # `tune` measures the shapes the table lacks; `prefill` re-times the tuning set's prefill shapes
 # (more than 256 rows per expert) over the whole candidate space as it is now (48 configurations
 # a shape: the 128 x 128 and 128 x 192 ping-pong tiles, the 256-row tiles and the 2-CTA clusters
 # among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
-# along N too; --limit 49 leaves one slot for a serial-walk twin); it re-times all 14 each time,
-# so give it a call of its own or a deadline that lets it finish. Run `ONLY=clusterN2
-# scripts/new_kernels_gpu.sh` first: the 128 x 192 ping-pong tile along N has not run on a GPU
-# yet, and tune rejects a wrong result but a cluster barrier that hangs would stall the run.
+# along N too; --limit 49 leaves one slot for a serial-walk twin); it re-times all of them each
+# time: 14 at 1024 and 4096 tokens, 14 at 8192 (the tuning set's largest rows per expert, not
+# yet tuned), about 4 minutes each way on the H200, so take them in two calls:
+# `TOKENS=8192 ... prefill`, then `TOKENS=4096,1024 ... prefill`. The 128 x 192 ping-pong tile
+# along N has passed its GPU tests on an H100 (results/H100/gpu_checks.txt), not yet on the H200.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured.
 #
@@ -33,13 +34,13 @@ DEADLINE_S=${DEADLINE_S:-470}
 case "${1:-}" in
   tune)
     cp pearl_moe/tuning/H200.json "$OUT/H200.json"
-    python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \
+    python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024,8192 --skip-tuned \
       --limit 24 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;
   prefill)
     cp pearl_moe/tuning/H200.json "$OUT/H200.json"
-    python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
+    python3 -m pearl_moe tune --set tuning --tokens "${TOKENS:-8192,4096,1024}" --above-rows-per-expert 256 \
       --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;

@@ -847,8 +847,8 @@ def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
     along M sharing B (``cluster_m=2``, where ``tile_n >= tile_m``); and the 128 x 192 ping-pong
     tile along N too, sharing the smaller A: quack's tuned configurations share A with 128-row
     ping-pong tiles on 3 of the held-out set's 10 down projections at 4096 tokens (128 x 128,
-    128 x 160 and 128 x 192 wide; on GLM-4.5-Air's, with 160, ours takes 1.077x), and this one
-    has not run on a GPU yet (its ``clusterN2`` test case, ``scripts/new_kernels_gpu.sh``).
+    128 x 160 and 128 x 192 wide; on GLM-4.5-Air's, with 160, ours takes 1.077x); this one has
+    passed its GPU tests on an H100 (``results/H100/gpu_checks.txt``), not yet on the H200.
 
     At prefill a tile's operands cross from L2 to the SM once per k tile: a 128 x 256 tile moves
     16 KB of A and 32 KB of B per 4.2 MFLOP, which at the H200's measured bf16 ceiling (796
@@ -856,7 +856,8 @@ def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
     its B tile cuts a CTA's loads from 48 to 32 KB, a third (quack's tuned Hopper configurations
     use 2-CTA clusters on every prefill shape of the held-out set, along M or along N). Both
     directions passed their GPU tests on the H200 (the ``clusterN2`` / ``clusterM2`` variants of
-    ``tests/test_kernels_sm90_gpu.py``; all but the 128 x 192 ping-pong tile along N); the tuner
+    ``tests/test_kernels_sm90_gpu.py``; all but the 128 x 192 ping-pong tile along N, which
+    passed on an H100); the tuner
     times them, and a table picks them only where they measured fastest (the H200 table: one
     256 x 192 tile along N, one 128 x 192 ping-pong tile along M)."""
     out = []
