@@ -13,8 +13,9 @@
 # among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
 # along N too; --limit 49 leaves one slot for a serial-walk twin); it re-times all of them each
 # time: 14 at 1024 and 4096 tokens, 14 at 8192 (the tuning set's largest rows per expert, not
-# yet tuned), about 4 minutes each way on the H200, so take them in two calls:
-# `TOKENS=8192 ... prefill`, then `TOKENS=4096,1024 ... prefill`. The 128 x 192 ping-pong tile
+# yet tuned): the 14 at 1024 and 4096 took 211 s on the H200 with 48 candidates, and the 8192
+# ones do about twice the work, so take them in two calls: `TOKENS=8192 ... prefill`, then
+# `TOKENS=4096,1024 ... prefill`. The 128 x 192 ping-pong tile
 # along N has passed its GPU tests on an H100 (results/H100/gpu_checks.txt), not yet on the H200.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured.
@@ -25,11 +26,22 @@
 # The tuner never sees the held-out set (tune refuses it for the package's table).
 # The candidate space includes the newer kernel options (2-CTA clusters, 256-row and 128 x 192
 # ping-pong tiles at prefill); they have passed their GPU tests on the H200
-# (scripts/new_kernels_gpu.sh, results/H200/gpu_checks.txt). On a new GPU, or after changing one of
+# (scripts/new_kernels_gpu.sh, results/H200/gpu_checks.txt), but for the 128 x 192 ping-pong tile
+# along N, which has passed them on an H100 only. On a new GPU, or after changing one of
 # them, run that script first, so that a kernel that hangs or faults is found there and not in the
 # middle of a tuning run.
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
+# These runs extend the H200's table and runs (tune refuses another GPU's table anyway; bench
+# --resume another GPU's run): on any other GPU, stop before any work.
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in
+  *H200*) ;;
+  *)
+    echo "general_runs.sh extends the H200's table and runs; this GPU is ${gpu:-unknown}" >&2
+    exit 2
+    ;;
+esac
 DEADLINE_S=${DEADLINE_S:-470}
 case "${1:-}" in
   tune)

@@ -84,19 +84,37 @@ def test_table_entry_wins_then_the_neighbours_vote_then_heuristic(tmp_path, monk
     # a GPU of the same arch with no table of its own is served by the H200's
     borrowed = autotune.pick("sm_90a", *GLM, rows=512, gpu="H100")
     assert borrowed.config == wide and borrowed.source.startswith("table H200 (for H100): ")
-    assert autotune.table_gpu("sm_90a", "H100") == "H200"
-    assert autotune.table_gpu("sm_90a", "H200") == "H200"
-    assert autotune.table_gpu("sm_100a", "B300") == "B300"  # no table for sm_100a: none to borrow
+    assert autotune.table_gpus("sm_90a", "H100") == ["H100", "H200"]
+    assert autotune.table_gpus("sm_90a", "H200") == ["H200"]
+    assert autotune.table_gpus("sm_100a", "B300") == ["B300"]  # no sm_100a table to borrow
     assert autotune.pick("sm_100a", *GLM, rows=512, gpu="B300").source.startswith("heuristic")
-    own = tmp_path / "H100.json"
-    own.write_text(json.dumps(_table([], gpu="H100")))
-    monkeypatch.setenv(autotune.ENV_TABLE, str(own))  # a table of the H100's own wins
-    autotune.clear_cache()
-    assert autotune.table_gpu("sm_90a", "H100") == "H100"
-    assert autotune.pick("sm_90a", *GLM, rows=512, gpu="H100").source.startswith("heuristic")
     monkeypatch.setenv(autotune.ENV_TABLE, "off")
     autotune.clear_cache()
     assert autotune.pick("sm_90a", *GLM, rows=512).source.startswith("heuristic")
+
+
+def test_a_gpus_own_table_comes_first_and_the_borrowed_one_serves_the_rest(tmp_path, monkeypatch):
+    """Both tables on disk at once: an H100 with a table of a few shapes of its own takes its own
+    entry (and its own vote) where it has one, and the H200's for every other shape; the H200
+    never reads the H100's."""
+    wide = GemmConfig(arch="sm_90a", tile_m=64, tile_n=256, tile_k=64, ring_depth=4)
+    narrow = GemmConfig(arch="sm_90a", tile_m=64, tile_n=64, tile_k=64, ring_depth=8)
+    other = (2048, 1024, 8)  # a layer far from GLM's in every dimension
+    (tmp_path / "H200.json").write_text(
+        json.dumps(_table([_entry(4, wide), _entry(-1, wide, shape=other)]))
+    )
+    (tmp_path / "H100.json").write_text(json.dumps(_table([_entry(4, narrow)], gpu="H100")))
+    monkeypatch.delenv(autotune.ENV_TABLE, raising=False)
+    monkeypatch.setattr(autotune, "TABLE_DIR", tmp_path)
+    autotune.clear_cache()
+    own = autotune.pick("sm_90a", *GLM, rows=512, gpu="H100")
+    assert own.config == narrow and own.source.startswith("table H100: ")
+    voted = autotune.pick("sm_90a", *GLM, rows=2048, gpu="H100")  # its own entry's neighbour
+    assert voted.config == narrow and voted.source.startswith("table H100: vote")
+    far = autotune.pick("sm_90a", *other, rows=4, gpu="H100")  # nothing of its own near
+    assert far.config == wide and far.source.startswith("table H200 (for H100): ")
+    assert autotune.pick("sm_90a", *GLM, rows=512, gpu="H200").config == wide
+    autotune.clear_cache()
 
 
 def test_entries_the_kernels_cannot_run_are_skipped():

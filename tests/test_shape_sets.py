@@ -70,7 +70,7 @@ def test_prefill_layers_have_tuned_neighbours_in_rows_per_expert_too():
         if 2 ** here[3] <= 256:
             continue
         nearest = min(max(abs(a - b) for a, b in zip(here, t, strict=True)) for t in tuned)
-        assert nearest <= 1.0, (case.id, nearest)
+        assert nearest <= 1.0 + 1e-9, (case.id, nearest)
 
 
 def test_cases_are_ordered_by_token_count_and_build_problems():

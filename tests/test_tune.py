@@ -220,6 +220,29 @@ def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
     assert [p.meta["routing"] for p in course] == ["balanced"] * 3
 
 
+def test_tune_refuses_to_merge_into_another_gpus_table(tmp_path, monkeypatch, capsys):
+    """On an H100, ``--out`` naming the H200's table (a copy of the package's) is refused before
+    any GPU work: merging would drop every entry, since a table belongs to one GPU. The H100's own
+    file, or ``--no-merge``, is allowed past that check."""
+    out = tmp_path / "H200.json"
+    out.write_text((autotune.TABLE_DIR / "H200.json").read_text())
+    assert tune.other_gpus_table(out, "H100") == "H200"
+    assert tune.other_gpus_table(out, "H200") is None
+    assert tune.other_gpus_table(tmp_path / "missing.json", "H100") is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr("pearl_moe.kernels.api._arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr("pearl_moe.kernels.autotune.gpu_name", lambda device=None: "H100")
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda i: types.SimpleNamespace(multi_processor_count=132),
+    )
+    before = out.read_bytes()
+    assert tune.main(["--models", "glm", "--tokens", "1", "--out", str(out)]) == 2
+    assert "holds the H200's table and this GPU is the H100" in capsys.readouterr().err
+    assert out.read_bytes() == before
+
+
 def test_a_tuning_cut_short_continues_with_the_shapes_the_table_lacks():
     problems = tune.build_problems(tune.parse_args(["--models", "glm", "--tokens", "1,16,64"]))
     table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())

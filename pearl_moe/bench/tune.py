@@ -577,6 +577,22 @@ class CompileAhead:
         }  # fmt: skip
 
 
+def other_gpus_table(out: Path, gpu: str) -> str | None:
+    """The GPU whose tuning table ``out`` holds, where that is not ``gpu`` (else None): merging a
+    run into it would drop its entries (tables are per GPU), so ``tune`` refuses."""
+    from ..kernels.autotune import TABLE_SCHEMA
+
+    if not out.is_file():
+        return None
+    try:
+        old = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return None
+    if old.get("schema") != TABLE_SCHEMA or old.get("gpu") in (None, gpu):
+        return None
+    return old["gpu"]
+
+
 def run_tuning(
     problems, arch, gpu, sms, args, out: Path, env: dict, deadline=None, tqdm=None, device="cuda",
     ready=None,
@@ -705,6 +721,15 @@ def main(argv: list[str] | None = None) -> int:
             f"error: {held[0]} is a held-out layer (pearl_moe.shape_sets): the package's own "
             "tables are never tuned on it. Write your table elsewhere with --out and point "
             "PEARL_MOE_TUNING at it.",
+            file=sys.stderr,
+        )
+        return 2
+    other = other_gpus_table(out, gpu)
+    if other and not args.no_merge:
+        print(
+            f"error: {out} holds the {other}'s table and this GPU is the {gpu}: a run here would "
+            f"drop its entries. Write this GPU's table to another file (--out; by default "
+            f"pearl_moe/tuning/{gpu}.json), or pass --no-merge to replace it.",
             file=sys.stderr,
         )
         return 2

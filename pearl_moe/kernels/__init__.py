@@ -8,8 +8,8 @@ is a ``ValueError`` before anything is compiled or launched), picks the architec
 requested stage, compiling once per (arch, stage, config, n, k, experts, SM count); compiled
 kernels are kept on disk (``compile_cache``), so a new process loads them instead. With neither
 ``stage`` nor ``config``, the stage and configuration are the tuned choice for the GPU and shape
-(``autotune.pick``: a measured table per GPU, else a heuristic); ``stage=N`` alone runs the
-course's stage N with its own configuration.
+(``autotune.pick``: a measured table per GPU, an H100 borrowing the H200's, else a heuristic);
+``stage=N`` alone runs the course's stage N with its own configuration.
 
 Kernel-module interface (both architectures)
 --------------------------------------------

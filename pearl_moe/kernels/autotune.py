@@ -11,7 +11,9 @@ Three sources, in order (:func:`pick`):
    ``python -m pearl_moe tune`` on that GPU. Entries are keyed by ``(n, k, experts, bucket)``, where
    the bucket is ``round(log2(rows / experts))`` (:func:`rows_bucket`: 1/4, 1/2, 1, 2, 4 ... rows per
    expert, one bucket per octave), and keep every candidate's time beside the winner. An entry whose
-   stage is missing here or whose configuration the kernel refuses is skipped.
+   stage is missing here or whose configuration the kernel refuses is skipped. A GPU also borrows
+   its architecture's default GPU's table (:func:`table_gpus`: an H100 the H200's), asked after its
+   own for a shape its own serves neither by an entry nor by a vote.
 2. **A vote of the nearest measured shapes** (:func:`neighbours`, :func:`vote`) for a shape or
    bucket the table does not hold: the table's nearest entries in (rows per expert, n, k, experts)
    score every candidate they timed, and the best score wins.
@@ -62,7 +64,7 @@ __all__ = [
     "stage_for",
     "candidates",
     "load_table",
-    "table_gpu",
+    "table_gpus",
     "use_table",
     "table_key",
     "clear_cache",
@@ -273,23 +275,27 @@ def load_table(gpu: str) -> dict | None:
     return table
 
 
-def table_gpu(arch: str, gpu: str) -> str:
-    """The GPU whose table serves ``gpu``: its own where it has one, else the architecture's
-    default GPU's (:func:`default_gpu_name`: the H200's for an H100), where that one exists and is
-    a table for ``arch``. The same kernels, SM count (132) and shared memory; what moves is the
-    memory bandwidth (3.35 against 4.8 TB/s), which shifts the tiles' times more than it reorders
-    them. Measured on an H100 (``results/H100/table_transfer.json.gz``), the H200 table's picks
-    took 0.937x the time of the heuristic's, the alternative (geomean over 69 course and held-out
-    shapes at 1, 16 and 4096 tokens; 0.52-1.09x, three shapes above 1.02x). ``tune`` on the GPU
-    itself gives it a table of its own, which then serves it."""
-    if load_table(gpu) is not None:
-        return gpu
+def table_gpus(arch: str, gpu: str) -> list[str]:
+    """The GPUs whose tables serve ``gpu``, in the order :func:`pick` asks them: its own, then
+    the architecture's default GPU's (:func:`default_gpu_name`: an H100 borrows the H200's) where
+    that is a table for ``arch``. A shape the GPU's own table neither holds nor has measured
+    neighbours for (a user's table of a few models, say) is served by the borrowed one.
+
+    Borrowing keeps the kernels and the shared memory; the vote's wave arithmetic assumes the
+    table's SM count (132: an H100 SXM's too, not a PCIe card's 114). What differs on an H100 is
+    the memory (3.35 against 4.8 TB/s). Measured on an H100 (``results/H100/table_transfer.json.gz``:
+    the course's gate+up layers and the held-out models' gate+up and down layers at 1, 16 and
+    4096 tokens, 69 shapes), the H200 table's picks took 0.936x the heuristic's time (paired
+    rounds; 0.88 at 1 token, 0.99 at 16, 0.95 at 4096; 0.52-1.11x). They lost by more than 2% on
+    four prefill gate+up layers, three of them where the vote picks the 128 x 128 ping-pong
+    tile, which ran at 61-64% of the floor there (82% on the H200 at one of them)."""
+    gpus = [gpu]
     fallback = _DEFAULT_GPU.get(arch)
     if fallback and fallback != gpu:
         table = load_table(fallback)
         if table is not None and table.get("arch") == arch:
-            return fallback
-    return gpu
+            gpus.append(fallback)
+    return gpus
 
 
 def _entry_choice(entry: dict, arch: str, n: int, k: int, gpu: str) -> Choice | None:
@@ -587,7 +593,11 @@ def fuse_activation(
     key = (arch, gpu, n, k, experts, rows)
     if key in _FUSES:
         return _FUSES[key]
-    entries = _table_entries(arch, n, k, experts, bucket, table_gpu(arch, gpu))
+    entries = []
+    for source in table_gpus(arch, gpu):  # its own table's entry first, then a borrowed one's
+        entries = _table_entries(arch, n, k, experts, bucket, source)
+        if entries:
+            break
     answer = True
     if entries:
         entry = entries[0]
@@ -675,12 +685,25 @@ def leave_one_model_out(table: dict) -> list[dict]:
 MAX_PICKS = 4096
 
 
+def _pick_from(arch, n, k, experts, rows, gpu, fused) -> Choice | None:
+    """:func:`pick` from ``gpu``'s table alone (None where it has neither the shape nor a vote)."""
+    bucket = rows_bucket(rows, experts)
+    exact = _from_table(arch, n, k, experts, bucket, gpu)
+    ready = None
+    if fused:  # a shape in the table keeps to its own entry's timings
+        ready = _fused_from_table(arch, n, k, experts, bucket, gpu) or (
+            None if exact else _from_neighbours(arch, n, k, experts, rows, gpu, fused=True)
+        )
+    return ready or exact or _from_neighbours(arch, n, k, experts, rows, gpu)
+
+
 def pick(
     arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None, fused: bool = False
 ) -> Choice:
     """The stage and configuration for this call, from the GPU's table: its entry for this very
     shape and rows-per-expert bucket, else the vote of the nearest measured shapes
-    (:func:`vote`); without a table (or a vote), :func:`heuristic`. A pure function of its
+    (:func:`vote`); where the GPU's own table has neither (or it has none), the same from the
+    table it borrows (:func:`table_gpus`); else :func:`heuristic`. A pure function of its
     arguments, memoized per (arch, gpu, n, k, experts, rows, fused): after the first call it is a
     dict lookup (the vote reads the exact rows per expert, so the key is not the bucket).
 
@@ -692,23 +715,15 @@ def pick(
     key = (arch, gpu, n, k, experts, rows, fused)
     choice = _PICKS.get(key)
     if choice is None:
-        asked, gpu = gpu, table_gpu(arch, gpu)
-        bucket = rows_bucket(rows, experts)
-        exact = _from_table(arch, n, k, experts, bucket, gpu)
-        ready = None
-        if fused:  # a shape in the table keeps to its own entry's timings
-            ready = _fused_from_table(arch, n, k, experts, bucket, gpu) or (
-                None if exact else _from_neighbours(arch, n, k, experts, rows, gpu, fused=True)
-            )
-        choice = (
-            ready
-            or exact
-            or _from_neighbours(arch, n, k, experts, rows, gpu)
-            or heuristic(arch, n, k, experts, rows)
-        )
-        if gpu != asked and choice.source.startswith(f"table {gpu}"):
-            where = choice.source[len(f"table {gpu}") :]
-            choice = replace(choice, source=f"table {gpu} (for {asked}){where}")
+        for source in table_gpus(arch, gpu):  # its own table, then a borrowed one
+            choice = _pick_from(arch, n, k, experts, rows, source, fused)
+            if choice is not None:
+                if source != gpu:
+                    where = choice.source[len(f"table {source}") :]
+                    choice = replace(choice, source=f"table {source} (for {gpu}){where}")
+                break
+        else:
+            choice = heuristic(arch, n, k, experts, rows)
         if len(_PICKS) >= MAX_PICKS:
             _PICKS.clear()
         _PICKS[key] = choice
