@@ -287,8 +287,8 @@ def table_gpus(arch: str, gpu: str) -> list[str]:
     the course's gate+up layers and the held-out models' gate+up and down layers at 1, 16 and
     4096 tokens, 69 shapes), the H200 table's picks took 0.936x the heuristic's time (paired
     rounds; 0.88 at 1 token, 0.99 at 16, 0.95 at 4096; 0.52-1.11x). They lost by more than 2% on
-    four prefill gate+up layers, three of them where the vote picks the 128 x 128 ping-pong
-    tile, which ran at 61-64% of the floor there (82% on the H200 at one of them)."""
+    four prefill gate+up layers, all where the vote picks the 128 x 128 ping-pong tile, which ran
+    three of them at 61-69% of the floor there (69-82% on the H200)."""
     gpus = [gpu]
     fallback = _DEFAULT_GPU.get(arch)
     if fallback and fallback != gpu:
