@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # The H200 runs behind the shape-general default, each sized for one device call (10 minutes).
-# `tune` and `compare` continue where the previous call stopped; repeat them until they report
-# nothing left.
+# `tune`, `prefill8192` and `compare` continue where the previous call stopped; repeat them until
+# they report nothing left.
 #
 #   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/H200.json
-#   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024-8192-token shapes again
+#   bash .device/run.sh bash scripts/general_runs.sh prefill8192  # its 8192-token shapes
+#   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024/4096-token shapes again
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
 #
-# `tune` measures the shapes the table lacks; `prefill` re-times the tuning set's prefill shapes
+# `tune` measures the shapes the table lacks up to 4096 tokens; `prefill8192` the tuning set's
+# 8192-token shapes (added after the last tuning: its largest rows per expert), continuing where a
+# call cut short by its deadline stopped; `prefill` re-times the tuning set's prefill shapes
 # (more than 256 rows per expert) over the whole candidate space as it is now (48 configurations
 # a shape: the 128 x 128 and 128 x 192 ping-pong tiles, the 256-row tiles and the 2-CTA clusters
 # among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
-# along N too; --limit 49 leaves one slot for a serial-walk twin); it re-times all of them each
-# time: 14 at 1024 and 4096 tokens, 14 at 8192 (the tuning set's largest rows per expert, not
-# yet tuned): the 14 at 1024 and 4096 took 211 s on the H200 with 48 candidates, and the 8192
-# ones do about twice the work, so take them in two calls: `TOKENS=8192 ... prefill`, then
-# `TOKENS=4096,1024 ... prefill`. The 128 x 192 ping-pong tile
-# along N has passed its GPU tests on an H100 (results/H100/gpu_checks.txt), not yet on the H200.
+# along N too; --limit 49 leaves one slot for a serial-walk twin) at 1024 and 4096 tokens; it
+# re-times all 14 each time (211 s on the H200 with 48 candidates), so give it a call of its own
+# or a deadline that lets it finish. The 128 x 192 ping-pong tile along N has passed its GPU
+# tests on an H100 (results/H100/gpu_checks.txt), not yet on the H200.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured.
 #
@@ -46,13 +47,19 @@ DEADLINE_S=${DEADLINE_S:-470}
 case "${1:-}" in
   tune)
     cp pearl_moe/tuning/H200.json "$OUT/H200.json"
-    python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024,8192 --skip-tuned \
+    python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \
       --limit 24 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
+      --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
+    ;;
+  prefill8192)
+    cp pearl_moe/tuning/H200.json "$OUT/H200.json"
+    python3 -m pearl_moe tune --set tuning --tokens 8192 --above-rows-per-expert 256 --skip-tuned \
+      --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;
   prefill)
     cp pearl_moe/tuning/H200.json "$OUT/H200.json"
-    python3 -m pearl_moe tune --set tuning --tokens "${TOKENS:-8192,4096,1024}" --above-rows-per-expert 256 \
+    python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
       --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
     ;;
@@ -65,7 +72,7 @@ case "${1:-}" in
       --resume --remeasure-changed --deadline-s "$DEADLINE_S" --out "$OUT/compare_general.json"
     ;;
   *)
-    echo "usage: scripts/general_runs.sh tune|prefill|compare" >&2
+    echo "usage: scripts/general_runs.sh tune|prefill8192|prefill|compare" >&2
     exit 2
     ;;
 esac

@@ -138,9 +138,8 @@ def test_the_device_script_asks_for_what_the_commands_accept():
         if current is not None and not current.endswith("\\"):
             commands.append(current)
             current = None
-    assert len(commands) == 3
+    assert len(commands) == 4
     for command in commands:
-        command = command.replace("${TOKENS:-8192,4096,1024}", "8192,4096,1024")
         words = shlex.split(command.replace("$DEADLINE_S", "470").replace("$OUT", "/tmp/x"))
         module = {"tune": tune, "bench": cli}[words[3]]
         args = module.parse_args(words[4:])
@@ -150,24 +149,26 @@ def test_the_device_script_asks_for_what_the_commands_accept():
             assert args.set == "tuning"
             from pearl_moe.kernels import autotune
 
-            if args.skip_tuned:  # the tuning set's first pass
-                assert len(problems) == len(shape_sets.cases("tuning"))
+            prefill = all(p.rows / p.experts > autotune.PREFILL_ROWS for p in problems)
+            tokens = {p.meta["tokens_per_gpu"] for p in problems}
+            if args.skip_tuned and not prefill:  # the tuning set's first pass, up to 4096 tokens
+                assert len(problems) == len(shape_sets.cases("tuning", shape_sets.TUNING_TOKENS))
+                continue
+            if args.skip_tuned:  # the 8192-token shapes, all prefill, over the whole space
+                assert tokens == set(shape_sets.TUNING_PREFILL_TOKENS) and len(problems) == 14
+                assert args.limit == 49
                 continue
             # the prefill pass: the limit keeps each shape's committed winner and the 128 x 128
             # ping-pong tile in the candidates (it must not lose what the first pass found)
-            assert {p.meta["tokens_per_gpu"] for p in problems} == {1024, 4096, 8192}
-            assert all(p.rows / p.experts > autotune.PREFILL_ROWS for p in problems)
-            assert len(problems) == 28  # the tuning set's prefill shapes
+            assert tokens == {1024, 4096} and prefill
+            assert len(problems) == 14  # the tuning set's prefill shapes up to 4096 tokens
             table = autotune.load_table("H200")
             for p in problems:
                 timed = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, args.limit)
                 labels = {f"s{st} {c.describe()}" for st, c in timed}
                 bucket = autotune.rows_bucket(p.rows, p.experts)
                 entry = autotune._from_table("sm_90a", p.n, p.k, p.experts, bucket, "H200")
-                if entry is None:  # the 8192-token shapes, added to the set after the last tuning
-                    assert p.meta["tokens_per_gpu"] == 8192, p.name
-                else:
-                    assert f"s{entry.stage} {entry.config.describe()}" in labels, p.name
+                assert entry is not None and f"s{entry.stage} {entry.config.describe()}" in labels
                 assert any("128x128x64" in lb and "pingpong" in lb for lb in labels), p.name
             assert table is not None
         else:
