@@ -559,3 +559,34 @@ def test_the_bench_command_over_shape_sets_in_parts(monkeypatch, tmp_path, capsy
         1.1 / 1.2, rel=1e-4
     )  # 5 digits kept
     assert "held-out:" in capsys.readouterr().out
+
+
+def test_the_h100_runs_say_what_the_docs_quote():
+    """The figures README.md, notebook 09 and ``autotune.table_gpus`` quote from the H100 runs:
+    the H200 table's picks against the heuristic (paired rounds) and the prefill tiles' share of
+    the floor on the three held-out gate+up layers."""
+    from pearl_moe.bench.compare import geomean, paired_ratio
+    from pearl_moe.replay import read_json
+
+    root = Path(__file__).resolve().parent.parent / "results" / "H100"
+    run = read_json(root / "table_transfer.json.gz")
+    assert run["env"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    recs = {(r["problem"], r["impl"]): r for r in run["records"]}
+    assert all(r["status"] == "ok" for r in recs.values())
+    problems = sorted({p for p, _ in recs})
+    ratios = [paired_ratio(recs[p, "pearl"], recs[p, "pearl-heuristic"])["ratio"] for p in problems]
+    assert len(problems) == 69
+    assert round(geomean(ratios), 3) == 0.936
+    assert (round(min(ratios), 2), round(max(ratios), 2)) == (0.52, 1.11)
+    lost = [p for p, r in zip(problems, ratios, strict=True) if r > 1.02]
+    assert len(lost) == 4 and all("|gate_up|4096|" in p for p in lost)
+    assert all("128x128x64" in recs[p, "pearl"]["config"]["config"] for p in lost)
+
+    tiles = read_json(root / "prefill_tiles.json.gz")
+    share = {}
+    for r in tiles["records"]:
+        share.setdefault(r["impl"], []).append(r["metrics"]["pct_of_floor"])
+    span = {impl: (round(min(v)), round(max(v))) for impl, v in share.items()}
+    assert span["pearl"] == (61, 64)
+    assert span["pearl-s3:tile_m=128+tile_n=256"] == (82, 88)
+    assert span["quack"] == (83, 87)
