@@ -222,8 +222,8 @@ def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
 
 def test_tune_refuses_to_merge_into_another_gpus_table(tmp_path, monkeypatch, capsys):
     """On an H100, ``--out`` naming the H200's table (a copy of the package's) is refused before
-    any GPU work: merging would drop every entry, since a table belongs to one GPU. The H100's own
-    file, or ``--no-merge``, is allowed past that check."""
+    any GPU work: merging would drop every entry, since a table belongs to one GPU. A table of the
+    running GPU's own, or no file, passes the check."""
     out = tmp_path / "H200.json"
     out.write_text((autotune.TABLE_DIR / "H200.json").read_text())
     assert tune.other_gpus_table(out, "H100") == "H200"

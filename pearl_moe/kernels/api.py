@@ -338,9 +338,8 @@ def grouped_gemm(
 
     * neither given (the default): the tuned choice for this GPU and shape,
       :func:`pearl_moe.kernels.autotune.pick` (the GPU's measured table, or the one it borrows,
-      else a heuristic). It is
-      made from what the host knows without a sync (arch, n, k, experts and ``rows / experts``
-      from ``A.shape``), so the call stays capturable in a CUDA graph;
+      else a heuristic). It is made from what the host knows without a sync (arch, n, k, experts
+      and ``rows / experts`` from ``A.shape``), so the call stays capturable in a CUDA graph;
     * ``stage=N`` alone: the course's kernel stage N with its configuration,
       :func:`default_config` ``(arch, N)``;
     * ``config`` alone: the first stage from 3 on that runs it (:func:`autotune.stage_for`);
