@@ -650,14 +650,15 @@ _BLOCKS = {
     "stages": render_stage_table,
     "compare": render_compare_table,
     "general": render_general_table,
+    "general-h100": lambda: render_general_table(gpu="H100"),
     "layer": render_layer_table,
     "speed": render_speed_table,
 }
 
 
 def update_readme(path: Path | None = None) -> bool:
-    """Rewrite the README's generated blocks (:data:`_BLOCKS`: stage, compare, held-out, layer and
-    speed tables); True when it changed."""
+    """Rewrite the README's generated blocks (:data:`_BLOCKS`: stage, compare, held-out (H200 and
+    H100), layer and speed tables); True when it changed."""
     path = path or ROOT / "README.md"
     text = new = path.read_text()
     for name, render in _BLOCKS.items():

@@ -1,75 +1,71 @@
 #!/usr/bin/env bash
-# The H200 runs behind the shape-general default, each sized for one device call (10 minutes).
-# `tune`, `prefill8192` and `compare` continue where the previous call stopped; repeat them until
-# they report nothing left.
+# The runs behind the shape-general default on the GPU they run on (its table
+# pearl_moe/tuning/<GPU>.json, its results in results/<GPU>/), each sized for one device call
+# (10 minutes). `tune`, `prefill8192` and `compare` continue where the previous call stopped;
+# repeat them until they report nothing left.
 #
-#   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/H200.json
+#   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/<GPU>.json
 #   bash .device/run.sh bash scripts/general_runs.sh prefill8192  # its 8192-token shapes
 #   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024/4096-token shapes again
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
 #
 # `tune` measures the shapes the table lacks up to 4096 tokens; `prefill8192` the tuning set's
-# 8192-token shapes (added after the last tuning: its largest rows per expert), continuing where a
-# call cut short by its deadline stopped; `prefill` re-times the tuning set's prefill shapes
+# 8192-token shapes (added after the H200's tuning: its largest rows per expert), continuing where
+# a call cut short by its deadline stopped; `prefill` re-times the tuning set's prefill shapes
 # (more than 256 rows per expert) over the whole candidate space as it is now (48 configurations
 # a shape: the 128 x 128 and 128 x 192 ping-pong tiles, the 256-row tiles and the 2-CTA clusters
 # among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
 # along N too; --limit 49 leaves one slot for a serial-walk twin) at 1024 and 4096 tokens; it
 # re-times all 14 each time (211 s on the H200 with 48 candidates), so give it a call of its own
-# or a deadline that lets it finish. The 128 x 192 ping-pong tile along N has passed its GPU
-# tests on an H100 (results/H100/gpu_checks.txt), not yet on the H200.
+# or a deadline that lets it finish. COMPARE_SET=held-out (default held-out,course) times one set.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured.
 #
-# Between calls, copy $OUT/H200.json over pearl_moe/tuning/H200.json and store $OUT/compare_general.json
-# as results/H200/compare_general.json.gz (gzip -9 -n -c ... >, it keeps the tree small) and commit
-# them: the next call starts from the files in the working tree.
+# Between calls, copy $OUT/<GPU>.json over pearl_moe/tuning/<GPU>.json and store
+# $OUT/compare_general.json as results/<GPU>/compare_general.json.gz (gzip -9 -n -c ... >, it keeps
+# the tree small) and commit them: the next call starts from the files in the working tree.
 # The tuner never sees the held-out set (tune refuses it for the package's table).
 # The candidate space includes the newer kernel options (2-CTA clusters, 256-row and 128 x 192
-# ping-pong tiles at prefill); they have passed their GPU tests on the H200
-# (scripts/new_kernels_gpu.sh, results/H200/gpu_checks.txt), but for the 128 x 192 ping-pong tile
+# ping-pong tiles at prefill); they have passed their GPU tests on the H200 and the H100
+# (scripts/new_kernels_gpu.sh, results/<GPU>/gpu_checks.txt), but for the 128 x 192 ping-pong tile
 # along N, which has passed them on an H100 only. On a new GPU, or after changing one of
 # them, run that script first, so that a kernel that hangs or faults is found there and not in the
 # middle of a tuning run.
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
-# These runs extend the H200's table and runs (tune refuses another GPU's table anyway; bench
-# --resume another GPU's run): on any other GPU, stop before any work.
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$gpu" in
-  *H200*) ;;
-  *)
-    echo "general_runs.sh extends the H200's table and runs; this GPU is ${gpu:-unknown}" >&2
-    exit 2
-    ;;
-esac
+# A GPU's runs extend its own table and results only (tune refuses another GPU's table, bench
+# --resume another GPU's run): the files are named after the GPU this runs on.
+gpu=$(python3 -c "import torch; from pearl_moe.kernels.autotune import short_gpu_name; print(short_gpu_name(torch.cuda.get_device_name(0)))")
+table="pearl_moe/tuning/$gpu.json"
 DEADLINE_S=${DEADLINE_S:-470}
-case "${1:-}" in
+mode=${1:-}
+shift || true  # the rest goes to the command (e.g. compare --tokens 4096)
+case "$mode" in
   tune)
-    cp pearl_moe/tuning/H200.json "$OUT/H200.json"
+    if [ -f "$table" ]; then cp "$table" "$OUT/$gpu.json"; fi
     python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \
       --limit 24 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
-      --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
+      --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"
     ;;
   prefill8192)
-    cp pearl_moe/tuning/H200.json "$OUT/H200.json"
+    if [ -f "$table" ]; then cp "$table" "$OUT/$gpu.json"; fi
     python3 -m pearl_moe tune --set tuning --tokens 8192 --above-rows-per-expert 256 --skip-tuned \
       --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
-      --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
+      --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"
     ;;
   prefill)
-    cp pearl_moe/tuning/H200.json "$OUT/H200.json"
+    if [ -f "$table" ]; then cp "$table" "$OUT/$gpu.json"; fi
     python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
       --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
-      --deadline-s "$DEADLINE_S" --out "$OUT/H200.json"
+      --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"
     ;;
   compare)
-    if [ -f results/H200/compare_general.json.gz ]; then
-      gzip -dc results/H200/compare_general.json.gz > "$OUT/compare_general.json"
+    if [ -f "results/$gpu/compare_general.json.gz" ]; then
+      gzip -dc "results/$gpu/compare_general.json.gz" > "$OUT/compare_general.json"
     fi
-    python3 -m pearl_moe bench --set held-out,course \
+    python3 -m pearl_moe bench --set "${COMPARE_SET:-held-out,course}" \
       --impls pearl,triton,grouped_mm,quack,quack-tuned --kind compare_general --compare \
-      --resume --remeasure-changed --deadline-s "$DEADLINE_S" --out "$OUT/compare_general.json"
+      --resume --remeasure-changed --deadline-s "$DEADLINE_S" --out "$OUT/compare_general.json" "$@"
     ;;
   *)
     echo "usage: scripts/general_runs.sh tune|prefill8192|prefill|compare" >&2

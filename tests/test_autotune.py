@@ -368,6 +368,52 @@ def test_the_vote_beats_the_heuristic_on_models_it_has_not_seen():
     assert voted < guessed and voted <= 1.05, (voted, guessed)
 
 
+def test_transfer_regret_looks_the_borrowed_pick_up_in_the_own_rounds():
+    """A borrowed table's answer (its entry for the shape, else its vote) is looked up among the
+    own GPU's times for that shape; a candidate the own GPU did not time has no regret."""
+    shape = (4096, 4096, 32)
+    borrowed = _table([_timed(shape, 8, {A: 100.0, B: 104.0})])
+    own = _table(
+        [
+            _timed(shape, 8, {A: 110.0, B: 100.0}),  # the same shape and bucket: its entry
+            _timed(shape, 16, {A: 120.0, C: 100.0}),  # an octave up: the vote (of one)
+            _timed((4096, 4096, 16), 16, {B: 100.0, C: 101.0}),  # the vote's A untimed here
+        ],
+        gpu="H100",
+    )
+    rows = autotune.transfer_regret(own, borrowed)
+    assert [r["borrowed"] for r in rows] == [A, A, A]
+    assert [r["how"] for r in rows] == ["entry", "vote of 1", "vote of 1"]
+    assert [r["regret"] for r in rows] == [pytest.approx(1.1), pytest.approx(1.2), None]
+    with pytest.raises(ValueError, match="two architectures"):
+        autotune.transfer_regret(own, {**borrowed, "arch": "sm_100a"})
+
+
+def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
+    """The figures the README and ``autotune.table_gpus`` quote: on the H100's own prefill entries
+    (the tuning set at 1024, 4096 and 8192 tokens), the H200 table's picks took 1.057x the H100's
+    fastest in its rounds (geomean), 1.032 where the H200 has the shape and 1.086 where it votes;
+    every pick that lost by more than 10% is the vote's 128 x 128 ping-pong tile at 8192 tokens."""
+    own = json.loads((autotune.TABLE_DIR / "H100.json").read_text())
+    borrowed = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
+    rows = autotune.transfer_regret(own, borrowed)
+
+    def geomean(values):
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    assert len(rows) == 27 and all(r["regret"] for r in rows)
+    assert geomean([r["regret"] for r in rows]) == pytest.approx(1.057, abs=5e-4)
+    entries = [r["regret"] for r in rows if r["how"] == "entry"]
+    votes = [r["regret"] for r in rows if r["how"] != "entry"]
+    assert (len(entries), len(votes)) == (14, 13)
+    assert geomean(entries) == pytest.approx(1.032, abs=5e-4) and max(entries) < 1.072
+    assert geomean(votes) == pytest.approx(1.086, abs=5e-4)
+    lost = [r for r in rows if r["regret"] > 1.10]
+    assert [round(r["regret"], 2) for r in lost] == [1.22, 1.32, 1.37]
+    assert all("8192 tokens" in r["measured_at"] for r in lost)
+    assert all(r["borrowed"] == "s7 sm_90a 128x128x64 1cta r7 direct pingpong" for r in lost)
+
+
 def test_picks_depend_on_the_exact_rows_not_on_which_call_came_first():
     # no entry in bucket 5 (23-45 rows per expert): the vote decides, from the exact rows
     entries = [_timed((4096, 4096, 32), 8, {A: 100.0, B: 100.5, C: 103.0})]

@@ -67,11 +67,11 @@ def test_the_model_ranks_the_measurements():
 
 def test_tile_shapes_run_is_modeled_as_notebook_04_says():
 
-    path = Path(calibrate.RESULTS) / "H200" / "tile_shapes.json"
+    path = Path(calibrate.RESULTS) / "H200" / "tile_shapes.json.gz"
     if not path.exists():
-        pytest.skip("no committed results/H200/tile_shapes.json")
+        pytest.skip("no committed results/H200/tile_shapes.json.gz")
     every, _ = calibrate.load_records()
-    records = [r for r in every if r.source == "tile_shapes.json"]
+    records = [r for r in every if r.source == "tile_shapes.json.gz"]
     assert len(records) == 66
     rows = calibrate.evaluate(records, CALIBRATED)
     s = calibrate.summary(rows)
@@ -154,7 +154,7 @@ def test_drift_fading_as_the_model_says():
     (rec,) = [
         r
         for r in every
-        if r.source == "tile_shapes.json"
+        if r.source == "tile_shapes.json.gz"
         and r.impl == "pearl-s5"
         and r.problem.name.startswith("GLM 5.3|gate_up|1024|")
     ]

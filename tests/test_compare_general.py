@@ -105,3 +105,39 @@ def test_remeasure_changed_touches_the_file_only_once_the_run_can_be_resumed(
     with pytest.raises(ValueError, match="is a 'compare_general' run, not 'compare'"):
         cli.main([*argv, "--kind", "compare", "--resume", "--remeasure-changed"])
     assert path.read_bytes() == before
+
+
+def test_the_h100s_held_out_run_as_the_readme_quotes_it():
+    """The H100's own run (its prefill table, the H200's for the rest): the README's block and the
+    figures its prefill paragraph quotes (4096 tokens: geomean 1.018, worst 1.109, seven above the
+    tie; no 128 x 128 ping-pong pick; the default call's picks at 77-89% of the floor, quack-tuned
+    at 77-91%; the three layers that ran that tile at 61-64% now at 77-83%)."""
+    block = render_general_table(gpu="H100")
+    assert block in (ROOT / "README.md").read_text()
+    assert "results/H100/compare_general.json.gz" in block
+    h100 = read_run(ROOT / "results" / "H100" / "compare_general.json.gz")
+    assert h100["env"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    s = compare_summary(h100)
+    assert s["by_set"]["held-out"]["compared"] == 49
+    prefill = next(g for g in by_tokens(s, "held-out") if g["tokens"] == 4096)
+    assert prefill["compared"] == 20 and len(prefill["above_tie"]) == 7
+    assert prefill["geomean_ratio"] == pytest.approx(1.018, abs=5e-4)
+    assert prefill["worst"]["ratio"] == pytest.approx(1.109, abs=5e-4)
+    assert prefill["worst"]["problem"] == "Qwen2-57B-A14B|gate_up|4096|EP8|balanced"
+    floors = {p["id"]: p["floor_us"] for p in h100["problems"] if p["tokens_per_gpu"] == 4096}
+    share = {}  # (problem, impl) -> share of the floor, from the median time
+    for r in h100["records"]:
+        if r["problem"] in floors and r["status"] == "ok":
+            share[r["problem"], r["impl"]] = floors[r["problem"]] / r["time"]["median_us"]
+            if r["impl"] == "pearl":
+                assert "128x128x64 1cta r7 direct pingpong" not in r["config"]["config"]
+    ours = [v for (p, i), v in share.items() if i == "pearl"]
+    tuned = [v for (p, i), v in share.items() if i == "quack-tuned"]
+    assert (round(100 * min(ours)), round(100 * max(ours))) == (77, 89)
+    assert (round(100 * min(tuned)), round(100 * max(tuned))) == (77, 91)
+    once_collapsed = (  # the three layers of results/H100/prefill_tiles.json.gz
+        "Qwen2-57B-A14B|gate_up|4096|EP8|balanced",
+        "GLM-4.5-Air|gate_up|4096|EP8|balanced",
+        "Qwen3-235B-A22B|gate_up|4096|EP8|balanced",
+    )
+    assert sorted(round(100 * share[p, "pearl"]) for p in once_collapsed) == [77, 83, 83]

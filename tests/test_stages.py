@@ -37,6 +37,7 @@ def test_update_readme_rewrites_only_the_block(tmp_path):
         "intro\n<!-- stages:begin -->\nstale\n<!-- stages:end -->\n"
         "<!-- compare:begin -->\n<!-- compare:end -->\n"
         "<!-- general:begin -->\n<!-- general:end -->\n"
+        "<!-- general-h100:begin -->\n<!-- general-h100:end -->\n"
         "<!-- layer:begin -->\n<!-- layer:end -->\n"
         "<!-- speed:begin -->\n<!-- speed:end -->\noutro\n"
     )

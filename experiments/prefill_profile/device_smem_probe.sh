@@ -4,7 +4,7 @@
 #     shared-memory bank reads / writes, tensor-pipe activity, L2 requests and sectors;
 #  2. tile shapes never measured before (64x64, 128x64, 128x192, 64x256 with one consumer,
 #     64x192 ping-pong) beside the calibrated ones, timed in interleaved rounds at 1024 and 4096
-#     tokens, the SM clock and power logged every 200 ms (results/H200/tile_shapes.json; the run
+#     tokens, the SM clock and power logged every 200 ms (results/H200/tile_shapes.json.gz; the run
 #     of 2026-11-30 17:36 UTC also asked for 256x128, which the sm_90a kernels do not implement).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

@@ -283,12 +283,18 @@ def table_gpus(arch: str, gpu: str) -> list[str]:
 
     Borrowing keeps the kernels and the shared memory; the vote's wave arithmetic assumes the
     table's SM count (132: an H100 SXM's too, not a PCIe card's 114). What differs on an H100 is
-    the memory (3.35 against 4.8 TB/s). Measured on an H100 (``results/H100/table_transfer.json.gz``:
-    the course's gate+up layers and the held-out models' gate+up and down layers at 1, 16 and
-    4096 tokens, 69 shapes), the H200 table's picks took 0.936x the heuristic's time (paired
-    rounds; 0.88 at 1 token, 0.99 at 16, 0.95 at 4096; 0.52-1.11x). They lost by more than 2% on
-    four prefill gate+up layers, all where the vote picks the 128 x 128 ping-pong tile, which ran
-    three of them at 61-69% of the floor there (69-82% on the H200)."""
+    the memory (3.35 against 4.8 TB/s). Measured on an H100 with no table of its own
+    (``results/H100/table_transfer.json.gz``: the course's gate+up layers and the held-out models'
+    gate+up and down layers at 1, 16 and 4096 tokens, 69 shapes), the H200 table's picks took
+    0.936x the heuristic's time (paired rounds; 0.88 at 1 token, 0.99 at 16, 0.95 at 4096;
+    0.52-1.11x). They lost by more than 2% on four prefill gate+up layers, all where the vote
+    picks the 128 x 128 ping-pong tile, which ran three of them at 61-69% of the floor there
+    (69-82% on the H200). The H100 now has a table of its own for the tuning set's prefill
+    shapes (1024, 4096 and 8192 tokens, 27 entries); judged with its rounds
+    (:func:`transfer_regret`), the H200 table's picks took 1.057x the H100's fastest there, up to
+    1.37x where the H200's vote picks that tile at 8192 tokens. Its entries also vote for the
+    shapes near them (on the held-out layers, those of 128 or more rows per expert); the rest
+    borrow."""
     gpus = [gpu]
     fallback = _DEFAULT_GPU.get(arch)
     if fallback and fallback != gpu:
@@ -676,6 +682,48 @@ def leave_one_model_out(table: dict) -> list[dict]:
                 "regret": rel.get(voted) if voted else None,
                 "heuristic": h,
                 "heuristic_regret": rel.get(h),
+            }
+        )
+    return rows
+
+
+def transfer_regret(own: dict, borrowed: dict) -> list[dict]:
+    """How a borrowed table's picks would have run on the GPU of ``own``, judged with ``own``'s
+    measurements. For every entry of ``own``: the borrowed table's answer for that shape (its
+    entry for the same shape and bucket, else the vote of its nearest entries, as :func:`pick`
+    gives them) and that candidate's time in the ``own`` entry's rounds over their fastest
+    (``regret``; None where ``own`` did not time it). Both are tables of one architecture. The
+    fastest of a round is flattered by the rounds' noise, so a regret near 1 is a tie. Runs on a
+    CPU."""
+    if own.get("arch") != borrowed.get("arch"):
+        raise ValueError(
+            f"tables of two architectures: {own.get('arch')} and {borrowed.get('arch')}"
+        )
+    arch, sms = borrowed["arch"], borrowed.get("sm_count", 132)
+    by_key = {}
+    for e in borrowed["entries"]:
+        by_key.setdefault((e["n"], e["k"], e["experts"], e["bucket"]), e)
+    rows = []
+    for entry in own["entries"]:
+        n, k, experts = entry["n"], entry["k"], entry["experts"]
+        rpe = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
+        twin = by_key.get((n, k, experts, entry["bucket"]))
+        label, how = None, "entry"
+        if twin is not None:
+            label = f"s{twin['stage']} {twin.get('label') or GemmConfig.from_dict(twin['config']).describe()}"  # fmt: skip
+        else:
+            near = neighbours(borrowed, n, k, experts, max(1, round(rpe * experts)))
+            scored = vote(near, arch, n, k, rpe, experts, sms) if near else []
+            if scored:
+                label, how = f"s{scored[0][1]} {scored[0][2].describe()}", f"vote of {len(near)}"
+        rel = _relative_times(entry)
+        rows.append(
+            {
+                "measured_at": entry.get("measured_at"),
+                "own": f"s{entry['stage']} {entry.get('label', '')}",
+                "borrowed": label,
+                "how": how if label else None,
+                "regret": rel.get(label) if label else None,
             }
         )
     return rows
