@@ -33,13 +33,20 @@
 # middle of a tuning run.
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
-# A GPU's runs extend its own table and results only (tune refuses another GPU's table, bench
-# --resume another GPU's run): the files are named after the GPU this runs on.
+mode=${1:-}
+case "$mode" in
+  tune | prefill8192 | prefill | compare) shift ;;  # the rest goes to the command
+  *)
+    echo "usage: scripts/general_runs.sh tune|prefill8192|prefill|compare [ARGS...]" >&2
+    exit 2
+    ;;
+esac
+# A GPU's runs extend its own table and results only (tune refuses another GPU's table, or one
+# of its name with another SM count; bench --resume another GPU's run): the files are named
+# after the GPU this runs on.
 gpu=$(python3 -c "import torch; from pearl_moe.kernels.autotune import short_gpu_name; print(short_gpu_name(torch.cuda.get_device_name(0)))")
 table="pearl_moe/tuning/$gpu.json"
 DEADLINE_S=${DEADLINE_S:-470}
-mode=${1:-}
-shift || true  # the rest goes to the command (e.g. compare --tokens 4096)
 case "$mode" in
   tune)
     if [ -f "$table" ]; then cp "$table" "$OUT/$gpu.json"; fi
@@ -66,9 +73,5 @@ case "$mode" in
     python3 -m pearl_moe bench --set "${COMPARE_SET:-held-out,course}" \
       --impls pearl,triton,grouped_mm,quack,quack-tuned --kind compare_general --compare \
       --resume --remeasure-changed --deadline-s "$DEADLINE_S" --out "$OUT/compare_general.json" "$@"
-    ;;
-  *)
-    echo "usage: scripts/general_runs.sh tune|prefill8192|prefill|compare" >&2
-    exit 2
     ;;
 esac

@@ -372,18 +372,26 @@ def test_transfer_regret_looks_the_borrowed_pick_up_in_the_own_rounds():
     """A borrowed table's answer (its entry for the shape, else its vote) is looked up among the
     own GPU's times for that shape; a candidate the own GPU did not time has no regret."""
     shape = (4096, 4096, 32)
-    borrowed = _table([_timed(shape, 8, {A: 100.0, B: 104.0})])
+    refused = stage_config("sm_90a", 3).with_(
+        epilogue="direct_store"
+    )  # stage 3 has no direct store
+    borrowed = _table(
+        [
+            _timed(shape, 8, {A: 100.0, B: 104.0}),
+            _entry(4, refused, stage=3, shape=(4096, 4096, 16)),  # a twin the kernel cannot run
+        ]
+    )
     own = _table(
         [
             _timed(shape, 8, {A: 110.0, B: 100.0}),  # the same shape and bucket: its entry
             _timed(shape, 16, {A: 120.0, C: 100.0}),  # an octave up: the vote (of one)
-            _timed((4096, 4096, 16), 16, {B: 100.0, C: 101.0}),  # the vote's A untimed here
+            _timed((4096, 4096, 16), 16, {B: 100.0, C: 101.0}),  # twin refused: the vote, A
         ],
         gpu="H100",
     )
     rows = autotune.transfer_regret(own, borrowed)
     assert [r["borrowed"] for r in rows] == [A, A, A]
-    assert [r["how"] for r in rows] == ["entry", "vote of 1", "vote of 1"]
+    assert [r["how"] for r in rows] == ["entry", "vote of 2", "vote of 2"]
     assert [r["regret"] for r in rows] == [pytest.approx(1.1), pytest.approx(1.2), None]
     with pytest.raises(ValueError, match="two architectures"):
         autotune.transfer_regret(own, {**borrowed, "arch": "sm_100a"})
@@ -412,6 +420,10 @@ def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
     assert [round(r["regret"], 2) for r in lost] == [1.22, 1.32, 1.37]
     assert all("8192 tokens" in r["measured_at"] for r in lost)
     assert all(r["borrowed"] == "s7 sm_90a 128x128x64 1cta r7 direct pingpong" for r in lost)
+    # the H100's own 8192-token winners: 11 of 13 are 128 x 192 ping-pong or 256 x 192 tiles
+    at_8192 = [r["own"] for r in rows if "8192 tokens" in r["measured_at"]]
+    wide = [w for w in at_8192 if "256x192x64" in w or ("128x192x64" in w and "pingpong" in w)]
+    assert (len(wide), len(at_8192)) == (11, 13)
 
 
 def test_picks_depend_on_the_exact_rows_not_on_which_call_came_first():

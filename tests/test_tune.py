@@ -229,6 +229,11 @@ def test_tune_refuses_to_merge_into_another_gpus_table(tmp_path, monkeypatch, ca
     assert tune.other_gpus_table(out, "H100") == "H200"
     assert tune.other_gpus_table(out, "H200") is None
     assert tune.other_gpus_table(tmp_path / "missing.json", "H100") is None
+    # the same name, another SM count (an H100 PCIe card against the SXM's table): refused too
+    pcie = tmp_path / "H100.json"
+    pcie.write_text(json.dumps({**json.loads(out.read_text()), "gpu": "H100", "sm_count": 132}))
+    assert tune.other_gpus_table(pcie, "H100", 114) == "H100 (132 SMs)"
+    assert tune.other_gpus_table(pcie, "H100", 132) is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr("pearl_moe.kernels.api._arch_of", lambda device: "sm_90a")
     monkeypatch.setattr("pearl_moe.kernels.autotune.gpu_name", lambda device=None: "H100")

@@ -577,9 +577,11 @@ class CompileAhead:
         }  # fmt: skip
 
 
-def other_gpus_table(out: Path, gpu: str) -> str | None:
+def other_gpus_table(out: Path, gpu: str, sms: int | None = None) -> str | None:
     """The GPU whose tuning table ``out`` holds, where that is not ``gpu`` (else None): merging a
-    run into it would drop its entries (tables are per GPU), so ``tune`` refuses."""
+    run into it would drop its entries (tables are per GPU), so ``tune`` refuses. Given ``sms``,
+    a table of the same name from a GPU with another SM count counts as another GPU's too (an
+    H100 PCIe card, 114 SMs, goes by "H100" like the SXM's 132): ``"H100 (132 SMs)"``."""
     from ..kernels.autotune import TABLE_SCHEMA
 
     if not out.is_file():
@@ -588,9 +590,13 @@ def other_gpus_table(out: Path, gpu: str) -> str | None:
         old = json.loads(out.read_text())
     except (OSError, ValueError):
         return None
-    if old.get("schema") != TABLE_SCHEMA or old.get("gpu") in (None, gpu):
+    if old.get("schema") != TABLE_SCHEMA or old.get("gpu") is None:
         return None
-    return old["gpu"]
+    if old["gpu"] != gpu:
+        return old["gpu"]
+    if sms is not None and old.get("sm_count") not in (None, sms):
+        return f"{gpu} ({old['sm_count']} SMs)"
+    return None
 
 
 def run_tuning(
@@ -724,10 +730,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    other = other_gpus_table(out, gpu)
+    other = other_gpus_table(out, gpu, sms)
     if other and not args.no_merge:
+        here = f"{gpu} ({sms} SMs)" if other.startswith(f"{gpu} (") else gpu
         print(
-            f"error: {out} holds the {other}'s table and this GPU is the {gpu}: a run here would "
+            f"error: {out} holds the {other}'s table and this GPU is the {here}: a run here would "
             f"drop its entries. Write this GPU's table to another file (--out; by default "
             f"pearl_moe/tuning/{gpu}.json), or pass --no-merge to replace it.",
             file=sys.stderr,

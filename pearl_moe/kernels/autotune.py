@@ -292,9 +292,9 @@ def table_gpus(arch: str, gpu: str) -> list[str]:
     (69-82% on the H200). The H100 now has a table of its own for the tuning set's prefill
     shapes (1024, 4096 and 8192 tokens, 27 entries); judged with its rounds
     (:func:`transfer_regret`), the H200 table's picks took 1.057x the H100's fastest there, up to
-    1.37x where the H200's vote picks that tile at 8192 tokens. Its entries also vote for the
-    shapes near them (on the held-out layers, those of 128 or more rows per expert); the rest
-    borrow."""
+    1.37x where the H200's vote picks that tile at 8192 tokens (in sample: the H100's fastest is
+    flattered by its rounds' noise). Its entries also vote for the shapes near them (on the
+    held-out layers, every one at 4096 tokens and 9 of the 20 at 512); the rest borrow."""
     gpus = [gpu]
     fallback = _DEFAULT_GPU.get(arch)
     if fallback and fallback != gpu:
@@ -690,27 +690,31 @@ def leave_one_model_out(table: dict) -> list[dict]:
 def transfer_regret(own: dict, borrowed: dict) -> list[dict]:
     """How a borrowed table's picks would have run on the GPU of ``own``, judged with ``own``'s
     measurements. For every entry of ``own``: the borrowed table's answer for that shape (its
-    entry for the same shape and bucket, else the vote of its nearest entries, as :func:`pick`
-    gives them) and that candidate's time in the ``own`` entry's rounds over their fastest
-    (``regret``; None where ``own`` did not time it). Both are tables of one architecture. The
-    fastest of a round is flattered by the rounds' noise, so a regret near 1 is a tie. Runs on a
-    CPU."""
-    if own.get("arch") != borrowed.get("arch"):
-        raise ValueError(
-            f"tables of two architectures: {own.get('arch')} and {borrowed.get('arch')}"
-        )
-    arch, sms = borrowed["arch"], borrowed.get("sm_count", 132)
-    by_key = {}
-    for e in borrowed["entries"]:
-        by_key.setdefault((e["n"], e["k"], e["experts"], e["bucket"]), e)
+    entry for the same shape and bucket where the kernel runs it, else the vote of its nearest
+    entries, as :func:`pick` gives them) and that candidate's time in the ``own`` entry's rounds
+    over their fastest (``regret``; None where ``own`` did not time it; the worse of the balanced
+    and skewed ratios where the entry timed both, as :func:`_relative_times` gives them). In
+    sample: the own entry's winner is the fastest of those very rounds, so noise flatters it and a
+    regret near 1 is a tie. Both are tables of one architecture. Runs on a CPU."""
+    arch = borrowed.get("arch")
+    if arch is None or own.get("arch") != arch:
+        raise ValueError(f"tables of two architectures: {own.get('arch')} and {arch}")
+    sms = borrowed.get("sm_count", 132)
+    gpu = borrowed.get("gpu", "?")
     rows = []
     for entry in own["entries"]:
         n, k, experts = entry["n"], entry["k"], entry["experts"]
         rpe = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
-        twin = by_key.get((n, k, experts, entry["bucket"]))
-        label, how = None, "entry"
-        if twin is not None:
-            label = f"s{twin['stage']} {twin.get('label') or GemmConfig.from_dict(twin['config']).describe()}"  # fmt: skip
+        key = (n, k, experts, entry["bucket"])
+        twins = [
+            e for e in borrowed["entries"] if (e["n"], e["k"], e["experts"], e["bucket"]) == key
+        ]
+        choice = next(
+            (c for c in (_entry_choice(e, arch, n, k, gpu) for e in twins) if c is not None), None
+        )
+        label, how = None, None
+        if choice is not None:
+            label, how = f"s{choice.stage} {choice.config.describe()}", "entry"
         else:
             near = neighbours(borrowed, n, k, experts, max(1, round(rpe * experts)))
             scored = vote(near, arch, n, k, rpe, experts, sms) if near else []
@@ -722,7 +726,7 @@ def transfer_regret(own: dict, borrowed: dict) -> list[dict]:
                 "measured_at": entry.get("measured_at"),
                 "own": f"s{entry['stage']} {entry.get('label', '')}",
                 "borrowed": label,
-                "how": how if label else None,
+                "how": how,
                 "regret": rel.get(label) if label else None,
             }
         )
