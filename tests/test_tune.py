@@ -353,3 +353,26 @@ def test_group_twins_reach_the_compile_requests_and_the_parser():
     assert all(r[2].n_group == 8 for r in twins[len(plain) :])
     assert tune.parse_args(["--group-twins", "3"]).group_twins == 3
     assert tune.parse_args([]).group_twins == 0
+
+
+def test_a_shape_that_fails_is_recorded_and_the_rest_are_tuned(tmp_path, monkeypatch, capsys):
+    """A shape whose tuning raises (on the H100, DBRX's gate+up at 8192 tokens ran out of memory)
+    leaves no entry and is named in the table's ``env.failed_shapes``; the next shape is tuned."""
+    problems = tune.build_problems(tune.parse_args(["--models", "glm", "--tokens", "1,16"]))
+    good = json.loads((autotune.TABLE_DIR / "H200.json").read_text())["entries"][0]
+
+    def fake_tune(problem, arch, args, device):
+        if problem is problems[0]:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return dict(good)
+
+    monkeypatch.setattr(tune, "tune_problem", fake_tune)
+    args = tune.parse_args(["--models", "glm", "--tokens", "1,16"])
+    out = tmp_path / "H100.json"
+    table = tune.run_tuning(problems, "sm_90a", "H100", 132, args, out, {"date": "d"}, device="cpu")
+    assert table["env"]["failed_shapes"] == [
+        {"shape": problems[0].name, "error": "OutOfMemoryError: CUDA out of memory"}
+    ]
+    assert table["env"]["skipped_shapes"] == [] and len(table["entries"]) == 1
+    assert json.loads(out.read_text())["env"]["failed_shapes"][0]["shape"] == problems[0].name
+    assert "OutOfMemoryError" in capsys.readouterr().out

@@ -622,7 +622,7 @@ def run_tuning(
                 {"env": old.get("env"), "method": old.get("method")},
             ]
     bar = tqdm(total=len(problems), desc="tune", unit="shape") if tqdm else None
-    skipped = []
+    skipped, failed = [], []
     for i, problem in enumerate(problems):
         if deadline is not None and time.monotonic() > deadline:
             skipped.append(problem.name)
@@ -636,7 +636,9 @@ def run_tuning(
         try:
             entry = tune_problem(problem, arch, args, device)
         except Exception as exc:
-            print(f"\ntune {problem.name}: {type(exc).__name__}: {exc}"[:800], flush=True)
+            why = f"{type(exc).__name__}: {exc}"
+            print(f"\ntune {problem.name}: {why}"[:800], flush=True)
+            failed.append({"shape": problem.name, "error": why[:300]})
             harness_sync(device)
         else:
             entry["tuned_at"] = env.get("date")
@@ -654,7 +656,8 @@ def run_tuning(
             bar.update(1)
     if bar:
         bar.close()
-    table["env"]["skipped_shapes"] = skipped
+    table["env"]["skipped_shapes"] = skipped  # not reached before the deadline
+    table["env"]["failed_shapes"] = failed  # raised (out of memory, say): no entry written
     _write_table(out, table)
     return table
 
@@ -768,4 +771,11 @@ def main(argv: list[str] | None = None) -> int:
     _write_table(out, table)
     print(format_table(table))
     print(f"\nwrote {out}")
+    for what, shapes in (
+        ("failed", table["env"]["failed_shapes"]),
+        ("skipped (deadline)", table["env"]["skipped_shapes"]),
+    ):
+        if shapes:
+            names = [s["shape"] if isinstance(s, dict) else s for s in shapes]
+            print(f"{what}, no entry written: {', '.join(names)}")
     return 0
