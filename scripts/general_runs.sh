@@ -46,22 +46,22 @@ esac
 # after the GPU this runs on.
 gpu=$(python3 -c "import torch; from pearl_moe.kernels.autotune import short_gpu_name; print(short_gpu_name(torch.cuda.get_device_name(0)))")
 table="pearl_moe/tuning/$gpu.json"
+if [ "$mode" != compare ] && [ -f "$table" ]; then  # the tuner extends the table in $OUT
+  cp "$table" "$OUT/$gpu.json"
+fi
 DEADLINE_S=${DEADLINE_S:-470}
 case "$mode" in
   tune)
-    if [ -f "$table" ]; then cp "$table" "$OUT/$gpu.json"; fi
     python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \
       --limit 24 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"
     ;;
   prefill8192)
-    if [ -f "$table" ]; then cp "$table" "$OUT/$gpu.json"; fi
     python3 -m pearl_moe tune --set tuning --tokens 8192 --above-rows-per-expert 256 --skip-tuned \
       --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"
     ;;
   prefill)
-    if [ -f "$table" ]; then cp "$table" "$OUT/$gpu.json"; fi
     python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
       --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"

@@ -735,9 +735,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     other = other_gpus_table(out, gpu, sms)
     if other and not args.no_merge:
-        here = f"{gpu} ({sms} SMs)" if other.startswith(f"{gpu} (") else gpu
         print(
-            f"error: {out} holds the {other}'s table and this GPU is the {here}: a run here would "
+            f"error: {out} holds the {other}'s table and this GPU is the {gpu} ({sms} SMs): a run "
+            f"here would "
             f"drop its entries. Write this GPU's table to another file (--out; by default "
             f"pearl_moe/tuning/{gpu}.json), or pass --no-merge to replace it.",
             file=sys.stderr,
@@ -771,11 +771,8 @@ def main(argv: list[str] | None = None) -> int:
     _write_table(out, table)
     print(format_table(table))
     print(f"\nwrote {out}")
-    for what, shapes in (
-        ("failed", table["env"]["failed_shapes"]),
-        ("skipped (deadline)", table["env"]["skipped_shapes"]),
-    ):
-        if shapes:
-            names = [s["shape"] if isinstance(s, dict) else s for s in shapes]
+    failed = [f["shape"] for f in table["env"]["failed_shapes"]]
+    for what, names in (("failed", failed), ("skipped (deadline)", table["env"]["skipped_shapes"])):
+        if names:
             print(f"{what}, no entry written: {', '.join(names)}")
     return 0

@@ -319,17 +319,18 @@ def _entry_choice(entry: dict, arch: str, n: int, k: int, gpu: str) -> Choice | 
     return Choice(stage, config, f"table {gpu}: {where}")
 
 
-def _table_entries(arch, n, k, experts, bucket, gpu) -> list[dict]:
-    """The GPU table's entries for this very shape and rows-per-expert bucket."""
-    table = load_table(gpu)
+def _table_entries(arch, n, k, experts, bucket, gpu, table: dict | None = None) -> list[dict]:
+    """The GPU table's entries for this very shape and rows-per-expert bucket (``table``: that
+    table given, instead of :func:`load_table`'s)."""
+    table = load_table(gpu) if table is None else table
     if not table or table.get("arch") != arch:
         return []
     key = (n, k, experts, bucket)
     return [e for e in table["entries"] if (e["n"], e["k"], e["experts"], e["bucket"]) == key]
 
 
-def _from_table(arch, n, k, experts, bucket, gpu) -> Choice | None:
-    for entry in _table_entries(arch, n, k, experts, bucket, gpu):
+def _from_table(arch, n, k, experts, bucket, gpu, table: dict | None = None) -> Choice | None:
+    for entry in _table_entries(arch, n, k, experts, bucket, gpu, table):
         choice = _entry_choice(entry, arch, n, k, gpu)
         if choice is not None:
             return choice
@@ -705,13 +706,7 @@ def transfer_regret(own: dict, borrowed: dict) -> list[dict]:
     for entry in own["entries"]:
         n, k, experts = entry["n"], entry["k"], entry["experts"]
         rpe = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
-        key = (n, k, experts, entry["bucket"])
-        twins = [
-            e for e in borrowed["entries"] if (e["n"], e["k"], e["experts"], e["bucket"]) == key
-        ]
-        choice = next(
-            (c for c in (_entry_choice(e, arch, n, k, gpu) for e in twins) if c is not None), None
-        )
+        choice = _from_table(arch, n, k, experts, entry["bucket"], gpu, borrowed)
         label, how = None, None
         if choice is not None:
             label, how = f"s{choice.stage} {choice.config.describe()}", "entry"
