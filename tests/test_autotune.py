@@ -402,13 +402,11 @@ def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
     (the tuning set at 1024, 4096 and 8192 tokens), the H200 table's picks took 1.057x the H100's
     fastest in its rounds (geomean), 1.032 where the H200 has the shape and 1.086 where it votes;
     every pick that lost by more than 10% is the vote's 128 x 128 ping-pong tile at 8192 tokens."""
+    from pearl_moe.bench.compare import geomean
+
     own = json.loads((autotune.TABLE_DIR / "H100.json").read_text())
     borrowed = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
     rows = autotune.transfer_regret(own, borrowed)
-
-    def geomean(values):
-        return math.exp(sum(map(math.log, values)) / len(values))
-
     assert len(rows) == 27 and all(r["regret"] for r in rows)
     assert geomean([r["regret"] for r in rows]) == pytest.approx(1.057, abs=5e-4)
     entries = [r["regret"] for r in rows if r["how"] == "entry"]
