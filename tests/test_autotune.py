@@ -399,25 +399,22 @@ def test_transfer_regret_looks_the_borrowed_pick_up_in_the_own_rounds():
 
 def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
     """The figures the README and ``autotune.table_gpus`` quote: on the H100's own prefill entries
-    (the tuning set at 1024, 4096 and 8192 tokens), the H200 table's picks took 1.057x the H100's
-    fastest in its rounds (geomean), 1.032 where the H200 has the shape and 1.086 where it votes;
-    every pick that lost by more than 10% is the vote's 128 x 128 ping-pong tile at 8192 tokens."""
+    (the tuning set at 1024, 4096 and 8192 tokens), the H200 table has an entry for every shape
+    since its own 8192-token tuning, and its picks took 1.028x the H100's fastest in its rounds
+    (geomean), at most 1.073x; at 8192 tokens none is the 128 x 128 ping-pong tile that cost up to
+    1.37x when the H200 voted there."""
     from pearl_moe.bench.compare import geomean
 
     own = json.loads((autotune.TABLE_DIR / "H100.json").read_text())
     borrowed = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
     rows = autotune.transfer_regret(own, borrowed)
     assert len(rows) == 27 and all(r["regret"] for r in rows)
-    assert geomean([r["regret"] for r in rows]) == pytest.approx(1.057, abs=5e-4)
-    entries = [r["regret"] for r in rows if r["how"] == "entry"]
-    votes = [r["regret"] for r in rows if r["how"] != "entry"]
-    assert (len(entries), len(votes)) == (14, 13)
-    assert geomean(entries) == pytest.approx(1.032, abs=5e-4) and max(entries) < 1.072
-    assert geomean(votes) == pytest.approx(1.086, abs=5e-4)
-    lost = [r for r in rows if r["regret"] > 1.10]
-    assert [round(r["regret"], 2) for r in lost] == [1.22, 1.32, 1.37]
-    assert all("8192 tokens" in r["measured_at"] for r in lost)
-    assert all(r["borrowed"] == "s7 sm_90a 128x128x64 1cta r7 direct pingpong" for r in lost)
+    assert all(r["how"] == "entry" for r in rows)
+    assert geomean([r["regret"] for r in rows]) == pytest.approx(1.028, abs=5e-4)
+    assert max(r["regret"] for r in rows) == pytest.approx(1.073, abs=5e-4)
+    at_8192 = [r for r in rows if "8192 tokens" in r["measured_at"]]
+    assert len(at_8192) == 13
+    assert not [r for r in at_8192 if r["borrowed"].endswith("128x128x64 1cta r7 direct pingpong")]
     # the H100's own 8192-token winners: 11 of 13 are 128 x 192 ping-pong or 256 x 192 tiles
     at_8192 = [r["own"] for r in rows if "8192 tokens" in r["measured_at"]]
     wide = [w for w in at_8192 if "256x192x64" in w or ("128x192x64" in w and "pingpong" in w)]

@@ -262,12 +262,13 @@ def test_committed_replicates_as_the_gate_reason_says(capsys):
     default_rows = calibrate.evaluate(
         calibrate.load_records(impl=calibrate.DEFAULT_CALL)[0], CALIBRATED
     )
-    # the default call, configurations never fitted: 11.7% on the course's shapes, 17.8% with the
-    # held-out layers (Qwen2-57B-A14B's gate+up at 4096 tokens)
+    # the default call, configurations never fitted: 11.7% on the course's shapes, 16.4% with the
+    # held-out layers (Llama-4-Scout's down at 4096 tokens; 17.8% on Qwen2-57B-A14B's gate+up
+    # before the table's 8192-token entries changed its pick)
     course = calibrate.summary([r for r in default_rows if r["kind"] == "compare"])
     default = calibrate.summary(default_rows)
-    assert round(course["max_error"], 3) == 0.117 and round(default["max_error"], 3) == 0.178
-    assert default["worst"]["problem"].startswith("Qwen2-57B-A14B|gate_up|4096|")
+    assert round(course["max_error"], 3) == 0.117 and round(default["max_error"], 3) == 0.164
+    assert default["worst"]["problem"].startswith("Llama-4-Scout|down|4096|")
     calibrate.main([])
     out = capsys.readouterr().out
     assert "misses one of them by at least 13.5%" in out and "measured after the fit" in out

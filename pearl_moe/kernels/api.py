@@ -270,9 +270,10 @@ def with_gather(config: GemmConfig, n: int, k: int, stage: int | None = None) ->
     (the TMA store at stage 3) and ``config``'s activation.
 
     Keeping the tile matters at prefill: on the H200 the GLM 5.3 layer at 4096 tokens took
-    4111 us with a 128 x 256 gather tile (``git show 041d3a4:results/H200/moe_layer.json.gz``)
-    and 4592 us with the 128 x 128 one in the next run (``results/H200/moe_layer.json.gz``; its
-    down GEMM was 64 us faster too, so the gap is if anything larger)."""
+    4592 us with the 128 x 128 gather tile (``git show 7ca988e:results/H200/moe_layer.json.gz``)
+    and 3913 us with the pick's 128 x 256 tile (``results/H200/moe_layer.json.gz``), 0.977x the
+    same layer on the gathered copy. A 64-row pick is not kept: Kimi K3's 1024-token layer, whose
+    fused pick is a 64 x 256 ping-pong tile, took 1.36x the copy's time on the fallback tile."""
     from .sm90.common import can_implement as sm90_can_implement
 
     at = LAST_STAGE if stage is None else stage

@@ -291,9 +291,10 @@ def table_gpus(arch: str, gpu: str) -> list[str]:
     picks the 128 x 128 ping-pong tile, which ran three of them at 61-69% of the floor there
     (69-82% on the H200). The H100 now has a table of its own for the tuning set's prefill
     shapes (1024, 4096 and 8192 tokens, 27 entries); judged with its rounds
-    (:func:`transfer_regret`), the H200 table's picks took 1.057x the H100's fastest there, up to
-    1.37x where the H200's vote picks that tile at 8192 tokens (in sample: the H100's fastest is
-    flattered by its rounds' noise). Its entries also vote for the shapes near them (on the
+    (:func:`transfer_regret`), the H200 table's own entries for those shapes took 1.028x the
+    H100's fastest there, at most 1.073x (in sample: the H100's fastest is flattered by its
+    rounds' noise); before the H200 table had its 8192-token entries, its vote took up to 1.37x
+    with that tile. Its entries also vote for the shapes near them (on the
     held-out layers, every one at 4096 tokens and 9 of the 20 at 512); the rest borrow."""
     gpus = [gpu]
     fallback = _DEFAULT_GPU.get(arch)
