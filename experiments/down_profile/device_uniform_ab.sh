@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Decides whether the trial build (uniform_consumer.patch: the consumer warpgroup's index from
+# the warp-uniform warpgroup number) goes into the package: the held-out set's 4096-token layers
+# (every prefill loss of the compare run is a ping-pong tile there), ours against quack's default
+# in interleaved rounds, once with the committed kernel and once with the patch applied to this
+# machine's copy of the tree, and the sm_90a kernel tests on the patched kernel in between. The
+# decision reads ours / quack in each run (a ratio within a run), not the times across runs.
+#
+#   bash .device/run.sh bash experiments/down_profile/device_uniform_ab.sh   # -> $OUT/...
+#
+# About 8 minutes on an H200 (two compile passes of 20 layers, the GPU tests); its result is
+# `python experiments/down_profile/uniform_ab.py $OUT/committed.json $OUT/patched.json`.
+set -uo pipefail
+: "${OUT:?run on the device machine, where \$OUT is set}"
+here=experiments/down_profile
+bench() {  # $1: the run's name
+  timeout 200 python3 -m pearl_moe bench --set held-out --tokens 4096 --impls pearl,quack \
+    --rounds 6 --kind "uniform_ab_$1" --deadline-s 170 --out "$OUT/$1.json" 2>&1 | tail -4
+}
+bench committed
+patch -p1 < "$here/uniform_consumer.patch" || exit 3
+timeout 200 python3 -m pytest -m gpu -q -x tests/test_kernels_sm90_gpu.py \
+  tests/test_default_general_gpu.py 2>&1 | tail -3 | tee "$OUT/patched_gpu_tests.txt"
+python3 -m pytest -q tests/test_compile_sm90.py -k uniform_registers 2>&1 | tail -1
+bench patched
+patch -R -p1 < "$here/uniform_consumer.patch"
