@@ -3,8 +3,9 @@ instructions, R2UR moves, and the R2UR inside the mainloop (between its first an
 
     python experiments/down_profile/sass_uniform.py LABEL   # adds LABEL's counts to the data
 
-Run once on the source before the consumer warpgroup's index was made warp-uniform (a worktree
-of the parent commit, first on PYTHONPATH) and once after; ``data/sass_uniform.json`` keeps both.
+Run once on the committed kernel (``before``) and once with ``uniform_consumer.patch`` applied
+(``patch -p1 < experiments/down_profile/uniform_consumer.patch``; ``after``, then ``patch -R``);
+``data/sass_uniform.json`` keeps both.
 """
 
 from __future__ import annotations
