@@ -162,6 +162,27 @@ def test_option_variants(variant, counts, n, k):
     _check(stage, counts, n, k, seed=len(counts), config=config)
 
 
+#: Ping-pong edge cases for the ring positions a warpgroup moves over the other's tiles: one K
+#: tile (a single step), B entries of two K tiles over an odd count of K tiles (the B ring moves
+#: ceil(k_tiles / 2) entries a tile), and K tiles a multiple of the ring depth (the phase bits).
+PINGPONG_RING_CASES = {
+    "one-k-tile": (dict(tile_m=128, b_k_tiles=1), lambda depth: 64),
+    "wide-b-odd-k-tiles": (dict(b_k_tiles=2), lambda depth: 192),
+    "k-tiles-twice-the-ring": (dict(tile_m=128, b_k_tiles=1), lambda depth: 2 * depth * 64),
+}
+
+
+@pytest.mark.parametrize("case", list(PINGPONG_RING_CASES))
+def test_pingpong_ring_positions_over_the_other_warpgroups_tiles(case):
+    """Enough tiles that every CTA runs several (432 tiles of 128 x 128 on 132 CTAs; 64-row tiles
+    more), so both warpgroups skip the other's tiles many times, at the K counts where stepping
+    the ring positions could go wrong."""
+    changes, k_of = PINGPONG_RING_CASES[case]
+    config = stage_config("sm_90a", 7).with_(**changes).resolved()
+    assert config.acc_slots == 2
+    _check(7, (1500, 0, 1025, 7, 600), 2048, k_of(config.ring_depth), seed=3, config=config)
+
+
 @pytest.mark.parametrize("walk", ("warp-parallel", "serial"))
 def test_walks_over_many_ragged_experts(walk):
     """112 experts (four 32-lane steps of the warp-parallel walk), skewed routing: empty experts
