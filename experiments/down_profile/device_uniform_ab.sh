@@ -23,6 +23,5 @@ patch -p1 < "$here/uniform_consumer.patch" || exit 3
 # the ping-pong kernels (option variants, the ring-position edge cases) and the held-out picks
 timeout 220 python3 -m pytest -m gpu -q -x -k "pingpong or general" tests/test_kernels_sm90_gpu.py \
   tests/test_default_general_gpu.py 2>&1 | tail -3 | tee "$OUT/patched_gpu_tests.txt"
-python3 -m pytest -q tests/test_compile_sm90.py -k uniform_registers 2>&1 | tail -1
 bench patched
 patch -R -p1 < "$here/uniform_consumer.patch"
