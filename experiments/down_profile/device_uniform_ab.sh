@@ -11,11 +11,14 @@
 # Estimated at 8-10 minutes on an H200 (two compile passes of 20 layers, 67 GPU tests; not yet
 # run): on a cold compile cache it may need the bench deadlines cut. Its result is
 # `python experiments/down_profile/uniform_ab.py $OUT/committed.json $OUT/patched.json`.
+# AB_SET / AB_TOKENS choose other layers (the course's, whose worst loss is Kimi K3's gate+up at
+# 1024 tokens on a 64 x 256 ping-pong tile: AB_SET=course AB_TOKENS=1024,4096).
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 here=experiments/down_profile
 bench() {  # $1: the run's name
-  timeout 170 python3 -m pearl_moe bench --set held-out --tokens 4096 --impls pearl,quack \
+  timeout 170 python3 -m pearl_moe bench --set "${AB_SET:-held-out}" --tokens "${AB_TOKENS:-4096}" \
+    --impls pearl,quack \
     --rounds 6 --kind "uniform_ab_$1" --deadline-s 140 --out "$OUT/$1.json" 2>&1 | tail -4
 }
 bench committed
