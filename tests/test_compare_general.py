@@ -166,6 +166,16 @@ def test_the_h100s_decode_layers_as_the_readme_quotes_them():
     assert round(h200["ratio"], 3) == 1.012
 
 
+def _span(rows: list[dict], key: str) -> tuple[int, int]:
+    """The smallest and largest ``key`` over ``rows``, rounded (percentages of the floor)."""
+    return round(min(r[key] for r in rows)), round(max(r[key] for r in rows))
+
+
+def _tokens(entry: dict) -> int:
+    """Tokens per GPU of a table entry, from its ``measured_at`` ("<model> <tokens> tokens (...)")."""
+    return int(entry["measured_at"].split(" tokens")[0].split()[-1])
+
+
 def test_the_h200s_prefill_after_the_8192_token_entries_as_the_readme_quotes_it():
     """The H200's held-out 4096-token layers timed again with the table's 8192-token entries: no
     EP=8 layer picks the 128 x 128 ping-pong tile; Qwen2-57B-A14B's gate+up at 1.029 (82% of the
@@ -188,30 +198,13 @@ def test_the_h200s_prefill_after_the_8192_token_entries_as_the_readme_quotes_it(
     assert (round(qwen2["ratio"], 3), round(qwen2["ours_pct_floor"])) == (1.029, 82)
     lost = [r for r in prefill if r["ratio"] > 1.03]
     assert len(lost) == 9 and all("pingpong" in r["ours_config"] for r in lost)
-    assert (
-        round(min(r["ours_pct_floor"] for r in lost)),
-        round(max(r["ours_pct_floor"] for r in lost)),
-    ) == (66, 83)
-    assert (
-        round(min(r["best_pct_floor"] for r in lost)),
-        round(max(r["best_pct_floor"] for r in lost)),
-    ) == (71, 91)
+    assert _span(lost, "ours_pct_floor") == (66, 83) and _span(lost, "best_pct_floor") == (71, 91)
     others = [r["ratio"] for r in prefill if "pingpong" not in r["ours_config"]]
     assert 0.98 <= min(others) and max(others) <= 1.01
-    assert (
-        round(min(r["ours_pct_floor"] for r in prefill)),
-        round(max(r["ours_pct_floor"] for r in prefill)),
-    ) == (66, 87)
-    assert (
-        round(min(r["best_pct_floor"] for r in prefill)),
-        round(max(r["best_pct_floor"] for r in prefill)),
-    ) == (71, 91)
+    assert _span(prefill, "ours_pct_floor") == (66, 87)
+    assert _span(prefill, "best_pct_floor") == (71, 91)
     table = json.loads((ROOT / "pearl_moe" / "tuning" / "H200.json").read_text())
-    big = [
-        e["config"]
-        for e in table["entries"]
-        if e["measured_at"].split(" tokens")[0].endswith(" 8192")
-    ]
+    big = [e["config"] for e in table["entries"] if _tokens(e) == 8192]
     assert len(table["entries"]) == 131 and len(big) == 14
     tiles = [(c["tile_m"], c["tile_n"], c["acc_slots"]) for c in big]
     assert sum(t in ((256, 192, 1), (128, 192, 2), (64, 256, 2)) for t in tiles) == 13
@@ -225,7 +218,7 @@ def test_the_tables_prefill_winners_as_notebook_09_counts_them():
     table = json.loads((ROOT / "pearl_moe" / "tuning" / "H200.json").read_text())
     won: dict = {}
     for e in table["entries"]:
-        c, tokens = e["config"], int(e["measured_at"].split(" tokens")[0].split()[-1])
+        c, tokens = e["config"], _tokens(e)
         key = (c["tile_m"], c["tile_n"], c["acc_slots"])
         won.setdefault(key, []).append((tokens, c.get("cluster_m", 1), c.get("cluster_n", 1)))
     assert len(won[128, 128, 2]) == 7

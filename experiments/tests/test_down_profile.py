@@ -1,9 +1,10 @@
 """The ping-pong kernel against quack's same configuration on down projections at prefill."""
 
-import gzip
 import json
 
 from analysis import data
+
+from pearl_moe.bench.records import read_run
 
 P192 = "pearl-s7:tile_m=128+tile_n=192+b_k_tiles=1+cluster_m=2"
 MODELS = ("GLM-4.5-Air", "MiniMax-M2", "Qwen2-57B-A14B")
@@ -14,9 +15,7 @@ def _ncu():
 
 
 def _rounds():
-    run = json.loads(
-        gzip.decompress(data("down_profile", "down_profile_rounds.json.gz").read_bytes())
-    )
+    run = read_run(data("down_profile", "down_profile_rounds.json.gz"))
     assert all(r["status"] == "ok" and r["correctness"]["ok"] for r in run["records"])
     return {(r["problem"].split("|")[0], r["impl"]): r["time"]["median_us"] for r in run["records"]}
 
