@@ -198,6 +198,20 @@ def test_128_row_pingpong_runs_two_m64_wgmma_per_k_block(reports):
     assert "HGMMA.64x128x16.F32.BF16" in Path(pp.files["sass"]).read_text()
 
 
+@pytest.mark.parametrize("name", [n for n, (stage, _) in CASES.items() if stage >= 3])
+def test_the_mainloop_keeps_its_wgmma_descriptors_in_uniform_registers(reports, name):
+    """Between the first and the last HGMMA of the mainloop no R2UR moves a descriptor from an
+    ordinary register: the consumer warpgroup's index comes from the warp-uniform warpgroup
+    number, so every branch on it is uniform. Taken from the thread index, ping-pong and
+    cooperative tiles built each descriptor in ordinary registers and moved it over (up to four
+    R2UR a wgmma; experiments/down_profile)."""
+    sass = Path(reports[name].files["sass"]).read_text()
+    lines = [line for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+    hgmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    mainloop = lines[hgmma[0] : hgmma[-1] + 1]
+    assert not [line for line in mainloop if "R2UR" in line], name
+
+
 def test_256_row_tiles_give_each_of_two_warpgroups_two_m64_blocks(reports):
     """A 256-row tile runs on two consumer warpgroups (as a 128-row one), each computing 128 rows:
     two m64 wgmma per 16-deep k block, with ``tile_n`` accumulator registers a thread and no

@@ -3,9 +3,10 @@ instructions, R2UR moves, and the R2UR inside the mainloop (between its first an
 
     python experiments/down_profile/sass_uniform.py LABEL   # adds LABEL's counts to the data
 
-Run once on the committed kernel (``before``) and once with ``uniform_consumer.patch`` applied
-(``patch -p1 < experiments/down_profile/uniform_consumer.patch``; ``after``, then ``patch -R``);
-``data/sass_uniform.json`` keeps both.
+Run once with ``uniform_consumer.patch`` reverted (``patch -R -p1 <
+experiments/down_profile/uniform_consumer.patch``; ``before``, then ``patch -p1 <`` it again) and
+once on the package as it is (``after``: the patch is in it); ``data/sass_uniform.json`` keeps
+both.
 """
 
 from __future__ import annotations

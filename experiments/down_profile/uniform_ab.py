@@ -1,6 +1,6 @@
-"""Ours / quack per layer in the committed-kernel run and in the patched one, and the change.
+"""Ours / quack per layer in the run before the patch and in the one after, and the change.
 
-    python experiments/down_profile/uniform_ab.py COMMITTED.json PATCHED.json
+    python experiments/down_profile/uniform_ab.py BEFORE.json AFTER.json
 
 Both runs come from ``device_uniform_ab.sh`` (the held-out set's 4096-token layers, ours against
 quack's default, interleaved rounds). Each ratio is paired round by round within its run

@@ -303,13 +303,20 @@ class PersistentGroupedGemmKernel(
             cute.arch.setmaxregister_increase(self.consumer_registers)
             consumer_tidx = tidx - self.producer_warpgroups * WARPGROUP_THREADS
             # Ping-pong: each consumer warpgroup owns whole tiles (slot 0 or 1); otherwise the
-            # consumer warpgroups share every tile (slot 0) and split its rows.
+            # consumer warpgroups share every tile (slot 0) and split its rows. Both come from
+            # the warp-uniform warpgroup index, not from the thread index: the compiler then
+            # knows every warp takes the same branches and keeps the ring positions and the
+            # wgmma descriptors in uniform registers (from the thread index it built each
+            # descriptor in ordinary registers and moved it over, four R2UR per wgmma).
+            consumer_warpgroup = warpgroup - self.producer_warpgroups
             slot = cutlass.Int32(0)
+            mma_warpgroup = consumer_warpgroup
             mma_tidx = consumer_tidx
             if cutlass.const_expr(self.pingpong):
-                slot = consumer_tidx // WARPGROUP_THREADS
+                slot = consumer_warpgroup
+                mma_warpgroup = 0
                 mma_tidx = consumer_tidx % WARPGROUP_THREADS
-            thr_mma = tiled_mma.get_slice(mma_tidx // WARPGROUP_THREADS * WARPGROUP_THREADS)
+            thr_mma = tiled_mma.get_slice(mma_warpgroup * WARPGROUP_THREADS)
             if cutlass.const_expr(self.swap_ab):
                 # the weights are the wgmma's A, the tile's tokens its B:
                 # (MMA, MMA_N = tile_m / wgmma N, MMA_K, ring_depth) of the A ring's tile_m rows
