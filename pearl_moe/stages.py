@@ -252,6 +252,7 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
     plainly when there is none. Nothing in it is typed by hand.
     """
     from .replay import rows as replay_rows
+    from .replay import run_path
 
     root = results_root or ROOT / "results"
     found = replay_rows(gpu=gpu, kind="stages", routing="balanced", root=root)
@@ -334,7 +335,8 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
         if mine:
             b = min(mine, key=lambda r: r["median_us"])
             cells.append(
-                f"{model} {tokens} tok {b['impl']} {b['median_us']:.0f} µs (`{b['kind']}.json`)"
+                f"{model} {tokens} tok {b['impl']} {b['median_us']:.0f} µs "
+                f"(`{run_path(gpu, b['kind'], root).name}`)"
             )
     if cells:
         extra.append(
@@ -364,7 +366,7 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
     1.03, the decode speed-up over tuned quack and the run's read ceiling beside the datasheet's.
     """
     from .bench.compare import compare_summary
-    from .replay import load_run, run_scheduler
+    from .replay import load_run, run_path, run_scheduler
 
     root = results_root or ROOT / "results"
     try:
@@ -384,7 +386,7 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
     )
     lines = [
         f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} ({str(env['date'])[:10]}), "
-        f"`results/{gpu}/compare.json`: the three models' gate+up shapes, EP=8, CUDA-graph "
+        f"`results/{gpu}/{run_path(gpu, 'compare', root).name}`: the three models' gate+up shapes, EP=8, CUDA-graph "
         "medians in µs, every implementation tuned (the default call by its tuned table, "
         "Triton by timing its candidates, quack by its autotuner). Ratio = default call / best "
         "baseline, paired round by round (below 1: ours is faster; in brackets the range of the "

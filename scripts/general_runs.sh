@@ -7,6 +7,7 @@
 #   bash .device/run.sh bash scripts/general_runs.sh tune      # the tuning set -> $OUT/<GPU>.json
 #   bash .device/run.sh bash scripts/general_runs.sh prefill8192  # its 8192-token shapes
 #   bash .device/run.sh bash scripts/general_runs.sh prefill   # its 1024/4096-token shapes again
+#   bash .device/run.sh bash scripts/general_runs.sh midsize   # 128-256 rows per expert again
 #   bash .device/run.sh bash scripts/general_runs.sh compare   # held-out + course -> $OUT/compare_general.json
 #
 # `tune` measures the shapes the table lacks up to 4096 tokens; `prefill8192` the tuning set's
@@ -17,9 +18,15 @@
 # among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
 # along N too; --limit 49 leaves one slot for a serial-walk twin) at 1024 and 4096 tokens; it
 # re-times all 14 each time (211 s on the H200 with 48 candidates), so give it a call of its own
-# or a deadline that lets it finish. COMPARE_SET=held-out (default held-out,course) times one set.
+# or a deadline that lets it finish. `midsize` re-times the tuning set's and the course's shapes
+# with more than 128 and at most 256 rows per expert (autotune.CLUSTER_ROWS: from there on the
+# space also holds the 128 x 192 ping-pong tile and the 2-CTA clusters; the course's 1024-token
+# layers are there), 49 candidates a shape, the entries they had replaced. COMPARE_SET=held-out (default held-out,course) times one set.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
-# them again with the problems not yet measured.
+# them again with the problems not yet measured. After a kernel change that leaves the picks
+# alone, name the configurations it changed, for instance those with two consumer warpgroups
+# (the uniform warpgroup index of 2026-12-06):
+#   general_runs.sh compare --remeasure-ours 'pingpong|sm_90a (128|256)x' --why "..."
 #
 # Between calls, copy $OUT/<GPU>.json over pearl_moe/tuning/<GPU>.json and store
 # $OUT/compare_general.json as results/<GPU>/compare_general.json.gz (gzip -9 -n -c ... >, it keeps
@@ -35,9 +42,9 @@ set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 mode=${1:-}
 case "$mode" in
-  tune | prefill8192 | prefill | compare) shift ;;  # the rest goes to the command
+  tune | prefill8192 | prefill | midsize | compare) shift ;;  # the rest goes to the command
   *)
-    echo "usage: scripts/general_runs.sh tune|prefill8192|prefill|compare [ARGS...]" >&2
+    echo "usage: scripts/general_runs.sh tune|prefill8192|prefill|midsize|compare [ARGS...]" >&2
     exit 2
     ;;
 esac
@@ -65,6 +72,13 @@ case "$mode" in
     python3 -m pearl_moe tune --set tuning --tokens 4096,1024 --above-rows-per-expert 256 \
       --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
       --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"
+    ;;
+  midsize)
+    for set in course tuning; do  # the course's two layers first: its bar is the stricter
+      python3 -m pearl_moe tune --set "$set" --tokens 1024,4096,8192 --above-rows-per-expert 128 \
+        --at-most-rows-per-expert 256 --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
+        --deadline-s "$((DEADLINE_S / 2))" --out "$OUT/$gpu.json" "$@"
+    done
     ;;
   compare)
     if [ -f "results/$gpu/compare_general.json.gz" ]; then

@@ -138,8 +138,12 @@ def test_the_device_script_asks_for_what_the_commands_accept():
         if current is not None and not current.endswith("\\"):
             commands.append(current)
             current = None
-    assert len(commands) == 4
+    assert len(commands) == 5
+    commands = [c.replace('"$set"', name) for c in commands for name in ("course", "tuning")
+                if '"$set"' in c or name == "course"]  # fmt: skip
+    assert len(commands) == 6
     for command in commands:
+        command = command.replace('"$((DEADLINE_S / 2))"', "235")
         command = command.replace('"${COMPARE_SET:-held-out,course}"', "held-out,course")
         command = command.replace('"$@"', "").replace("$gpu", "H200")
         words = shlex.split(command.replace("$DEADLINE_S", "470").replace("$OUT", "/tmp/x"))
@@ -147,9 +151,23 @@ def test_the_device_script_asks_for_what_the_commands_accept():
         args = module.parse_args(words[4:])
         problems = module.build_problems(args)
         if module is tune:
-            assert problems and not tune.held_out_problems(problems)
-            assert args.set == "tuning"
             from pearl_moe.kernels import autotune
+
+            assert problems and not tune.held_out_problems(problems)
+            if args.at_most_rows_per_expert is not None:  # midsize: 128-256 rows per expert
+                band = (autotune.CLUSTER_ROWS, autotune.PREFILL_ROWS)
+                assert (args.above_rows_per_expert, args.at_most_rows_per_expert) == band
+                assert all(band[0] < p.rows / p.experts <= band[1] for p in problems)
+                assert args.limit == 49 and not args.skip_tuned
+                if args.set == "course":  # the course's 1024-token layers of that band
+                    assert {p.name for p in problems} == {
+                        "GLM 5.3 gate_up 1024 tok/GPU EP8 balanced",
+                        "Kimi K3 gate_up 1024 tok/GPU EP8 balanced",
+                    }
+                else:
+                    assert args.set == "tuning" and len(problems) == 12
+                continue
+            assert args.set == "tuning"
 
             prefill = all(p.rows / p.experts > autotune.PREFILL_ROWS for p in problems)
             tokens = {p.meta["tokens_per_gpu"] for p in problems}

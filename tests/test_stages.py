@@ -1,10 +1,10 @@
-import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from pearl_moe.replay import read_run
 from pearl_moe.stages import (
     STAGES,
     measured_steps,
@@ -82,7 +82,7 @@ def test_readme_compare_table_is_up_to_date():
 
 
 def test_compare_table_shows_the_default_call_against_every_baseline():
-    run = json.loads((ROOT / "results" / "H200" / "compare.json").read_text())
+    run = read_run(ROOT / "results" / "H200" / "compare.json.gz")
     table = render_compare_table()
     head = next(line for line in table.splitlines() if line.startswith("| model |"))
     baselines = {r["impl"] for r in run["records"]} - {"pearl"}
@@ -97,7 +97,7 @@ def test_compare_table_shows_the_default_call_against_every_baseline():
 def test_compare_table_says_when_nothing_was_recorded(tmp_path):
     assert "No `compare` run recorded" in render_compare_table(results_root=tmp_path)
     (tmp_path / "H200").mkdir()
-    shutil.copy(ROOT / "results" / "H200" / "compare.json", tmp_path / "H200")
+    shutil.copy(ROOT / "results" / "H200" / "compare.json.gz", tmp_path / "H200")
     assert "geomean ratio" in render_compare_table(results_root=tmp_path)
 
 

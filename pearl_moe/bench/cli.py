@@ -21,7 +21,7 @@ rewritten after every problem, so an interrupted run keeps what it finished.
     # the course's ablation: every stage 3..7 against the previous one
     python -m pearl_moe bench --kind ablation
     # the summaries of a recorded run, on any machine
-    python -m pearl_moe bench --summarize results/H200/compare.json
+    python -m pearl_moe bench --summarize results/H200/compare.json.gz
 """
 
 from __future__ import annotations
@@ -133,6 +133,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "implementation; env.parts lists them",
     )
     p.add_argument(
+        "--remeasure-ours",
+        default="",
+        metavar="REGEX",
+        help="with --resume and --why: first drop the problems whose default-call record ran a "
+        "configuration matching REGEX (re.search on its label, e.g. 'pingpong| (128|256)x' after "
+        "a change to those kernels), so this part times them again; env.parts lists them, what "
+        "they had and why",
+    )
+    p.add_argument("--why", default="", help="why --remeasure-ours times them again (env.parts)")
+    p.add_argument(
         "--deadline-s",
         type=float,
         default=None,
@@ -169,6 +179,37 @@ def drop_changed_picks(path: Path, run: dict | None = None) -> list[dict]:
         run["records"] = [r for r in run["records"] if r["problem"] not in gone]
         write_run(run, path)
     return changed
+
+
+def drop_ours_matching(path: Path, run: dict, pattern: str, why: str) -> list[dict]:
+    """Remove from the run at ``path`` (``run``: it, already read) every problem, with all its
+    records, whose default call (``pearl``) ran a configuration matching ``pattern``
+    (``re.search`` on the recorded label); returns them with the configuration and the median
+    times they had and ``why``, for ``env.parts``. For a kernel change that leaves the picks as
+    they were (so :func:`drop_changed_picks` sees nothing) but changes what some of them run."""
+    import re
+
+    from .records import write_run
+
+    if not why:
+        raise ValueError(
+            "--remeasure-ours needs --why: the run lists why the records were replaced"
+        )
+    regex = re.compile(pattern)
+    ours = {r["problem"]: r for r in run["records"] if r["impl"] == "pearl" and r.get("config")}
+    gone = sorted(p for p, r in ours.items() if regex.search(r["config"].get("config", "")))
+    dropped = []
+    for pid in gone:
+        had = {r["impl"]: round(r["time"]["median_us"], 1) for r in run["records"]
+               if r["problem"] == pid and r.get("time")}  # fmt: skip
+        dropped.append(
+            {"problem": pid, "timed": ours[pid]["config"]["config"], "had_us": had, "why": why}
+        )
+    if gone:
+        run["problems"] = [p for p in run["problems"] if p["id"] not in gone]
+        run["records"] = [r for r in run["records"] if r["problem"] not in gone]
+        write_run(run, path)
+    return dropped
 
 
 #: What ``--kind ablation`` runs unless told otherwise: every course stage from 3 on, 3 models x 4
@@ -603,15 +644,24 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(" ".join(["python -m pearl_moe bench", *(argv or sys.argv[1:])]))
     todo = problems
     redone = []
-    if args.remeasure_changed and not args.resume:
-        print("error: --remeasure-changed continues a run: give --resume too", file=sys.stderr)
+    if (args.remeasure_changed or args.remeasure_ours) and not args.resume:
+        print("error: --remeasure-changed and --remeasure-ours continue a run: give --resume too",
+              file=sys.stderr)  # fmt: skip
         return 2
+    if args.remeasure_ours and not args.why:
+        print("error: --remeasure-ours needs --why (the run lists it)", file=sys.stderr)
+        return 2
+    again = []
     recorded = read_run(out) if args.resume and out.exists() else None  # read once, used below
     if recorded is not None:
         check_resumable(recorded, args.kind, env.get("gpu"), out)  # before changing the file
         if args.remeasure_changed:
             redone = drop_changed_picks(out, recorded)
             print(f"{len(redone)} problems' picks changed since they were timed: timing them again")
+        if args.remeasure_ours:
+            again = drop_ours_matching(out, recorded, args.remeasure_ours, args.why)
+            print(f"{len(again)} problems ran a configuration matching {args.remeasure_ours!r}: "
+                  "timing them again")  # fmt: skip
         done = {p["id"] for p in recorded["problems"]}
         todo = [p for p in problems if _problem_id(p) not in done]
     ahead = precompile_default_picks(todo, _csv(args.impls))  # compiles while ceilings run
@@ -630,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
         run, problems = resume_run(out, run, problems, recorded)
         if redone:
             run["env"]["parts"][-1]["remeasured_changed_picks"] = redone
+        if again:
+            run["env"]["parts"][-1]["remeasured_ours"] = again
         print(f"resuming {out}: {len(run['problems'])} problems done, {len(problems)} to go")
     impls = load_impls(_csv(args.impls))
     if ahead is not None:

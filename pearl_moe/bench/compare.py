@@ -3,7 +3,7 @@
 Everything here reads a run dict (:mod:`pearl_moe.bench.records`), so it works on a CPU from a
 committed file as well as at the end of a live run::
 
-    python -m pearl_moe bench --summarize results/H200/compare.json
+    python -m pearl_moe bench --summarize results/H200/compare.json.gz
     python -m pearl_moe bench --summarize results/H200/ablation.json
 
 **Paired ratios.** The implementations of one problem are timed in interleaved rounds

@@ -131,6 +131,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "prefill entries after the prefill candidates changed, say)",
     )
     p.add_argument(
+        "--at-most-rows-per-expert",
+        type=float,
+        default=None,
+        metavar="R",
+        help="tune only the shapes with at most R rows per expert on average (with "
+        "--above-rows-per-expert: one band of sizes)",
+    )
+    p.add_argument(
         "--cache-dir", default=None, help="kernel disk cache folder ($PEARL_MOE_KERNEL_CACHE)"
     )
     p.add_argument(
@@ -190,6 +198,9 @@ def build_problems(args) -> list:
     floor = getattr(args, "above_rows_per_expert", None)
     if floor is not None:
         problems = [p for p in problems if p.rows / p.experts > floor]
+    ceiling = getattr(args, "at_most_rows_per_expert", None)
+    if ceiling is not None:
+        problems = [p for p in problems if p.rows / p.experts <= ceiling]
     return problems
 
 

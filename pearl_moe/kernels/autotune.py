@@ -12,8 +12,8 @@ Three sources, in order (:func:`pick`):
    the bucket is ``round(log2(rows / experts))`` (:func:`rows_bucket`: 1/4, 1/2, 1, 2, 4 ... rows per
    expert, one bucket per octave), and keep every candidate's time beside the winner. An entry whose
    stage is missing here or whose configuration the kernel refuses is skipped. A GPU also borrows
-   its architecture's default GPU's table (:func:`table_gpus`: an H100 the H200's), asked after its
-   own for a shape its own serves neither by an entry nor by a vote.
+   its architecture's default GPU's table (:func:`table_gpus`: an H100 the H200's): its entry for
+   the very shape is asked after the own table's entry and before the own table's vote.
 2. **A vote of the nearest measured shapes** (:func:`neighbours`, :func:`vote`) for a shape or
    bucket the table does not hold: the table's nearest entries in (rows per expert, n, k, experts)
    score every candidate they timed, and the best score wins.
@@ -283,19 +283,20 @@ def table_gpus(arch: str, gpu: str) -> list[str]:
 
     Borrowing keeps the kernels and the shared memory; the vote's wave arithmetic assumes the
     table's SM count (132: an H100 SXM's too, not a PCIe card's 114). What differs on an H100 is
-    the memory (3.35 against 4.8 TB/s). Measured on an H100 with no table of its own
-    (``results/H100/table_transfer.json.gz``: the course's gate+up layers and the held-out models'
-    gate+up and down layers at 1, 16 and 4096 tokens, 69 shapes), the H200 table's picks took
-    0.936x the heuristic's time (paired rounds; 0.88 at 1 token, 0.99 at 16, 0.95 at 4096;
-    0.52-1.11x). They lost by more than 2% on four prefill gate+up layers, all where the vote
-    picks the 128 x 128 ping-pong tile, which ran three of them at 61-69% of the floor there
-    (69-82% on the H200). The H100 now has a table of its own for the tuning set's prefill
-    shapes (1024, 4096 and 8192 tokens, 27 entries); judged with its rounds
-    (:func:`transfer_regret`), the H200 table's own entries for those shapes took 1.028x the
-    H100's fastest there, at most 1.073x (in sample: the H100's fastest is flattered by its
-    rounds' noise); before the H200 table had its 8192-token entries, its vote took up to 1.37x
-    with that tile. Its entries also vote for the shapes near them (on the
-    held-out layers, every one at 4096 tokens and 9 of the 20 at 512); the rest borrow."""
+    the memory (3.35 against 4.8 TB/s). A borrowed entry for the very shape comes before the
+    own table's vote where both tables are of one SM count (:func:`pick`), as it does for
+    :func:`fuse_activation`: judged with the
+    H100's own rounds on its 109 entries, the H200's entries for those shapes took 1.022x the
+    fastest (geomean; at most 1.129x, :func:`transfer_regret`), the H100's vote with the entry's
+    model hidden 1.030x (at most 1.205x, :func:`leave_one_model_out`); the vote is the better of
+    the two about as often as not (34 against 31, 43 within 1%), the borrowed entry misses by less. On
+    the course's Kimi K3 gate+up at 1024 tokens, which only the H200 tuned, the H100's vote picked
+    a 64 x 128 ping-pong tile that took 1.30x quack-tuned's time. Measured on an H100 with no
+    table of its own (``results/H100/table_transfer.json.gz``: 69 course and held-out layers at
+    1, 16 and 4096 tokens), the H200 table's picks took 0.936x the heuristic's time (paired
+    rounds; 0.52-1.11x). The H100 now has a table of its own for the whole tuning set (1 to 8192
+    tokens, 109 entries): its vote serves every held-out shape, and the H200's entries serve the
+    shapes only the H200 tuned (the course's)."""
     gpus = [gpu]
     fallback = _DEFAULT_GPU.get(arch)
     if fallback and fallback != gpu:
@@ -733,25 +734,51 @@ def transfer_regret(own: dict, borrowed: dict) -> list[dict]:
 MAX_PICKS = 4096
 
 
-def _pick_from(arch, n, k, experts, rows, gpu, fused) -> Choice | None:
-    """:func:`pick` from ``gpu``'s table alone (None where it has neither the shape nor a vote)."""
+def _entry_from(arch, n, k, experts, rows, gpu, fused) -> Choice | None:
+    """``gpu``'s table entry for this very shape and bucket (None where it has none); for a fused
+    activation, among the tiles that entry timed (a shape in the table keeps to its own timings)."""
     bucket = rows_bucket(rows, experts)
     exact = _from_table(arch, n, k, experts, bucket, gpu)
-    ready = None
-    if fused:  # a shape in the table keeps to its own entry's timings
-        ready = _fused_from_table(arch, n, k, experts, bucket, gpu) or (
-            None if exact else _from_neighbours(arch, n, k, experts, rows, gpu, fused=True)
-        )
-    return ready or exact or _from_neighbours(arch, n, k, experts, rows, gpu)
+    if exact is None or not fused:
+        return exact
+    return _fused_from_table(arch, n, k, experts, bucket, gpu) or exact
+
+
+def _vote_from(arch, n, k, experts, rows, gpu, fused) -> Choice | None:
+    """The vote of ``gpu``'s table's nearest entries (None where none is near)."""
+    ready = _from_neighbours(arch, n, k, experts, rows, gpu, fused=True) if fused else None
+    return ready or _from_neighbours(arch, n, k, experts, rows, gpu)
+
+
+def _sources(arch: str, gpu: str) -> list[tuple[str, object]]:
+    """The (table, kind of answer) pairs :func:`pick` asks in turn: an entry for the very shape
+    from its own table, then from a borrowed one of the same SM count, before any vote (own,
+    then borrowed); a borrowed table of another SM count comes after the own vote."""
+    gpus = table_gpus(arch, gpu)
+    own, borrowed = gpus[0], gpus[1:]
+    own_table = load_table(own)
+    same = [b for b in borrowed if own_table is None or _sm_count(own_table) == _sm_count(load_table(b))]  # fmt: skip
+    other = [b for b in borrowed if b not in same]
+    return (
+        [(own, _entry_from)]
+        + [(b, _entry_from) for b in same]
+        + [(own, _vote_from)]
+        + [(b, _vote_from) for b in same]
+        + [(b, f) for b in other for f in (_entry_from, _vote_from)]
+    )
+
+
+def _sm_count(table: dict | None) -> int | None:
+    return None if table is None else table.get("sm_count", 132)
 
 
 def pick(
     arch: str, n: int, k: int, experts: int, rows: int, gpu: str | None = None, fused: bool = False
 ) -> Choice:
     """The stage and configuration for this call, from the GPU's table: its entry for this very
-    shape and rows-per-expert bucket, else the vote of the nearest measured shapes
-    (:func:`vote`); where the GPU's own table has neither (or it has none), the same from the
-    table it borrows (:func:`table_gpus`); else :func:`heuristic`. A pure function of its
+    shape and rows-per-expert bucket, else the borrowed table's entry for it (:func:`table_gpus`,
+    where both tables are of one SM count), else the vote of the nearest measured shapes
+    (:func:`vote`) in its own table, then in the borrowed one; else :func:`heuristic`. A pure function of its
     arguments, memoized per (arch, gpu, n, k, experts, rows, fused): after the first call it is a
     dict lookup (the vote reads the exact rows per expert, so the key is not the bucket).
 
@@ -763,8 +790,8 @@ def pick(
     key = (arch, gpu, n, k, experts, rows, fused)
     choice = _PICKS.get(key)
     if choice is None:
-        for source in table_gpus(arch, gpu):  # its own table, then a borrowed one
-            choice = _pick_from(arch, n, k, experts, rows, source, fused)
+        for source, answer in _sources(arch, gpu):  # entries before votes, own before borrowed
+            choice = answer(arch, n, k, experts, rows, source, fused)
             if choice is not None:
                 if source != gpu:
                     where = choice.source[len(f"table {source}") :]
@@ -800,17 +827,25 @@ OPTIONS = (
 
 #: Rows per expert above which the candidate space counts as prefill.
 PREFILL_ROWS = 256
+#: Rows per expert above which the tuner also times the 128 x 192 ping-pong tile and the 2-CTA
+#: cluster twins (:func:`_cluster_candidates`): the prefill kinds, from half the prefill size on.
+#: Between 128 and 256 rows per expert (the course's 1024-token layers) quack-tuned's clustered
+#: 192 x 128 ping-pong configuration was the fastest baseline; on the H200 the default call's
+#: 64-row ping-pong tiles took up to 1.104x its time there (Kimi K3's gate+up, 146 rows per
+#: expert), on the H100 1.30x (``results/<GPU>/compare_general.json.gz``). Entries tuned before
+#: this band had these candidates hold none of them: ``general_runs.sh midsize`` times them.
+CLUSTER_ROWS = 128
 
 
 def _pingpong_tile(tile_m: int, tile_n: int, per_expert: float) -> bool:
     """Whether the :data:`OPTIONS` ping-pong variants are tried on this tile: 64-row tiles
-    always; at prefill also 128 x 128 and 128 x 192, whose fp32 accumulator one consumer
-    warpgroup holds whole (128 and 192 registers a thread; 128 x 192 in ping-pong with clusters
-    of two along M is quack's default Hopper configuration). At mid sizes the 128 x 128 ping-pong
-    tile comes from :func:`_small_tile_candidates`; on the H200 it won 4 of the tuning set's
-    entries at 256 rows per expert, the largest size it was timed at before."""
+    always; above :data:`CLUSTER_ROWS` rows per expert also 128 x 128 and 128 x 192, whose fp32
+    accumulator one consumer warpgroup holds whole (128 and 192 registers a thread; 128 x 192 in
+    ping-pong with clusters of two along M is quack's default Hopper configuration). Below, the
+    128 x 128 ping-pong tile comes from :func:`_small_tile_candidates`; on the H200 it won 4 of
+    the tuning set's entries at 256 rows per expert, the largest size it was timed at before."""
     return tile_m == 64 or (
-        per_expert > PREFILL_ROWS and tile_m == 128 and tile_m * tile_n <= 128 * 192
+        per_expert > CLUSTER_ROWS and tile_m == 128 and tile_m * tile_n <= 128 * 192
     )
 
 
@@ -964,13 +999,14 @@ def candidates(
       ``n``.
     * **options** in the order of the course's stages (:data:`OPTIONS`): TMA store (stage 3), direct
       store (4), B entries spanning two K tiles (6), the ping-pong accumulator (7; 64-row tiles, and
-      128 x 128 and 128 x 192 at prefill, :func:`_pingpong_tile`; at mid sizes 128 x 128 ping-pong tiles come
-      from :func:`_small_tile_candidates`).
+      128 x 128 and 128 x 192 above :data:`CLUSTER_ROWS` rows per expert, :func:`_pingpong_tile`;
+      below, 128 x 128 ping-pong tiles come from :func:`_small_tile_candidates`).
       Each is tried on the most promising shapes first, so truncation at ``limit`` drops the least
       likely combinations.
-    * **clusters** (sm_90a, prefill only, :func:`_cluster_candidates`): twins of the first
-      pass's 128- and 256-row tiles in 2-CTA clusters sharing their larger operand tile (and
-      the 128 x 192 ping-pong tile sharing A), right after that pass.
+    * **clusters** (sm_90a, above :data:`CLUSTER_ROWS` rows per expert,
+      :func:`_cluster_candidates`): twins of the first pass's 128- and 256-row tiles in 2-CTA
+      clusters sharing their larger operand tile (and the 128 x 192 ping-pong tile sharing A),
+      right after that pass.
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
       so the table never picks something slower than either (within the run's noise).
     * **the scheduler's walk**: from :data:`SERIAL_WALK_ROWS` rows per expert on, the slots the
@@ -1003,7 +1039,7 @@ def candidates(
                     ordered.append(base.with_(tile_m=tile_m, tile_n=tile_n, **fields))
                 except ValueError:
                     continue
-        if first == 0 and arch == "sm_90a" and per_expert > PREFILL_ROWS:
+        if first == 0 and arch == "sm_90a" and per_expert > CLUSTER_ROWS:
             ordered += _cluster_candidates(ordered, n)
     out: list[tuple[int, GemmConfig]] = []
     seen = set()
