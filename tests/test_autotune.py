@@ -142,6 +142,33 @@ def test_a_borrowed_entry_for_the_very_shape_comes_before_the_own_vote(tmp_path,
     autotune.clear_cache()
 
 
+def test_a_neighbours_wave_fitted_tile_is_voted_for_at_this_shapes_wave_width():
+    """At one row per expert the tuner times each shape's own wave-fitted width: a neighbour
+    whose fastest tile is its own (n = 12288 over 4 active experts: 192 columns, 256 tiles,
+    two nearly full waves) votes for the same tile at this shape's width (n = 12800 over 2:
+    224 columns, 116 tiles in one wave), a width it never timed; with the twins off it cannot;
+    above one row per expert the vote keeps to the timed widths."""
+    base = GemmConfig(arch="sm_90a", tile_m=16, tile_n=128, tile_k=64, shift_a_box=True,
+                      epilogue="direct_store")  # fmt: skip
+    s5 = lambda c: "s5 " + c.resolved().describe()  # noqa: E731
+    fitted, plain = base.with_(tile_n=192), base
+    there = (12288, 4096, 16)
+    assert autotune.wave_width(12288, 4) == 192 and autotune.wave_width(12800, 2) == 224
+    entry = _timed(there, 0.25, {s5(fitted): 100.0, s5(plain): 104.0})
+    near = [(0.5, entry)]
+    voted = autotune.vote(near, "sm_90a", 12800, 4096, 2 / 16, experts=16)
+    assert voted[0][2] == base.with_(tile_n=224).resolved()
+    try:
+        autotune.WAVE_TWINS = False
+        off = autotune.vote(near, "sm_90a", 12800, 4096, 2 / 16, experts=16)
+    finally:
+        autotune.WAVE_TWINS = True
+    assert {c.tile_n for _, _, c in off} == {128, 192}
+    entry16 = _timed(there, 16, {s5(fitted): 100.0, s5(plain): 104.0})
+    busy = autotune.vote([(0.5, entry16)], "sm_90a", 12800, 4096, 16.0, experts=16)
+    assert {c.tile_n for _, _, c in busy} == {128, 192}
+
+
 def test_entries_the_kernels_cannot_run_are_skipped():
     direct = stage_config("sm_90a", 3).with_(epilogue="direct_store")
     good = GemmConfig(arch="sm_90a", tile_m=64, tile_n=64, tile_k=64)
@@ -426,7 +453,7 @@ def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
     """The figures the README and ``autotune.table_gpus`` quote: on the H100's own entries (the
     whole tuning set, 109), the H200 table has an entry for every shape, and its picks took 1.022x
     the H100's fastest in its rounds (geomean), at most 1.129x, where the H100's own vote with the
-    entry's model hidden took 1.030x, at most 1.205x (better on 34 entries, worse on 31, 43 within
+    entry's model hidden took 1.029x, at most 1.205x (better on 34 entries, worse on 30, 44 within
     1%); on the prefill entries (above 256 rows per expert, 27) 1.028x, at most 1.073x; at 8192
     tokens none is the 128 x 128 ping-pong tile that cost up to 1.37x when the H200 voted there."""
     from pearl_moe.bench.compare import geomean
@@ -442,11 +469,11 @@ def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
     hidden = autotune.leave_one_model_out(own)
     paired = [(r["regret"], h["regret"]) for r, h in zip(rows, hidden, strict=True) if h["regret"]]
     assert len(paired) == 108
-    assert geomean([h for _, h in paired]) == pytest.approx(1.030, abs=5e-4)
+    assert geomean([h for _, h in paired]) == pytest.approx(1.029, abs=5e-4)
     assert max(h for _, h in paired) == pytest.approx(1.205, abs=5e-4)
     vote_better = [1 for e, h in paired if h < e - 0.01]
     entry_better = [1 for e, h in paired if e < h - 0.01]
-    assert (len(vote_better), len(entry_better)) == (34, 31)
+    assert (len(vote_better), len(entry_better)) == (34, 30)
     prefill = [r for r, e in zip(rows, own["entries"], strict=True) if e["rows_per_expert"] > 256]
     assert len(prefill) == 27
     assert geomean([r["regret"] for r in prefill]) == pytest.approx(1.028, abs=5e-4)

@@ -160,7 +160,8 @@ def test_the_h100s_run_with_its_own_decode_entries_as_the_readme_quotes_it():
     0.989 at 4096 (8; MiniMax-M2's two 0.93-0.94). 17 dropped down layers at 1 and 512 tokens wait
     (not in the set's default tokens). Kimi K3's gate+up at 1024 tokens took 1.30x quack-tuned's
     time with the H100's vote (a 64 x 128 ping-pong tile); 15 of the 17 course picks moved since,
-    to the H200's entries for those shapes."""
+    to the H200's entries for those shapes, and three held-out 1-token picks to their wave-fitted
+    width (the vote's wave twins)."""
     block = render_general_table(gpu="H100")
     assert block in (ROOT / "README.md").read_text()
     path = ROOT / "results" / "H100" / "compare_general.json.gz"
@@ -188,11 +189,17 @@ def test_the_h100s_run_with_its_own_decode_entries_as_the_readme_quotes_it():
     assert kimi["ours_config"].endswith("64x128x64 1cta r9 shiftA direct pingpong")
     moved = changed_picks(run, gpu="H100")
     course = [p for p, r in now.items() if r["set"] == "course"]
-    assert len(course) == 17 and len(moved) == 15 and {c["problem"] for c in moved} <= set(course)
-    for c in moved:  # each now the H200's entry for that very shape
+    assert len(course) == 17 and len(moved) == 15 + 3
+    for c in moved:
         p = next(p for p in run["problems"] if p["id"] == c["problem"])
         pick = autotune.pick("sm_90a", p["n"], p["k"], p["experts"], p["rows"], "H100")
-        assert pick.source.startswith("table H200 (for H100): ") and "vote" not in pick.source
+        if c["problem"] in course:  # each now the H200's entry for that very shape
+            assert pick.source.startswith("table H200 (for H100): ") and "vote" not in pick.source
+        else:  # three held-out 1-token layers, now at their wave-fitted width (the wave twins)
+            rpe = p["rows"] / p["experts"]
+            assert "|1|" in c["problem"] and rpe <= autotune.WAVE_TWIN_ROWS
+            width = autotune.wave_width(p["n"], autotune._active_experts(p["experts"], rpe))
+            assert pick.config.tile_n == width
 
 
 def test_the_h100s_clearest_decode_loss_as_the_readme_quotes_it():
@@ -226,7 +233,13 @@ def test_the_h200s_prefill_after_the_8192_token_entries_as_the_readme_quotes_it(
     256 x 192 or ping-pong 128 x 192 and 64 x 256 tiles, four in clusters."""
     run = read_run(ROOT / "results" / "H200" / "compare_general.json.gz")
     s = compare_summary(run)
-    assert not changed_picks(run, gpu="H200") and not s["missing"]
+    assert not s["missing"]
+    # since the run, the vote's wave twins moved two 1-token picks to their wave-fitted widths
+    moved = {c["problem"]: c["now"] for c in changed_picks(run, gpu="H200")}
+    assert moved == {
+        "Phi-3.5-MoE|gate_up|1|EP1|balanced": "sm_90a 16x224x64 1cta r7 shiftA direct",
+        "Qwen2-57B-A14B|gate_up|1|EP8|balanced": "sm_90a 16x160x64 1cta r10 shiftA direct",
+    }
     prefill = [r for r in s["rows"] if r["set"] == "held-out" and r["tokens"] == 4096]
     assert len(prefill) == 20
     assert not [

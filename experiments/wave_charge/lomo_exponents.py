@@ -30,13 +30,16 @@ def geomean(values) -> float:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
-def judge(table: dict, exponent: float) -> dict:
-    kept = autotune.WAVE_EXPONENT
-    autotune.WAVE_EXPONENT = exponent
+def judge(table: dict, exponent: float, twins: bool = False) -> dict:
+    """Leave-one-model-out at ``exponent``; ``twins``: with the vote's wave twins
+    (``autotune.WAVE_TWINS``, added after this study chose the exponent: ``experiments/wave_twin``
+    judges both together), off by default to give the vote this study judged."""
+    kept = autotune.WAVE_EXPONENT, autotune.WAVE_TWINS
+    autotune.WAVE_EXPONENT, autotune.WAVE_TWINS = exponent, twins
     try:
         rows = autotune.leave_one_model_out(table)
     finally:
-        autotune.WAVE_EXPONENT = kept
+        autotune.WAVE_EXPONENT, autotune.WAVE_TWINS = kept
     timed = [r for r in rows if r["regret"]]
     small = [r for r in timed if r["rows_per_expert"] < 1]
     return {

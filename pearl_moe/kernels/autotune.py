@@ -288,8 +288,8 @@ def table_gpus(arch: str, gpu: str) -> list[str]:
     :func:`fuse_activation`: judged with the
     H100's own rounds on its 109 entries, the H200's entries for those shapes took 1.022x the
     fastest (geomean; at most 1.129x, :func:`transfer_regret`), the H100's vote with the entry's
-    model hidden 1.030x (at most 1.205x, :func:`leave_one_model_out`); the vote is the better of
-    the two about as often as not (34 against 31, 43 within 1%), the borrowed entry misses by less. On
+    model hidden 1.029x (at most 1.205x, :func:`leave_one_model_out`); the vote is the better of
+    the two about as often as not (34 against 30, 44 within 1%), the borrowed entry misses by less. On
     the course's Kimi K3 gate+up at 1024 tokens, which only the H200 tuned, the H100's vote picked
     a 64 x 128 ping-pong tile that took 1.30x quack-tuned's time. Measured on an H100 with no
     table of its own (``results/H100/table_transfer.json.gz``: 69 course and held-out layers at
@@ -468,6 +468,47 @@ def _runnable_label(label: str, arch: str, n: int, k: int) -> tuple[int, GemmCon
     return stage, config
 
 
+#: Whether the vote carries a neighbour's wave-fitted tile over as this shape's own wave-fitted
+#: tile (:func:`_wave_twins`); off, only the widths the neighbours timed are scored. A switch so
+#: that ``experiments/wave_twin`` can judge both with the same code.
+WAVE_TWINS = True
+#: Rows per expert up to which the vote carries wave twins (:func:`_wave_twins`): at most one, where
+#: only some experts are active and their tiles number about the SMs (see :func:`vote`).
+WAVE_TWIN_ROWS = 1.0
+
+
+def _active_experts(experts: int, rows_per_expert: float) -> int:
+    """Active experts at ``rows_per_expert`` under balanced routing, as :func:`candidates` counts
+    them for :func:`wave_width`."""
+    return min(experts, max(1, round(rows_per_expert * experts)))
+
+
+def _wave_twins(entry: dict, arch: str, n: int, k: int, width: int, sms: int) -> dict:
+    """``{twin label: (label, config, (stage, twin config))}``: the candidates a decode neighbour
+    timed (``label``, ``config``) at its own wave-fitted width (:func:`wave_width` of its ``n``
+    and active experts), each with that width replaced by ``width``, this shape's (the deepest
+    ring that fits; only where this shape's kernel runs it)."""
+    there = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
+    if there > WAVE_TWIN_ROWS:
+        return {}
+    own = wave_width(entry["n"], _active_experts(entry["experts"], there), sms)
+    if own == width:
+        return {}
+    twins = {}
+    for label in _relative_times(entry):
+        found = _runnable_label(label, arch, entry["n"], entry["k"])
+        if found is None or found[1].tile_n != own:
+            continue
+        try:
+            config = found[1].with_(tile_n=width, ring_depth=None).resolved()
+            stage = stage_for(config, n, k)
+        except ValueError:
+            continue
+        if not _kernel_problems(arch, stage, config, n, k):
+            twins[f"s{stage} {config.describe()}"] = (label, found[1], (stage, config))
+    return twins
+
+
 def vote(
     near: list[tuple[float, dict]],
     arch: str,
@@ -497,7 +538,23 @@ def vote(
     full) but one active expert 171 (two waves, the second under a third full), while a
     128-column tile gives that expert 128 tiles, one wave. On the H200 table this took the
     leave-one-model-out regret at under one row per expert from 1.062 to 1.016 (all entries:
-    1.042 to 1.031)."""
+    1.042 to 1.031).
+
+    At up to one row per expert (:data:`WAVE_TWINS`, :data:`WAVE_TWIN_ROWS`: few active experts,
+    their tiles about as many as the SMs) a neighbour's candidates at its own wave-fitted width
+    (:func:`wave_width`: 224 columns for n = 12800 over two active experts, 160 for 5120 over
+    eight) also stand for the same tile at this shape's wave-fitted width, with the neighbour's
+    time carried over by the m-tile and wave terms above (where the neighbour timed that width
+    itself, its own time counts). The tuner times each shape's own wave width, so without this a
+    width fitted to one shape's waves could only be voted for at shapes where the same width
+    happens to fit. Judged by leave-one-model-out (``experiments/wave_twin``), it took the
+    regret there from 1.017 to 1.011 on the H200 table (worst 1.124 to 1.073) and from 1.020 to
+    1.015 on the H100's (worst 1.119 to 1.099), changing no pick for the worse. Carried up to 64
+    rows per expert it also changed four H100 picks between 16 and 256 tokens, two of them for
+    the worse (to 1.037 and 1.046 of the fastest, one a 32-column tile): with every expert active
+    the tiles are many and a fuller last wave is worth little. It was written after the held-out
+    run showed Phi-3.5-MoE's 1-token loss (a 128-column tile that fills 1.5 waves), so that run
+    is no blind test of it."""
     runnable: dict[str, tuple[int, GemmConfig]] = {}
     for _, entry in near:
         for label in _relative_times(entry):
@@ -505,16 +562,33 @@ def vote(
                 found = _runnable_label(label, arch, n, k)
                 if found is not None:
                     runnable[label] = found
+    width = None  # this shape's wave-fitted width, at decode
+    if WAVE_TWINS and experts is not None and rows_per_expert <= WAVE_TWIN_ROWS:
+        width = wave_width(n, _active_experts(experts, rows_per_expert), sms)
+    twins = [_wave_twins(e, arch, n, k, width, sms) if width else {} for _, e in near]
+    for found in twins:
+        for label, (_, _, twin) in found.items():
+            runnable.setdefault(label, twin)
     rels = []
-    for d, entry in near:
+    for (d, entry), entry_twins in zip(near, twins, strict=True):
         there = entry.get("rows_per_expert", 2.0 ** entry["bucket"])
 
         here = (n, experts, rows_per_expert)
+        times = _relative_times(entry)
         carried = {
             label: rel * _carry_over(runnable[label][1], here, entry, there, sms)
-            for label, rel in _relative_times(entry).items()
+            for label, rel in times.items()
             if label in runnable
         }
+        for label, (source, config, _) in entry_twins.items():
+            if label not in carried:  # the neighbour's own width, carried to this one
+                twin = runnable[label][1]
+                scale = (m_tiles(rows_per_expert, twin.tile_m) / m_tiles(there, config.tile_m)) ** M_TILE_EXPONENT  # fmt: skip
+                scale *= (
+                    wave_cost(n, experts, rows_per_expert, twin, sms)
+                    / wave_cost(entry["n"], entry["experts"], there, config, sms)
+                ) ** WAVE_EXPONENT
+                carried[label] = times[source] * scale
         if carried:  # relative to the best carried-over time at this neighbour
             best = min(carried.values())
             rels.append((1.0 / (d + 0.5), {lb: t / best for lb, t in carried.items()}))
