@@ -10,14 +10,19 @@
 #   bash .device/run.sh bash experiments/pingpong_tma_store/device_ab.sh   # -> $OUT/...
 #   python experiments/pingpong_tma_store/ab.py $OUT/pingpong_tma_ab.json
 #
-# Not yet run (written without a GPU). AB_SET / AB_TOKENS choose other layers.
+# Not yet run (written without a GPU; the tests it runs compile here, and a second reader found no
+# race in the patch). AB_SET / AB_TOKENS choose other layers. About 8-9 minutes on a cold cache:
+# if the tests pass but the bench is cut short, run the bench line alone in a second call.
 set -uo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 here=experiments/pingpong_tma_store
 pp="pearl-s7:tile_m=128+tile_n=192+b_k_tiles=1+cluster_m=2"
 git apply "$here/pingpong_tma_store.patch" || patch -p1 < "$here/pingpong_tma_store.patch" || exit 3
-timeout 240 python3 -m pytest -m gpu -q -x -k "pingpong" tests/test_kernels_sm90_gpu.py 2>&1 \
-  | tail -3 | tee "$OUT/gpu_tests.txt"
+# the new ping-pong TMA-store tests (many tiles a CTA, both warpgroups' buffer sets, clusters,
+# buffer rotation; the variants' edge cases) and the existing ping-pong ring cases (about 30
+# compiles; the direct-store ping-pong tests ran on the package already)
+timeout 300 python3 -m pytest -m gpu -q -x -k "pingpong_tma or pingpong-tma or tma-store or ring_positions" \
+  tests/test_kernels_sm90_gpu.py 2>&1 | tail -3 | tee "$OUT/gpu_tests.txt"
 if grep -q " passed" "$OUT/gpu_tests.txt" && ! grep -q "failed\|error" "$OUT/gpu_tests.txt"; then
   timeout 300 python3 -m pearl_moe bench --set "${AB_SET:-held-out}" --tokens "${AB_TOKENS:-4096}" \
     --impls "pearl,quack,$pp,$pp+epilogue=tma_store" --rounds 6 --kind pingpong_tma_ab \
