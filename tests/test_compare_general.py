@@ -82,16 +82,15 @@ def test_remeasure_changed_drops_exactly_the_problems_whose_pick_moved(run, tmp_
     assert drop_changed_picks(path) == []  # nothing moved since: nothing more to drop
 
 
-def test_remeasure_ours_drops_the_problems_whose_kernel_changed(run, tmp_path, monkeypatch, capsys):
-    """bench --resume --remeasure-ours REGEX --why TEXT: after a kernel change that leaves the
-    picks alone, the problems whose default call ran a matching configuration leave the run (all
-    their records), each listed with what it ran, the times it had and why; nothing else moves.
-    Without --why (or --resume) the command is refused before the file is touched."""
+@pytest.fixture
+def h200_run_copy(tmp_path, monkeypatch):
+    """The committed H200 run as bench --out writes it, on a machine the bench CLI takes for an
+    H200 (the device checks and the environment probe stubbed)."""
     import gzip
 
     import torch
 
-    from pearl_moe.bench import cli, records
+    from pearl_moe.bench import records
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
@@ -99,6 +98,17 @@ def test_remeasure_ours_drops_the_problems_whose_kernel_changed(run, tmp_path, m
                         lambda command=None: {"gpu": "NVIDIA H200", "date": "D", "command": command})  # fmt: skip
     path = tmp_path / "compare_general.json"
     path.write_bytes(gzip.decompress(RUN.read_bytes()))
+    return path
+
+
+def test_remeasure_ours_drops_the_problems_whose_kernel_changed(run, h200_run_copy, capsys):
+    """bench --resume --remeasure-ours REGEX --why TEXT: after a kernel change that leaves the
+    picks alone, the problems whose default call ran a matching configuration leave the run (all
+    their records), each listed with what it ran, the times it had and why; nothing else moves.
+    Without --why (or --resume) the command is refused before the file is touched."""
+    from pearl_moe.bench import cli
+
+    path = h200_run_copy
     ours = {r["problem"]: r["config"]["config"] for r in run["records"] if r["impl"] == "pearl"}
     expected = sorted(p for p, c in ours.items() if "pingpong" in c)
     assert 0 < len(expected) < len(ours)
@@ -123,22 +133,13 @@ def test_remeasure_ours_drops_the_problems_whose_kernel_changed(run, tmp_path, m
 
 
 def test_remeasure_changed_touches_the_file_only_once_the_run_can_be_resumed(
-    run, tmp_path, monkeypatch, capsys
+    run, h200_run_copy, capsys
 ):
     """A run of another kind (or GPU) is refused before anything is dropped from it, and
     --remeasure-changed without --resume is refused outright."""
-    import gzip
+    from pearl_moe.bench import cli
 
-    import torch
-
-    from pearl_moe.bench import cli, records
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    monkeypatch.setattr(records, "environment",
-                        lambda command=None: {"gpu": "NVIDIA H200", "date": "D", "command": command})  # fmt: skip
-    path = tmp_path / "compare_general.json"
-    path.write_bytes(gzip.decompress(RUN.read_bytes()))
+    path = h200_run_copy
     before = path.read_bytes()
     argv = ["--set", "held-out", "--tokens", "1", "--impls", "pearl,triton", "--out", str(path)]
     assert cli.main([*argv, "--kind", "compare_general", "--remeasure-changed"]) == 2
