@@ -473,7 +473,10 @@ def _runnable_label(label: str, arch: str, n: int, k: int) -> tuple[int, GemmCon
 #: that ``experiments/wave_twin`` can judge both with the same code.
 WAVE_TWINS = True
 #: Rows per expert up to which the vote carries wave twins (:func:`_wave_twins`): at most one, where
-#: only some experts are active and their tiles number about the SMs (see :func:`vote`).
+#: only some experts are active and their tiles number about the SMs (see :func:`vote`). There A is
+#: a row or two, so a tile's width changes only how the tiles fill the waves; with more rows it
+#: also changes how often each expert's A rows are read again (once per n tile), which the carried
+#: times do not model.
 WAVE_TWIN_ROWS = 1.0
 
 
