@@ -18,10 +18,14 @@
 # among them, quack's default Hopper configuration and the 128 x 192 ping-pong tile in clusters
 # along N too; --limit 49 leaves one slot for a serial-walk twin) at 1024 and 4096 tokens; it
 # re-times all 14 each time (211 s on the H200 with 48 candidates), so give it a call of its own
-# or a deadline that lets it finish. `midsize` re-times the tuning set's and the course's shapes
-# with more than 128 and at most 256 rows per expert (autotune.CLUSTER_ROWS: from there on the
+# or a deadline that lets it finish. `midsize` re-times the course's and the tuning set's shapes
+# with more than 64 and at most 256 rows per expert (autotune.CLUSTER_ROWS: from there on the
 # space also holds the 128 x 192 ping-pong tile and the 2-CTA clusters; the course's 1024-token
-# layers are there), 49 candidates a shape, the entries they had replaced. COMPARE_SET=held-out (default held-out,course) times one set.
+# layers are there), 49 candidates a shape, the entries they had replaced: 3 + 18 shapes, the
+# course's first (about 15 s a shape on the H200; a tuning pass cut by its deadline keeps the
+# old entries of the shapes it did not reach). Its space pairs every tile along N (A shared),
+# 128 x 192 alone among them, whose GPU tests are new: run
+# `ONLY=clusterN2 bash scripts/new_kernels_gpu.sh` first. COMPARE_SET=held-out (default held-out,course) times one set.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured. After a kernel change that leaves the picks
 # alone, name the configurations it changed, for instance those with two consumer warpgroups
@@ -74,10 +78,11 @@ case "$mode" in
       --deadline-s "$DEADLINE_S" --out "$OUT/$gpu.json" "$@"
     ;;
   midsize)
-    for set in course tuning; do  # the course's two layers first: its bar is the stricter
-      python3 -m pearl_moe tune --set "$set" --tokens 1024,4096,8192 --above-rows-per-expert 128 \
+    for set in course tuning; do  # the course's three layers first: its bar is the stricter
+      deadline=$([ "$set" = course ] && echo 100 || echo "$((DEADLINE_S - 100))")
+      python3 -m pearl_moe tune --set "$set" --above-rows-per-expert 64 \
         --at-most-rows-per-expert 256 --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
-        --deadline-s "$((DEADLINE_S / 2))" --out "$OUT/$gpu.json" "$@"
+        --deadline-s "$deadline" --out "$OUT/$gpu.json" "$@"
     done
     ;;
   compare)

@@ -705,11 +705,12 @@ def test_decode_candidates_include_the_width_that_fills_the_waves():
     assert 192 in widths
 
 
-def test_between_128_and_256_rows_per_expert_the_space_has_quacks_clustered_pingpong_tile():
+def test_between_64_and_256_rows_per_expert_the_space_has_quacks_clustered_tiles():
     """Kimi K3's gate+up at 1024 tokens (146 rows per expert), where quack-tuned's clustered
     ping-pong tile beat our 64-row ping-pong picks: with the tuner's prefill limit (49) its space
     holds the 128 x 192 ping-pong tile in clusters of two along M (quack's default) and cluster
-    twins of the 128-row tiles, but no 256-row tile; at 128 rows per expert none of them."""
+    twins of the 128-row tiles, but no 256-row tile; DeepSeek V4 Pro's (128 rows per expert) holds
+    quack-tuned's 128 x 256 tile in clusters along N; at 64 rows per expert none of them."""
     from pearl_moe.workloads import make_problem
 
     p = make_problem("Kimi K3", 1024, ep=8)
@@ -723,6 +724,10 @@ def test_between_128_and_256_rows_per_expert_the_space_has_quacks_clustered_ping
         "sm_90a 128x256x64 1cta r4 clusterM2 tma",
     } <= space
     assert not [c for c in space if " 256x" in c]
+    v4 = make_problem("DeepSeek V4 Pro", 1024, ep=8)
+    assert v4.rows / v4.experts == 128
+    v4_space = autotune.candidates("sm_90a", v4.n, v4.k, v4.experts, v4.rows, 49)
+    assert any((c.tile_m, c.tile_n, c.cluster_n) == (128, 256, 2) for _, c in v4_space)
     rows = autotune.CLUSTER_ROWS * p.experts
     at_128 = [c for _, c in autotune.candidates("sm_90a", p.n, p.k, p.experts, rows, 49)]
     assert not [c for c in at_128 if c.cluster_m * c.cluster_n > 1 or c.tile_m == 256]

@@ -63,6 +63,10 @@ VARIANTS = {
     "s7-128x192-pingpong-clusterM2": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1, cluster_m=2)),
     # and along N, sharing A (quack-tuned's choice on one held-out 4096-token down projection)
     "s7-128x192-pingpong-clusterN2": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1, cluster_n=2)),
+    # below prefill the tuner pairs every tile along N (an expert's rows fill one or two m tiles):
+    # 128 x 192 alone, with the TMA store and the direct store
+    "s3-128x192-clusterN2": (3, dict(tile_n=192, cluster_n=2, ring_depth=None)),
+    "s4-128x192-clusterN2-shiftA": (4, dict(tile_n=192, cluster_n=2, shift_a_box=True)),
     # clusters of two CTAs along M sharing B (an odd count of m tiles in an expert leaves the
     # second CTA rows past the expert: computed, never stored)
     "s3-128x128-clusterM2": (3, dict(cluster_m=2)),

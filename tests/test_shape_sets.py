@@ -143,7 +143,7 @@ def test_the_device_script_asks_for_what_the_commands_accept():
                 if '"$set"' in c or name == "course"]  # fmt: skip
     assert len(commands) == 6
     for command in commands:
-        command = command.replace('"$((DEADLINE_S / 2))"', "235")
+        command = command.replace('"$deadline"', "370")
         command = command.replace('"${COMPARE_SET:-held-out,course}"', "held-out,course")
         command = command.replace('"$@"', "").replace("$gpu", "H200")
         words = shlex.split(command.replace("$DEADLINE_S", "470").replace("$OUT", "/tmp/x"))
@@ -159,13 +159,13 @@ def test_the_device_script_asks_for_what_the_commands_accept():
                 assert (args.above_rows_per_expert, args.at_most_rows_per_expert) == band
                 assert all(band[0] < p.rows / p.experts <= band[1] for p in problems)
                 assert args.limit == 49 and not args.skip_tuned
-                if args.set == "course":  # the course's 1024-token layers of that band
+                if args.set == "course":  # the course's 1024-token layers
                     assert {p.name for p in problems} == {
-                        "GLM 5.3 gate_up 1024 tok/GPU EP8 balanced",
-                        "Kimi K3 gate_up 1024 tok/GPU EP8 balanced",
+                        f"{m} gate_up 1024 tok/GPU EP8 balanced"
+                        for m in ("GLM 5.3", "Kimi K3", "DeepSeek V4 Pro")
                     }
                 else:
-                    assert args.set == "tuning" and len(problems) == 12
+                    assert args.set == "tuning" and len(problems) == 18
                 continue
             assert args.set == "tuning"
 

@@ -905,13 +905,15 @@ OPTIONS = (
 #: Rows per expert above which the candidate space counts as prefill.
 PREFILL_ROWS = 256
 #: Rows per expert above which the tuner also times the 128 x 192 ping-pong tile and the 2-CTA
-#: cluster twins (:func:`_cluster_candidates`): the prefill kinds, from half the prefill size on.
-#: Between 128 and 256 rows per expert (the course's 1024-token layers) quack-tuned's clustered
-#: 192 x 128 ping-pong configuration was the fastest baseline; on the H200 the default call's
-#: 64-row ping-pong tiles took up to 1.104x its time there (Kimi K3's gate+up, 146 rows per
-#: expert), on the H100 1.30x (``results/<GPU>/compare_general.json.gz``). Entries tuned before
-#: this band had these candidates hold none of them: ``general_runs.sh midsize`` times them.
-CLUSTER_ROWS = 128
+#: cluster twins (:func:`_cluster_candidates`): the prefill kinds, from a quarter of the prefill
+#: size on. At 128-256 rows per expert (the course's 1024-token layers) quack-tuned's clustered
+#: tiles were the fastest baseline on the H200: 192 x 128 in ping-pong, two CTAs along N, ahead of
+#: the default call's 64 x 256 ping-pong tile by 1.104x on Kimi K3's gate+up (146 rows per
+#: expert; 1.30x on the H100 with a 64 x 128 one), and 128 x 256 in the same clusters by 1.039x
+#: on DeepSeek V4 Pro's (128 rows per expert, against our 128 x 256 alone)
+#: (``results/<GPU>/compare_general.json.gz``). Entries tuned before this band had these
+#: candidates hold none of them: ``general_runs.sh midsize`` times them.
+CLUSTER_ROWS = 64
 
 
 def _pingpong_tile(tile_m: int, tile_n: int, per_expert: float) -> bool:
@@ -1014,7 +1016,9 @@ def _small_tile_candidates(
     return out
 
 
-def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
+def _cluster_candidates(
+    configs: list[GemmConfig], n: int, per_expert: float = math.inf
+) -> list[GemmConfig]:
     """Prefill twins in clusters of two CTAs that share their larger operand tile by TMA
     multicast (each CTA loads half of it into both), of the 128- and 256-row tiles among
     ``configs`` (and of the 128 x 128 and 128 x 192 direct-store tiles in ping-pong): along N
@@ -1034,19 +1038,27 @@ def _cluster_candidates(configs: list[GemmConfig], n: int) -> list[GemmConfig]:
     ``tests/test_kernels_sm90_gpu.py``; all but the 128 x 192 ping-pong tile along N, which
     passed on an H100); the tuner
     times them, and a table picks them only where they measured fastest (the H200 table: one
-    256 x 192 tile along N, one 128 x 192 ping-pong tile along M)."""
+    256 x 192 tile along N, one 128 x 192 ping-pong tile along M).
+
+    Below prefill (``per_expert`` at most :data:`PREFILL_ROWS`) an expert's rows fill one or two
+    m tiles, so a pair along M often has a CTA with no rows of its own: there the pairs go along
+    N for every tile (two n tiles of the same rows always both have work), and along M only where
+    an average expert has more rows than one tile. quack-tuned's choices at 128-256 rows per
+    expert pair along N (128 x 256 on DeepSeek V4 Pro's gate+up at 1024 tokens, 192 x 128 on
+    Kimi K3's)."""
     out = []
+    mid = per_expert <= PREFILL_ROWS
     for config in configs:
         if config.tile_m < 128 or config.b_k_tiles != 1:
             continue
         twins = []
-        if config.tile_m >= config.tile_n and n >= 2 * config.tile_n:
+        if (mid or config.tile_m >= config.tile_n) and n >= 2 * config.tile_n:
             twins.append(config.with_(cluster_n=2))
-        if config.tile_n >= config.tile_m:
+        if config.tile_n >= config.tile_m and (not mid or per_expert > config.tile_m):
             twins.append(config.with_(cluster_m=2))
         if config.tile_m == 128 and config.tile_n <= 192 and config.epilogue == "direct_store":
             twins += [t.with_(acc_slots=2) for t in twins]  # the ping-pong tile too
-            if config.tile_n > config.tile_m and n >= 2 * config.tile_n:
+            if config.tile_n > config.tile_m and n >= 2 * config.tile_n and not mid:
                 twins.append(config.with_(cluster_n=2, acc_slots=2))  # and sharing A
         out += twins
     return out
@@ -1117,7 +1129,7 @@ def candidates(
                 except ValueError:
                     continue
         if first == 0 and arch == "sm_90a" and per_expert > CLUSTER_ROWS:
-            ordered += _cluster_candidates(ordered, n)
+            ordered += _cluster_candidates(ordered, n, per_expert)
     out: list[tuple[int, GemmConfig]] = []
     seen = set()
     for config in ordered:
