@@ -8,7 +8,9 @@
 # the same interleaved rounds; then take the patch out again.
 #
 #   bash .device/run.sh bash experiments/pingpong_tma_store/device_ab.sh   # -> $OUT/...
-#   python experiments/pingpong_tma_store/ab.py $OUT/pingpong_tma_ab.json
+#   python experiments/tools/paired_ratios.py $OUT/pingpong_tma_ab.json quack
+#   python experiments/tools/paired_ratios.py $OUT/pingpong_tma_ab.json \
+#     pearl-s7:tile_m=128+tile_n=192+b_k_tiles=1+cluster_m=2     # the TMA store against the direct
 #
 # Not yet run (written without a GPU; the tests it runs compile here, and a second reader found no
 # race in the patch). AB_SET / AB_TOKENS choose other layers. About 8-9 minutes on a cold cache:
