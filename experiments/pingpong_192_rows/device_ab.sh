@@ -19,7 +19,7 @@ set -uo pipefail
 here=experiments/pingpong_192_rows
 t192="pearl-s7:tile_m=192+tile_n=128+b_k_tiles=1"
 git apply "$here/pingpong_192_rows.patch" || patch -p1 < "$here/pingpong_192_rows.patch" || exit 3
-timeout 200 python3 -m pytest -m gpu -q -x -k "192x128 or 192_row" tests/test_kernels_sm90_gpu.py \
+timeout 240 python3 -m pytest -m gpu -q -x -k "192x128 or 192_row or 192-row" tests/test_kernels_sm90_gpu.py \
   2>&1 | tail -3 | tee "$OUT/gpu_tests.txt"
 if grep -q " passed" "$OUT/gpu_tests.txt" && ! grep -q "failed\|error" "$OUT/gpu_tests.txt"; then
   timeout 330 python3 -m pearl_moe bench --set "${AB_SET:-course}" --tokens "${AB_TOKENS:-1024}" \
