@@ -283,19 +283,19 @@ def table_gpus(arch: str, gpu: str) -> list[str]:
 
     Borrowing keeps the kernels and the shared memory; the vote's wave arithmetic assumes the
     table's SM count (132: an H100 SXM's too, not a PCIe card's 114). What differs on an H100 is
-    the memory (3.35 against 4.8 TB/s). A borrowed entry for the very shape comes before the
-    own table's vote where both tables are of one SM count (:func:`pick`), as it does for
-    :func:`fuse_activation`: judged with the
-    H100's own rounds on its 109 entries, the H200's entries for those shapes took 1.022x the
-    fastest (geomean; at most 1.129x, :func:`transfer_regret`), the H100's vote with the entry's
-    model hidden 1.029x (at most 1.205x, :func:`leave_one_model_out`); the vote is the better of
-    the two about as often as not (34 against 30, 44 within 1%), the borrowed entry misses by less. On
-    the course's Kimi K3 gate+up at 1024 tokens, which only the H200 tuned, the H100's vote picked
-    a 64 x 128 ping-pong tile that took 1.30x quack-tuned's time. Measured on an H100 with no
-    table of its own (``results/H100/table_transfer.json.gz``: 69 course and held-out layers at
-    1, 16 and 4096 tokens), the H200 table's picks took 0.936x the heuristic's time (paired
-    rounds; 0.52-1.11x). The H100 now has a table of its own for the whole tuning set (1 to 8192
-    tokens, 109 entries): its vote serves every held-out shape, and the H200's entries serve the
+    the memory (3.35 against 4.8 TB/s). A borrowed entry for the very shape comes before the own
+    table's vote where both tables are of one SM count (:func:`pick`), as it does for
+    :func:`fuse_activation`. Judged with the H100's own rounds on its 109 entries, the H200's
+    entries for those shapes took 1.022x the fastest (geomean; at most 1.129x,
+    :func:`transfer_regret`), the H100's vote with the entry's model hidden 1.029x (at most
+    1.205x, :func:`leave_one_model_out`): the vote is the better of the two about as often as not
+    (34 against 30, 44 within 1%), the borrowed entry misses by less. On the course's Kimi K3
+    gate+up at 1024 tokens, which only the H200 tuned, the H100's vote picked a 64 x 128
+    ping-pong tile that took 1.30x quack-tuned's time. Measured on an H100 with no table of its
+    own (``results/H100/table_transfer.json.gz``: 69 course and held-out layers at 1, 16 and
+    4096 tokens), the H200 table's picks took 0.936x the heuristic's time (paired rounds;
+    0.52-1.11x). The H100 now has a table of its own for the whole tuning set (1 to 8192 tokens,
+    109 entries): its vote serves every held-out shape, and the H200's entries serve the
     shapes only the H200 tuned (the course's)."""
     gpus = [gpu]
     fallback = _DEFAULT_GPU.get(arch)
@@ -586,7 +586,8 @@ def vote(
         for label, (source, config, _) in entry_twins.items():
             if label not in carried:  # the neighbour's own width, carried to this one
                 twin = runnable[label][1]
-                scale = (m_tiles(rows_per_expert, twin.tile_m) / m_tiles(there, config.tile_m)) ** M_TILE_EXPONENT  # fmt: skip
+                more_m = m_tiles(rows_per_expert, twin.tile_m) / m_tiles(there, config.tile_m)
+                scale = more_m**M_TILE_EXPONENT
                 scale *= (
                     wave_cost(n, experts, rows_per_expert, twin, sms)
                     / wave_cost(entry["n"], entry["experts"], there, config, sms)
@@ -834,7 +835,8 @@ def _sources(arch: str, gpu: str) -> list[tuple[str, object]]:
     gpus = table_gpus(arch, gpu)
     own, borrowed = gpus[0], gpus[1:]
     own_table = load_table(own)
-    same = [b for b in borrowed if own_table is None or _sm_count(own_table) == _sm_count(load_table(b))]  # fmt: skip
+    sms = _sm_count(own_table)
+    same = [b for b in borrowed if own_table is None or sms == _sm_count(load_table(b))]
     other = [b for b in borrowed if b not in same]
     return (
         [(own, _entry_from)]
