@@ -386,7 +386,8 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
     )
     lines = [
         f"Measured on {env.get('gpu', gpu).replace('NVIDIA ', '')} ({str(env['date'])[:10]}), "
-        f"`results/{gpu}/{run_path(gpu, 'compare', root).name}`: the three models' gate+up shapes, EP=8, CUDA-graph "
+        f"`results/{gpu}/{run_path(gpu, 'compare', root).name}`: the three models' gate+up "
+        "shapes, EP=8, CUDA-graph "
         "medians in µs, every implementation tuned (the default call by its tuned table, "
         "Triton by timing its candidates, quack by its autotuner). Ratio = default call / best "
         "baseline, paired round by round (below 1: ours is faster; in brackets the range of the "
