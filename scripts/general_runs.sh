@@ -22,8 +22,8 @@
 # with more than 64 and at most 256 rows per expert (autotune.CLUSTER_ROWS: from there on the
 # space also holds the 128 x 192 ping-pong tile and the 2-CTA clusters; the course's 1024-token
 # layers are there), 49 candidates a shape, the entries they had replaced: 3 + 18 shapes, the
-# course's first (about 15 s a shape on the H200; a tuning pass cut by its deadline keeps the
-# old entries of the shapes it did not reach). Its space pairs every tile along N (A shared),
+# course's first (about 15 s a shape on the H200); it continues where a call cut short stopped
+# (entries tuned since MIDSIZE_SINCE, when the band's candidates changed, are not tuned again). Its space pairs every tile along N (A shared),
 # 128 x 192 alone among them, whose GPU tests are new: run
 # `ONLY=clusterN2 bash scripts/new_kernels_gpu.sh` first. COMPARE_SET=held-out (default held-out,course) times one set.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
@@ -61,6 +61,8 @@ if [ "$mode" != compare ] && [ -f "$table" ]; then  # the tuner extends the tabl
   cp "$table" "$OUT/$gpu.json"
 fi
 DEADLINE_S=${DEADLINE_S:-470}
+# midsize: the band's candidates changed on this date; entries tuned since are not tuned again
+MIDSIZE_SINCE=${MIDSIZE_SINCE:-2026-12-06T11:00:00+00:00}
 case "$mode" in
   tune)
     python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \
@@ -81,8 +83,8 @@ case "$mode" in
     for set in course tuning; do  # the course's three layers first: its bar is the stricter
       deadline=$([ "$set" = course ] && echo 100 || echo "$((DEADLINE_S - 100))")
       python3 -m pearl_moe tune --set "$set" --above-rows-per-expert 64 \
-        --at-most-rows-per-expert 256 --limit 49 --rounds 3 --refine-within 0 --skew-tokens 16,64 \
-        --deadline-s "$deadline" --out "$OUT/$gpu.json" "$@"
+        --at-most-rows-per-expert 256 --skip-tuned-since "$MIDSIZE_SINCE" --limit 49 --rounds 3 \
+        --refine-within 0 --skew-tokens 16,64 --deadline-s "$deadline" --out "$OUT/$gpu.json" "$@"
     done
     ;;
   compare)

@@ -144,6 +144,7 @@ def test_the_device_script_asks_for_what_the_commands_accept():
     assert len(commands) == 6
     for command in commands:
         command = command.replace('"$deadline"', "370")
+        command = command.replace('"$MIDSIZE_SINCE"', "2026-12-06T11:00:00+00:00")
         command = command.replace('"${COMPARE_SET:-held-out,course}"', "held-out,course")
         command = command.replace('"$@"', "").replace("$gpu", "H200")
         words = shlex.split(command.replace("$DEADLINE_S", "470").replace("$OUT", "/tmp/x"))
@@ -159,6 +160,7 @@ def test_the_device_script_asks_for_what_the_commands_accept():
                 assert (args.above_rows_per_expert, args.at_most_rows_per_expert) == band
                 assert all(band[0] < p.rows / p.experts <= band[1] for p in problems)
                 assert args.limit == 49 and not args.skip_tuned
+                assert args.skip_tuned_since == "2026-12-06T11:00:00+00:00"  # continues
                 if args.set == "course":  # the course's 1024-token layers
                     assert {p.name for p in problems} == {
                         f"{m} gate_up 1024 tok/GPU EP8 balanced"

@@ -257,6 +257,23 @@ def test_a_tuning_cut_short_continues_with_the_shapes_the_table_lacks():
     assert tune.parse_args(["--skip-tuned"]).skip_tuned
 
 
+def test_a_retuning_continues_with_the_shapes_not_tuned_since_the_candidates_changed():
+    """--skip-tuned-since DATE: shapes the table holds but tuned before DATE are tuned again, those
+    tuned at or after it are left out (a re-tuning cut short by its deadline continues)."""
+    problems = tune.build_problems(tune.parse_args(["--models", "glm", "--tokens", "1,16,64"]))
+    table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
+    ours = [e for e in table["entries"] if (e["n"], e["k"], e["experts"]) == (problems[0].n, problems[0].k, problems[0].experts)]  # fmt: skip
+    since = "2026-12-06T11:00:00+00:00"
+    assert all(e["tuned_at"] < since for e in ours)  # every committed entry predates the change
+    assert len(tune.untuned(problems, table, since)) == len(problems) == 3
+    for e in ours:
+        if e["bucket"] == 2:  # 16 tokens: re-tuned after the change
+            e["tuned_at"] = "2026-12-07T09:30:00+00:00"
+    assert [p.meta["tokens_per_gpu"] for p in tune.untuned(problems, table, since)] == [1, 64]
+    args = tune.parse_args(["--skip-tuned-since", since])
+    assert args.skip_tuned_since == since and not args.skip_tuned
+
+
 def test_compiling_ahead_runs_chunks_in_order_and_stops_at_a_deadline():
     import threading
 

@@ -121,6 +121,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="leave out shapes the --out table already holds (continue a tuning cut by a deadline)",
     )
+    p.add_argument(
+        "--skip-tuned-since",
+        default=None,
+        metavar="DATE",
+        help="leave out shapes whose --out entry was tuned at or after DATE (ISO 8601): continue "
+        "re-tuning shapes the table already holds, after the candidates changed on DATE",
+    )
     p.add_argument("--deadline-s", type=float, default=None, help="start no shape after this")
     p.add_argument(
         "--above-rows-per-expert",
@@ -483,11 +490,22 @@ def harness_sync(device) -> None:
     _sync(device)
 
 
-def untuned(problems, table: dict) -> list:
-    """``problems`` whose (n, k, experts, rows-per-expert bucket) ``table`` holds no entry for."""
+def untuned(problems, table: dict, since: str | None = None) -> list:
+    """``problems`` whose (n, k, experts, rows-per-expert bucket) ``table`` holds no entry for
+    (``since``, an ISO 8601 date: no entry tuned at or after it)."""
+    from datetime import datetime
+
     from ..kernels.autotune import rows_bucket
 
-    held = {(e["n"], e["k"], e["experts"], e["bucket"]) for e in table.get("entries", [])}
+    def fresh(entry: dict) -> bool:
+        if since is None:
+            return True
+        when = entry.get("tuned_at")
+        return bool(when) and datetime.fromisoformat(when) >= datetime.fromisoformat(since)
+
+    held = {
+        (e["n"], e["k"], e["experts"], e["bucket"]) for e in table.get("entries", []) if fresh(e)
+    }
     return [
         p for p in problems if (p.n, p.k, p.experts, rows_bucket(p.rows, p.experts)) not in held
     ]
@@ -754,9 +772,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.skip_tuned and out.is_file():
-        problems, held = untuned(problems, json.loads(out.read_text())), len(problems)
-        print(f"{held - len(problems)} of {held} shapes are in {out} already; tuning the rest")
+    since = args.skip_tuned_since
+    if (args.skip_tuned or since) and out.is_file():
+        problems, held = untuned(problems, json.loads(out.read_text()), since), len(problems)
+        what = f"tuned since {since}" if since else "in " + str(out)
+        print(f"{held - len(problems)} of {held} shapes are {what} already; tuning the rest")
     t_start = time.monotonic()
     env = environment(" ".join(["python -m pearl_moe tune", *(argv or sys.argv[1:])]))
     chunks = [problems[i : i + COMPILE_CHUNK] for i in range(0, len(problems), COMPILE_CHUNK)]
