@@ -438,16 +438,21 @@ def wave_cost(n: int, experts: int, rows_per_expert: float, config: GemmConfig, 
     return wave_slots(tiles, sms) / tiles
 
 
-def _carry_over(config: GemmConfig, here: tuple, entry: dict, there: float, sms: int) -> float:
-    """The factor a neighbour's relative time of ``config`` is scaled by here (see :func:`vote`);
+def _carry_over(
+    config: GemmConfig, here: tuple, entry: dict, there: float, sms: int,
+    timed: GemmConfig | None = None,
+) -> float:  # fmt: skip
+    """The factor a neighbour's relative time of ``timed`` (default ``config``) is scaled by for
+    ``config`` here (see :func:`vote`; the two differ for a wave twin, :func:`_wave_twins`);
     ``here`` is ``(n, experts or None, rows per expert)``, ``there`` the entry's rows per expert."""
+    timed = config if timed is None else timed
     n, experts, rows_per_expert = here
-    scale = (m_tiles(rows_per_expert, config.tile_m) / m_tiles(there, config.tile_m)) ** (
+    scale = (m_tiles(rows_per_expert, config.tile_m) / m_tiles(there, timed.tile_m)) ** (
         M_TILE_EXPONENT
     )
     if experts is not None:
         here_cost = wave_cost(n, experts, rows_per_expert, config, sms)
-        there_cost = wave_cost(entry["n"], entry["experts"], there, config, sms)
+        there_cost = wave_cost(entry["n"], entry["experts"], there, timed, sms)
         scale *= (here_cost / there_cost) ** WAVE_EXPONENT
     return scale
 
@@ -583,16 +588,9 @@ def vote(
             for label, rel in times.items()
             if label in runnable
         }
-        for label, (source, config, _) in entry_twins.items():
+        for label, (source, timed, (_, twin)) in entry_twins.items():
             if label not in carried:  # the neighbour's own width, carried to this one
-                twin = runnable[label][1]
-                more_m = m_tiles(rows_per_expert, twin.tile_m) / m_tiles(there, config.tile_m)
-                scale = more_m**M_TILE_EXPONENT
-                scale *= (
-                    wave_cost(n, experts, rows_per_expert, twin, sms)
-                    / wave_cost(entry["n"], entry["experts"], there, config, sms)
-                ) ** WAVE_EXPONENT
-                carried[label] = times[source] * scale
+                carried[label] = times[source] * _carry_over(twin, here, entry, there, sms, timed)
         if carried:  # relative to the best carried-over time at this neighbour
             best = min(carried.values())
             rels.append((1.0 / (d + 0.5), {lb: t / best for lb, t in carried.items()}))
@@ -857,9 +855,10 @@ def pick(
     """The stage and configuration for this call, from the GPU's table: its entry for this very
     shape and rows-per-expert bucket, else the borrowed table's entry for it (:func:`table_gpus`,
     where both tables are of one SM count), else the vote of the nearest measured shapes
-    (:func:`vote`) in its own table, then in the borrowed one; else :func:`heuristic`. A pure function of its
-    arguments, memoized per (arch, gpu, n, k, experts, rows, fused): after the first call it is a
-    dict lookup (the vote reads the exact rows per expert, so the key is not the bucket).
+    (:func:`vote`) in its own table, then in the borrowed one; else :func:`heuristic`. A pure
+    function of its arguments, memoized per (arch, gpu, n, k, experts, rows, fused): after the
+    first call it is a dict lookup (the vote reads the exact rows per expert, so the key is not
+    the bucket).
 
     ``fused``: for a gate+up GEMM with the activation in its epilogue. The table and the vote
     then choose among the timed candidates :func:`activation_ready` (so the fused kernel runs a
