@@ -169,16 +169,22 @@ def drop_changed_picks(path: Path, run: dict | None = None) -> list[dict]:
     Each problem's ratios are paired inside the part that times it, so re-timing a problem in a
     later part keeps the run's comparison sound."""
     from .compare import changed_picks
-    from .records import read_run, write_run
+    from .records import read_run
 
     run = read_run(path) if run is None else run
     changed = changed_picks(run)
-    gone = {c["problem"] for c in changed}
+    _drop_problems(path, run, {c["problem"] for c in changed})
+    return changed
+
+
+def _drop_problems(path: Path, run: dict, gone: set[str]) -> None:
+    """``run`` without the problems ``gone`` and their records, written back to ``path``."""
+    from .records import write_run
+
     if gone:
         run["problems"] = [p for p in run["problems"] if p["id"] not in gone]
         run["records"] = [r for r in run["records"] if r["problem"] not in gone]
         write_run(run, path)
-    return changed
 
 
 def drop_ours_matching(path: Path, run: dict, pattern: str, why: str) -> list[dict]:
@@ -188,8 +194,6 @@ def drop_ours_matching(path: Path, run: dict, pattern: str, why: str) -> list[di
     times they had and ``why``, for ``env.parts``. For a kernel change that leaves the picks as
     they were (so :func:`drop_changed_picks` sees nothing) but changes what some of them run."""
     import re
-
-    from .records import write_run
 
     if not why:
         raise ValueError(
@@ -205,10 +209,7 @@ def drop_ours_matching(path: Path, run: dict, pattern: str, why: str) -> list[di
         dropped.append(
             {"problem": pid, "timed": ours[pid]["config"]["config"], "had_us": had, "why": why}
         )
-    if gone:
-        run["problems"] = [p for p in run["problems"] if p["id"] not in gone]
-        run["records"] = [r for r in run["records"] if r["problem"] not in gone]
-        write_run(run, path)
+    _drop_problems(path, run, set(gone))
     return dropped
 
 

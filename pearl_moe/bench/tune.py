@@ -497,11 +497,13 @@ def untuned(problems, table: dict, since: str | None = None) -> list:
 
     from ..kernels.autotune import rows_bucket
 
+    start = None if since is None else datetime.fromisoformat(since)
+
     def fresh(entry: dict) -> bool:
-        if since is None:
+        if start is None:
             return True
         when = entry.get("tuned_at")
-        return bool(when) and datetime.fromisoformat(when) >= datetime.fromisoformat(since)
+        return bool(when) and datetime.fromisoformat(when) >= start
 
     held = {
         (e["n"], e["k"], e["experts"], e["bucket"]) for e in table.get("entries", []) if fresh(e)
@@ -766,8 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     if other and not args.no_merge:
         print(
             f"error: {out} holds the {other}'s table and this GPU is the {gpu} ({sms} SMs): a run "
-            f"here would "
-            f"drop its entries. Write this GPU's table to another file (--out; by default "
+            f"here would drop its entries. Write this GPU's table to another file (--out; by default "
             f"pearl_moe/tuning/{gpu}.json), or pass --no-merge to replace it.",
             file=sys.stderr,
         )
