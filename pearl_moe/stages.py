@@ -192,6 +192,9 @@ def render_stage_table(results_root: Path | None = None) -> str:
     """Markdown table of the stages, marking which notebooks and kernels exist in this tree, with
     each kernel stage's measured step on the H200 (time against the previous stage, from
     ``results/H200``; nothing typed by hand)."""
+    from .replay import run_path
+
+    root = results_root or ROOT / "results"
     steps = measured_steps(results_root)
     rows = [
         "| # | notebook | idea | notebook exists | sm_100a kernel | sm_90a kernel "
@@ -216,7 +219,8 @@ def render_stage_table(results_root: Path | None = None) -> str:
         dec = [t for t in tokens if t <= 256]
         pre = [t for t in tokens if t > 256]
         notes.append(
-            f"Kernel stages {min(mine)}-{max(mine)}: `results/H200/{kind}.json` "
+            f"Kernel stages {min(mine)}-{max(mine)}: "
+            f"`results/H200/{run_path('H200', kind, root).name}` "
             f"({first['date']}), {method}; geomean over the three models at "
             f"{'/'.join(map(str, dec))} tokens per GPU (decode) and "
             f"{'/'.join(map(str, pre))} (prefill), balanced routing, in brackets the range over "
@@ -267,7 +271,7 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
         f"Measured on {first['gpu']} ({str(first['date'])[:10]}), balanced routing, EP=8, "
         "median of CUDA-graph replays in µs (% of floor; floor = max(bytes that must move / read "
         "ceiling, FLOPs / bf16 ceiling), ceilings measured in the same run). Source: "
-        f"`results/{gpu}/stages.json`.",
+        f"`results/{gpu}/{run_path(gpu, 'stages', root).name}`.",
         "",
         head,
         "|---" * (len(SPEED_PROBLEMS) + 1) + "|",

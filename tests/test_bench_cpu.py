@@ -421,7 +421,7 @@ def test_ablation_and_compare_figures_draw_from_the_committed_runs(tmp_path):
 
     root = Path(__file__).resolve().parent.parent / "results"
     if (
-        not (root / "H200" / "ablation.json").exists()
+        not (root / "H200" / "ablation.json.gz").exists()
         or not (root / "H200" / "compare.json.gz").exists()
     ):
         pytest.skip("no ablation or compare run committed")

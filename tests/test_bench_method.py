@@ -277,7 +277,7 @@ def test_pearl_records_keep_the_full_gemm_config(monkeypatch):
 
 
 def test_committed_runs_still_summarize_without_rounds():
-    path = ROOT / "results" / "H200" / "stages.json"
+    path = ROOT / "results" / "H200" / "stages.json.gz"
     if not path.exists():
         pytest.skip("no committed stages run")
     run = read_run(path)

@@ -282,7 +282,7 @@ def test_time_step_live_times_both_stages_interleaved(monkeypatch):
 def committed():
     data = load_kernel_results(kind="ablation")
     if data is None:
-        pytest.skip("no committed results/H200/ablation.json")
+        pytest.skip("no committed results/H200/ablation.json.gz")
     return {s: ablation_step(data, s) for s in (4, 5, 6, 7)}
 
 

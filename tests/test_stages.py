@@ -53,7 +53,7 @@ def test_readme_speed_table_is_up_to_date():
 
 def test_speed_table_reads_the_recorded_stages_run():
     table = render_speed_table()
-    assert "results/H200/stages.json" in table
+    assert "results/H200/stages.json.gz" in table
     row = next(line for line in table.splitlines() if line.startswith("| stage 3"))
     assert row.count("%") == 4  # every problem of the table was measured
 
@@ -74,7 +74,7 @@ def test_stage_table_shows_the_measured_step_of_stages_4_to_7():
             assert step["kind"] == "ablation" and step["method"] == "paired per round"
             assert f"decode ×{step['decode']['geomean']:.2f}" in row
             assert f"prefill ×{step['prefill']['geomean']:.2f}" in row
-    assert "results/H200/ablation.json" in table
+    assert "results/H200/ablation.json.gz" in table
 
 
 def test_readme_compare_table_is_up_to_date():

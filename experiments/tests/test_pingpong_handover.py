@@ -25,7 +25,7 @@ def test_early_pingpong_hand_over_trial():
     before = {1024: [], 4096: []}
     for path in (
         RESULTS / "walk.json.gz",
-        RESULTS / "ablation.json",
+        RESULTS / "ablation.json.gz",
         RESULTS / "ladder.json.gz",
         data("reproducibility", "ladder_2.json.gz"),
     ):

@@ -4,7 +4,7 @@ Everything here reads a run dict (:mod:`pearl_moe.bench.records`), so it works o
 committed file as well as at the end of a live run::
 
     python -m pearl_moe bench --summarize results/H200/compare.json.gz
-    python -m pearl_moe bench --summarize results/H200/ablation.json
+    python -m pearl_moe bench --summarize results/H200/ablation.json.gz
 
 **Paired ratios.** The implementations of one problem are timed in interleaved rounds
 (:func:`pearl_moe.bench.harness.time_interleaved`), and each record keeps the median of every round
