@@ -10,22 +10,17 @@ quack's default, interleaved rounds). Each ratio is paired round by round within
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from pearl_moe.bench.compare import geomean, paired_ratio
-from pearl_moe.replay import read_run
+from pearl_moe.bench.compare import geomean
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from paired_ratios import ratios as paired_ratios  # noqa: E402 (experiments/tools is no package)
 
 
 def ratios(path: str) -> dict:
-    run = read_run(path)
-    by = {}
-    for r in run["records"]:
-        if r["status"] == "ok":
-            by.setdefault(r["problem"], {})[r["impl"]] = r
-    return {
-        p: paired_ratio(t["pearl"], t["quack"])["ratio"]
-        for p, t in by.items()
-        if {"pearl", "quack"} <= set(t)
-    }
+    """``{layer: ours / quack}`` of one run (``tools/paired_ratios.py``)."""
+    return paired_ratios(path, "quack")["pearl"]
 
 
 def main(argv: list[str]) -> int:
