@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import collections
 import json
-import re
 import sys
 from pathlib import Path
 
-from pearl_moe.inspect import compile_many
+from pearl_moe.inspect import compile_many, count_opcodes
 from pearl_moe.kernels.ladder import stage_config
 
 OUT = Path(__file__).resolve().parent / "data" / "sass_epilogue.json"
@@ -27,11 +26,10 @@ OPCODES = ("SEL", "SHFL", "STG", "STSM", "UTMASTG", "HGMMA", "R2UR")
 
 
 def opcode_counts(sass: str) -> collections.Counter:
+    """Instructions by base opcode (``STG.E.128`` counts as ``STG``), from the package's parser."""
     ops = collections.Counter()
-    for line in sass.splitlines():
-        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
-        if m:
-            ops[m.group(1)] += 1
+    for opcode, n in count_opcodes(sass).items():
+        ops[opcode.split(".")[0]] += n
     return ops
 
 
@@ -46,7 +44,7 @@ def main() -> int:
         ops = opcode_counts(Path(report.files["sass"]).read_text())
         doc["runs"][name] = {
             "config": config.describe(),
-            "smem_bytes": report.smem_bytes if hasattr(report, "smem_bytes") else None,
+            "smem_bytes": report.smem_bytes,
             "instructions": sum(ops.values()),
             **{op: ops.get(op, 0) for op in OPCODES},
         }
