@@ -271,10 +271,23 @@ class GemmConfig:
                 )
             if self.b_k_tiles != 1:
                 yield f"{which}=2 multicasts through the A/B ring: not with wide B entries"
-        if self.tile_m not in (8, 16, 32, 64, 128, 256):
+        if self.tile_m == 192:
+            if self.acc_slots != 2 or self.tile_n > 128:
+                yield (
+                    "a 192-row tile is a ping-pong warpgroup's (acc_slots=2: three m64 blocks, "
+                    f"192 x tile_n / 128 accumulator registers a thread), tile_n <= 128; got "
+                    f"acc_slots={self.acc_slots}, tile_n={self.tile_n}"
+                )
+            if self.b_k_tiles != 1 or self.gather_a or self.activation or self.cluster_m != 1:
+                yield (
+                    "a 192-row tile runs without wide B entries, the A gather, the fused "
+                    "activation and clusters along M (none of them tested with it)"
+                )
+        elif self.tile_m not in (8, 16, 32, 64, 128, 256):
             yield (
-                f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), or 8, 16 or 32 "
-                f"(a 64-row wgmma over a smaller A box), got {self.tile_m}"
+                f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), 192 (a ping-pong "
+                f"warpgroup's three m64 blocks), or 8, 16 or 32 (a 64-row wgmma over a smaller A "
+                f"box), got {self.tile_m}"
             )
         if self.tile_m < 64 and self.epilogue != "direct_store":
             yield (

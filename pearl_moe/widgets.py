@@ -159,7 +159,7 @@ class SmemBudgetExplorer(_Explorer):
             description="GPU",
         )
         self.tile_m = w.Dropdown(
-            options=[8, 16, 32, 64, 128, 256], value=c.tile_m, description="tile_m"
+            options=[8, 16, 32, 64, 128, 192, 256], value=c.tile_m, description="tile_m"
         )
         self.tile_n = w.Dropdown(
             options=[64, 128, 192, 256, 512], value=c.tile_n, description="tile_n"

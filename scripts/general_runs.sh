@@ -62,7 +62,7 @@ if [ "$mode" != compare ] && [ -f "$table" ]; then  # the tuner extends the tabl
 fi
 DEADLINE_S=${DEADLINE_S:-470}
 # midsize: the band's candidates changed on this date; entries tuned since are not tuned again
-MIDSIZE_SINCE=${MIDSIZE_SINCE:-2026-12-06T11:00:00+00:00}
+MIDSIZE_SINCE=${MIDSIZE_SINCE:-2026-12-06T12:20:00+00:00}
 case "$mode" in
   tune)
     python3 -m pearl_moe tune --set tuning --tokens 1,4096,16,256,64,1024 --skip-tuned \

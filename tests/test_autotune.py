@@ -734,6 +734,35 @@ def test_between_64_and_256_rows_per_expert_the_space_has_quacks_clustered_tiles
     assert not [c for c in at_128 if c.acc_slots == 2 and (c.tile_m, c.tile_n) == (128, 192)]
 
 
+def test_the_192_row_pingpong_tile_is_tried_where_it_pads_an_experts_rows_less():
+    """The 192 x 128 ping-pong tile (alone and paired along N) joins the space where an average
+    expert's rows pad to fewer rows in 192-row tiles than in 128-row ones: Kimi K3 at 1024 tokens
+    (146 rows: one 192-row tile against two 128-row ones), within the prefill limit; not at 128 or
+    256 rows per expert (DeepSeek V4 Pro and GLM 5.3 at 1024 tokens), where it lost on an H100."""
+    from pearl_moe.workloads import make_problem
+
+    def rows192(problem):
+        space = autotune.candidates(
+            "sm_90a", problem.n, problem.k, problem.experts, problem.rows, 49
+        )
+        return [c for _, c in space if c.tile_m == 192]
+
+    kimi = rows192(make_problem("Kimi K3", 1024, ep=8))
+    assert [(c.tile_n, c.cluster_n, c.acc_slots, c.epilogue) for c in kimi] == [
+        (128, 2, 2, "direct_store"),
+        (128, 1, 2, "direct_store"),
+    ]
+    for c in kimi:
+        n, k = 6144, 3584
+        assert not api.can_implement("sm_90a", autotune.stage_for(c, n, k), c, n, k)
+    assert not rows192(make_problem("DeepSeek V4 Pro", 1024, ep=8))
+    assert not rows192(make_problem("GLM 5.3", 1024, ep=8))
+    base = autotune.stage_config("sm_90a", 3)
+    offered = [r for r in range(1, 1025) if autotune._rows192_candidates(base, r, 4096)]
+    assert offered == [*range(129, 193), *range(513, 577), *range(897, 961)]
+    assert len(autotune._rows192_candidates(base, 146, 128)) == 1  # no second n tile to pair
+
+
 def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
     """At prefill the tuner also times 256-row tiles and, for tiles of 128 rows and more, twins
     in clusters of two CTAs sharing A (``cluster_n=2``) or B (``cluster_m=2``); not at decode,

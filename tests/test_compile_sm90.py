@@ -60,6 +60,11 @@ CASES = {
     "s4-128x256-clusterM2": (4, stage_config("sm_90a", 4).with_(tile_n=256, cluster_m=2)),
     "s3-128x128-clusterM2": (3, BASE.with_(cluster_m=2, ring_depth=None)),
     "s7-128x192-pingpong": (7, stage_config("sm_90a", 7).with_(tile_m=128, tile_n=192)),
+    # a ping-pong warpgroup's 192-row tile: three m64 blocks (one tile for 129-192 rows of an expert)
+    "s7-192x128-pingpong": (
+        7,
+        stage_config("sm_90a", 7).with_(tile_m=192, tile_n=128, b_k_tiles=1, ring_depth=None),
+    ),
     # the scheduler's first walk: one expert per dependent load
     "s6-serialwalk": (6, stage_config("sm_90a", 6).with_(walk="serial")),
     # beyond the post: swapped operands (weights as the wgmma's M, 16 tokens as its N)
@@ -196,6 +201,18 @@ def test_128_row_pingpong_runs_two_m64_wgmma_per_k_block(reports):
     assert pp.families["HGMMA (wgmma)"] == 2 * kblocks
     assert coop.families["HGMMA (wgmma)"] == kblocks
     assert "HGMMA.64x128x16.F32.BF16" in Path(pp.files["sass"]).read_text()
+
+
+def test_192_row_pingpong_runs_three_m64_wgmma_per_k_block_without_spills(reports):
+    """A ping-pong warpgroup's 192 x 128 tile: three m64 wgmma per 16-deep k block, 192 fp32
+    accumulator registers a thread (as 128 x 192) and no local-memory spills; its direct store
+    writes 192 x 128 / 128 threads / 8 = 24 16-byte stores a thread."""
+    report = reports["s7-192x128-pingpong"]
+    sass = Path(report.files["sass"]).read_text()
+    assert report.families["HGMMA (wgmma)"] == 3 * (64 // 16)
+    assert "HGMMA.64x128x16.F32.BF16" in sass
+    assert "STL" not in sass and "LDL" not in sass
+    assert sass.count("STG.E.128") == 24
 
 
 @pytest.mark.parametrize("name", [n for n, (stage, _) in CASES.items() if stage >= 3])

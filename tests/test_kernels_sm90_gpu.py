@@ -60,6 +60,12 @@ VARIANTS = {
     # a ping-pong warpgroup that owns a 128 x 192 tile (192 accumulator registers), and the same
     # in clusters of two along M (quack's default Hopper configuration)
     "s7-128x192-pingpong": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1)),
+    # a ping-pong warpgroup's 192-row tile (three m64 blocks), alone and paired along N
+    "s7-192x128-pingpong": (7, dict(tile_m=192, tile_n=128, b_k_tiles=1, ring_depth=None)),
+    "s7-192x128-pingpong-clusterN2-shiftA": (
+        7,
+        dict(tile_m=192, tile_n=128, b_k_tiles=1, cluster_n=2, shift_a_box=True, ring_depth=None),
+    ),
     "s7-128x192-pingpong-clusterM2": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1, cluster_m=2)),
     # and along N, sharing A (quack-tuned's choice on one held-out 4096-token down projection)
     "s7-128x192-pingpong-clusterN2": (7, dict(tile_m=128, tile_n=192, b_k_tiles=1, cluster_n=2)),
@@ -187,6 +193,30 @@ def test_pingpong_ring_positions_over_the_other_warpgroups_tiles(case):
     _check(7, (1500, 0, 1025, 7, 600), 2048, k_of(config.ring_depth), seed=3, config=config)
 
 
+#: (n, k, shift_a_box): 2-3 tiles a CTA of 132 at n = 2048, 9-10 at 8192 (the ring wraps at one
+#: K tile, the turn passes back and forth); a K tail (200 = 3 K tiles + 8) and K tiles twice the
+#: ring (640); A boxes kept inside A.
+MANY_192_ROW_TILES = {
+    "n2048-k64": (2048, 64, False),
+    "n8192-k64": (8192, 64, False),
+    "n8192-k200-shiftA": (8192, 200, True),
+    "n2048-k640": (2048, 640, False),
+}
+
+
+@pytest.mark.parametrize("case", list(MANY_192_ROW_TILES))
+@pytest.mark.parametrize("cluster_n", (1, 2))
+def test_192_row_pingpong_tiles_over_many_tiles(cluster_n, case):
+    """Experts of 1500 and 1025 rows end 156 and 65 rows into their last 192-row tile, one of 7
+    rows fits in one, an empty one has none; both ping-pong warpgroups take several tiles."""
+    n, k, shift = MANY_192_ROW_TILES[case]
+    config = stage_config("sm_90a", 7).with_(
+        tile_m=192, tile_n=128, b_k_tiles=1, cluster_n=cluster_n, shift_a_box=shift,
+        ring_depth=None,
+    ).resolved()  # fmt: skip
+    _check(7, (1500, 0, 1025, 7, 600), n, k, seed=13, config=config)
+
+
 @pytest.mark.parametrize("walk", ("warp-parallel", "serial"))
 def test_walks_over_many_ragged_experts(walk):
     """112 experts (four 32-lane steps of the warp-parallel walk), skewed routing: empty experts
@@ -265,17 +295,24 @@ BAD_OFFSETS = [
 ]
 
 
-@pytest.mark.parametrize("stage", GROUPED)
+@pytest.mark.parametrize("stage", [*GROUPED, "192-row"])
 @pytest.mark.parametrize("bad", BAD_OFFSETS)
 def test_unchecked_bad_offsets_write_only_inside_out(stage, bad):
-    """A guard band of NaN-free sentinel rows around ``out`` must survive any offsets."""
+    """A guard band of NaN-free sentinel rows around ``out`` must survive any offsets (also with
+    a ping-pong warpgroup's 192-row tile)."""
     rows, n, k, guard = 30, 256, 320, 64
     A, W, _ = random_inputs((10, 10, 5, 5), n, k, seed=7)
     sentinel = 3.0
     buf = torch.full((guard + rows + guard, n), sentinel, dtype=torch.bfloat16, device="cuda")
     out = buf[guard : guard + rows]
     offs = torch.tensor(bad, dtype=torch.int32, device="cuda")
-    grouped_gemm(A, W, offs, out=out, stage=stage, check=False)
+    config = None
+    if stage == "192-row":
+        config = stage_config("sm_90a", 7).with_(
+            tile_m=192, tile_n=128, b_k_tiles=1, ring_depth=None
+        )
+        stage = 7
+    grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
     torch.cuda.synchronize()
     assert (buf[:guard] == sentinel).all(), "rows before out were written"
     assert (buf[guard + rows :] == sentinel).all(), "rows after out were written"

@@ -1065,6 +1065,23 @@ def _cluster_candidates(
     return out
 
 
+def _rows192_candidates(base: GemmConfig, per_expert: float, n: int) -> list[GemmConfig]:
+    """The 192 x 128 ping-pong tile (one consumer warpgroup's three m64 blocks), alone and paired
+    along N, where an average expert's rows pad to fewer rows in 192-row tiles than in 128-row
+    ones (129-192 rows, 513-576, 897-960; not 65-128 or 257-384, where they pad as much or more).
+
+    quack-tuned's fastest tile on Kimi K3's gate+up at 1024 tokens (146 rows per expert) is this
+    one paired along N: one tile holds an expert's rows where 128-row tiles need two. On an H100,
+    in interleaved rounds with the default call and quack-tuned, the pair took 0.972x the default
+    call's time there (0.996x quack-tuned's), and lost where the rows fit 128-row tiles (1.06x at
+    128 rows per expert, 1.39x at 256) (``experiments/pingpong_192_rows``): so the tuner times it
+    only where its padding is smaller."""
+    if n < 128 or -(-per_expert // 192) * 192 >= -(-per_expert // 128) * 128:
+        return []
+    tile = base.with_(tile_m=192, tile_n=128, epilogue="direct_store", acc_slots=2, b_k_tiles=1)
+    return [tile.with_(cluster_n=2), tile] if n >= 256 else [tile]
+
+
 #: Rows per expert from which the tuner also times serial-walk twins (the 4096-token shapes of the
 #: three models have 512-1024; their 1024-token shapes, 128-256, fill the limit without them).
 SERIAL_WALK_ROWS = 512
@@ -1076,7 +1093,7 @@ def candidates(
 ) -> list[tuple[int, GemmConfig]]:  # fmt: skip
     """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
 
-    The full space on sm_90a is tile_m {8, 16, 32, 64, 128, 256} x tile_n {64, 96, 128, 192, 256}
+    The full space on sm_90a is tile_m {8, 16, 32, 64, 128, 192, 256} x tile_n {64, 96, 128, 192, 256}
     x ring depth 2..max x {TMA, direct store} x b_k_tiles {1, 2} x acc_slots {1, 2} x clusters
     {none, 2 along N, 2 along M} and more: thousands of kernels per shape. What prunes it:
 
@@ -1096,7 +1113,8 @@ def candidates(
     * **clusters** (sm_90a, above :data:`CLUSTER_ROWS` rows per expert,
       :func:`_cluster_candidates`): twins of the first pass's 128- and 256-row tiles in 2-CTA
       clusters sharing their larger operand tile (and the 128 x 192 ping-pong tile sharing A),
-      right after that pass.
+      right after that pass; then the 192 x 128 ping-pong tile, alone and paired along N, where
+      192-row tiles pad an expert's rows less than 128-row ones (:func:`_rows192_candidates`).
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
       so the table never picks something slower than either (within the run's noise).
     * **the scheduler's walk**: from :data:`SERIAL_WALK_ROWS` rows per expert on, the slots the
@@ -1131,6 +1149,7 @@ def candidates(
                     continue
         if first == 0 and arch == "sm_90a" and per_expert > CLUSTER_ROWS:
             ordered += _cluster_candidates(ordered, n, per_expert)
+            ordered += _rows192_candidates(base, per_expert, n)
     out: list[tuple[int, GemmConfig]] = []
     seen = set()
     for config in ordered:

@@ -94,10 +94,15 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
     problems = stage_problems(config, stage)
     if config.arch != "sm_90a":
         problems.append(f"sm90 kernels need arch='sm_90a', got {config.arch!r}")
-    if config.tile_m not in (8, 16, 32, 64, 128, 256):
+    if config.tile_m not in (8, 16, 32, 64, 128, 192, 256):
         problems.append(
-            "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64, 128 or 256 (or 8, 16, 32 "
-            f"rows of A under a 64-row wgmma), got {config.tile_m}"
+            "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64, 128 or 256, 192 in "
+            f"ping-pong (or 8, 16, 32 rows of A under a 64-row wgmma), got {config.tile_m}"
+        )
+    if config.tile_m == 192 and (config.acc_slots != 2 or config.tile_n > 128):
+        problems.append(
+            "a 192-row tile is one ping-pong warpgroup's three m64 blocks (acc_slots=2, "
+            f"tile_n <= 128), got acc_slots={config.acc_slots}, tile_n={config.tile_n}"
         )
     if config.tile_m == 256:
         if config.acc_slots != 1 or config.swap_ab or config.b_k_tiles != 1:
