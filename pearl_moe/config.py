@@ -272,16 +272,20 @@ class GemmConfig:
             if self.b_k_tiles != 1:
                 yield f"{which}=2 multicasts through the A/B ring: not with wide B entries"
         if self.tile_m == 192:
-            if self.acc_slots != 2 or self.tile_n > 128:
+            if self.acc_slots != 2 or self.tile_n != 128:
                 yield (
-                    "a 192-row tile is a ping-pong warpgroup's (acc_slots=2: three m64 blocks, "
-                    f"192 x tile_n / 128 accumulator registers a thread), tile_n <= 128; got "
-                    f"acc_slots={self.acc_slots}, tile_n={self.tile_n}"
+                    "a 192-row tile is a ping-pong warpgroup's 192 x 128 (acc_slots=2: three m64 "
+                    "blocks, 192 accumulator registers a thread; the width its GPU tests cover); "
+                    f"got acc_slots={self.acc_slots}, tile_n={self.tile_n}"
                 )
-            if self.b_k_tiles != 1 or self.gather_a or self.activation or self.cluster_m != 1:
+            if (
+                self.b_k_tiles != 1 or self.gather_a or self.activation or self.cluster_m != 1
+                or self.n_group or self.walk != "warp-parallel"
+            ):  # fmt: skip
                 yield (
                     "a 192-row tile runs without wide B entries, the A gather, the fused "
-                    "activation and clusters along M (none of them tested with it)"
+                    "activation, clusters along M, the grouped tile order and the serial walk "
+                    "(none of them tested with it)"
                 )
         elif self.tile_m not in (8, 16, 32, 64, 128, 256):
             yield (

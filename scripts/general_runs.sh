@@ -23,9 +23,11 @@
 # space also holds the 128 x 192 ping-pong tile and the 2-CTA clusters; the course's 1024-token
 # layers are there), 49 candidates a shape, the entries they had replaced: 3 + 18 shapes, the
 # course's first (about 15 s a shape on the H200); it continues where a call cut short stopped
-# (entries tuned since MIDSIZE_SINCE, when the band's candidates changed, are not tuned again). Its space pairs every tile along N (A shared),
-# 128 x 192 alone among them, whose GPU tests are new: run
-# `ONLY=clusterN2 bash scripts/new_kernels_gpu.sh` first. COMPARE_SET=held-out (default held-out,course) times one set.
+# (entries tuned since MIDSIZE_SINCE, when the band's candidates changed, are not tuned again).
+# Its space pairs every tile along N (A shared), 128 x 192 among them, and holds the 192 x 128
+# ping-pong tile where it pads an expert's rows less (Kimi K3's 146 rows): on a GPU where their
+# GPU tests have not run, run `ONLY="clusterN2 rows192" bash scripts/new_kernels_gpu.sh` first.
+# COMPARE_SET=held-out (default held-out,course) times one set.
 # `compare` first drops the problems whose default pick changed since they were timed, then times
 # them again with the problems not yet measured. After a kernel change that leaves the picks
 # alone, name the configurations it changed, for instance those with two consumer warpgroups
@@ -39,7 +41,7 @@
 # The candidate space includes the newer kernel options (2-CTA clusters, 256-row and 128 x 192
 # ping-pong tiles at prefill); they have passed their GPU tests on the H200 and the H100
 # (scripts/new_kernels_gpu.sh, results/<GPU>/gpu_checks.txt), but for the 128 x 192 ping-pong tile
-# along N, which has passed them on an H100 only. On a new GPU, or after changing one of
+# along N and the 192 x 128 ping-pong tile, which have passed them on an H100 only. On a new GPU, or after changing one of
 # them, run that script first, so that a kernel that hangs or faults is found there and not in the
 # middle of a tuning run.
 set -euo pipefail

@@ -737,27 +737,31 @@ def test_between_64_and_256_rows_per_expert_the_space_has_quacks_clustered_tiles
 def test_the_192_row_pingpong_tile_is_tried_where_it_pads_an_experts_rows_less():
     """The 192 x 128 ping-pong tile (alone and paired along N) joins the space where an average
     expert's rows pad to fewer rows in 192-row tiles than in 128-row ones: Kimi K3 at 1024 tokens
-    (146 rows: one 192-row tile against two 128-row ones), within the prefill limit; not at 128 or
-    256 rows per expert (DeepSeek V4 Pro and GLM 5.3 at 1024 tokens), where it lost on an H100."""
+    (146 rows: one 192-row tile against two 128-row ones); not at 128 or
+    256 rows per expert (DeepSeek V4 Pro and GLM 5.3 at 1024 tokens), where it lost on an H100.
+    It comes right after the small tiles, so that the tune CLI's smaller limits hold it too."""
     from pearl_moe.workloads import make_problem
 
-    def rows192(problem):
+    def rows192(problem, limit=49):
         space = autotune.candidates(
-            "sm_90a", problem.n, problem.k, problem.experts, problem.rows, 49
+            "sm_90a", problem.n, problem.k, problem.experts, problem.rows, limit
         )
         return [c for _, c in space if c.tile_m == 192]
 
-    kimi = rows192(make_problem("Kimi K3", 1024, ep=8))
+    kimi_problem = make_problem("Kimi K3", 1024, ep=8)
+    kimi = rows192(kimi_problem)
     assert [(c.tile_n, c.cluster_n, c.acc_slots, c.epilogue) for c in kimi] == [
         (128, 2, 2, "direct_store"),
         (128, 1, 2, "direct_store"),
     ]
-    for c in kimi:
-        n, k = 6144, 3584
-        assert not api.can_implement("sm_90a", autotune.stage_for(c, n, k), c, n, k)
+    assert rows192(kimi_problem, limit=24) == kimi  # within the tune CLI's limits too
     assert not rows192(make_problem("DeepSeek V4 Pro", 1024, ep=8))
     assert not rows192(make_problem("GLM 5.3", 1024, ep=8))
     base = autotune.stage_config("sm_90a", 3)
+    n, k = kimi_problem.n, kimi_problem.k
+    for c in autotune._rows192_candidates(base, 146, n):  # what the kernel accepts, unfiltered
+        c = c.resolved()
+        assert not api.can_implement("sm_90a", autotune.stage_for(c, n, k), c, n, k)
     offered = [r for r in range(1, 1025) if autotune._rows192_candidates(base, r, 4096)]
     assert offered == [*range(129, 193), *range(513, 577), *range(897, 961)]
     assert len(autotune._rows192_candidates(base, 146, 128)) == 1  # no second n tile to pair

@@ -1,9 +1,16 @@
 """The ping-pong tile's epilogue through shared memory + TMA: the static SASS of both epilogues
-(the trial patch applying to the package: ``test_trial_patches.py``)."""
+and the A/B that decided it (the trial patch applying to the package: ``test_trial_patches.py``)."""
 
 import json
+import sys
 
-from analysis import data
+from analysis import EXPERIMENTS, data
+
+from pearl_moe.bench.compare import geomean
+from pearl_moe.bench.records import read_run
+
+#: the ping-pong tile the A/B timed with either epilogue (quack's default configuration)
+DIRECT = "pearl-s7:tile_m=128+tile_n=192+b_k_tiles=1+cluster_m=2"
 
 
 def test_the_direct_store_transposes_in_registers_where_stmatrix_and_tma_need_no_shuffles():
@@ -25,3 +32,33 @@ def test_the_direct_store_transposes_in_registers_where_stmatrix_and_tma_need_no
     assert (tma["instructions"], tma["STSM"], tma["UTMASTG"], tma["STG"]) == (1192, 24, 6, 0)
     assert direct["HGMMA"] == tma["HGMMA"] == 8
     assert tma["smem_bytes"] == 213120 <= 227 * 1024
+
+
+def _ratios(reference: str) -> dict:
+    sys.path.insert(0, str(EXPERIMENTS / "tools"))
+    from paired_ratios import ratios
+
+    path = data("pingpong_tma_store", "pingpong_tma_ab.json.gz")
+    run = read_run(path)
+    assert run["env"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert all(r["status"] == "ok" and r["correctness"]["ok"] for r in run["records"])
+    return ratios(str(path), reference)
+
+
+def test_the_tma_store_took_longer_than_the_direct_store_on_an_h100():
+    """The held-out set's 20 layers at 4096 tokens, six interleaved rounds: the 128 x 192
+    ping-pong tile in clusters along M took 1.015x the direct store's time with the TMA store
+    (0.984-1.069x; MiniMax-M2's down 1.058x at EP=1 and 0.998x at EP=8, Qwen3-235B-A22B's down
+    at EP=1 1.062x); the default call took 0.968x quack's default (worst 1.041, MiniMax-M2's
+    down at EP=8)."""
+    tma = _ratios(DIRECT)[DIRECT + "+epilogue=tma_store"]
+    assert len(tma) == 20
+    assert round(geomean(list(tma.values())), 3) == 1.015
+    assert (round(min(tma.values()), 3), round(max(tma.values()), 3)) == (0.984, 1.069)
+    assert round(tma["MiniMax-M2|down|4096|EP1|balanced"], 3) == 1.058
+    assert round(tma["MiniMax-M2|down|4096|EP8|balanced"], 3) == 0.998
+    assert round(tma["Qwen3-235B-A22B|down|4096|EP1|balanced"], 3) == 1.062
+    ours = _ratios("quack")["pearl"]
+    assert round(geomean(list(ours.values())), 3) == 0.968
+    worst = max(ours, key=ours.get)
+    assert (worst, round(ours[worst], 3)) == ("MiniMax-M2|down|4096|EP8|balanced", 1.041)

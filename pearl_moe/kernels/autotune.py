@@ -1068,7 +1068,8 @@ def _cluster_candidates(
 def _rows192_candidates(base: GemmConfig, per_expert: float, n: int) -> list[GemmConfig]:
     """The 192 x 128 ping-pong tile (one consumer warpgroup's three m64 blocks), alone and paired
     along N, where an average expert's rows pad to fewer rows in 192-row tiles than in 128-row
-    ones (129-192 rows, 513-576, 897-960; not 65-128 or 257-384, where they pad as much or more).
+    ones: 129-192 rows, 513-576, 897-960 and so on every 384 rows; not 65-128 or 257-384, where
+    they pad as much or more. Measured only at 146 rows per expert (and lost at 128 and 256).
 
     quack-tuned's fastest tile on Kimi K3's gate+up at 1024 tokens (146 rows per expert) is this
     one paired along N: one tile holds an expert's rows where 128-row tiles need two. On an H100,
@@ -1113,8 +1114,10 @@ def candidates(
     * **clusters** (sm_90a, above :data:`CLUSTER_ROWS` rows per expert,
       :func:`_cluster_candidates`): twins of the first pass's 128- and 256-row tiles in 2-CTA
       clusters sharing their larger operand tile (and the 128 x 192 ping-pong tile sharing A),
-      right after that pass; then the 192 x 128 ping-pong tile, alone and paired along N, where
-      192-row tiles pad an expert's rows less than 128-row ones (:func:`_rows192_candidates`).
+      right after that pass.
+    * **the 192 x 128 ping-pong tile**, alone and paired along N, where 192-row tiles pad an
+      expert's rows less than 128-row ones (:func:`_rows192_candidates`): right after the small
+      tiles, so that the CLI's default limit holds it.
     * the heuristic's pick and the course's configuration of each stage 3-7 are always included,
       so the table never picks something slower than either (within the run's noise).
     * **the scheduler's walk**: from :data:`SERIAL_WALK_ROWS` rows per expert on, the slots the
@@ -1137,6 +1140,7 @@ def candidates(
     base = stage_config(arch, 3)
     if arch == "sm_90a":
         ordered += _small_tile_candidates(base, per_expert, n, experts, sms)
+        ordered += _rows192_candidates(base, per_expert, n)
     shapes = _tile_shapes(per_expert, n) if arch == "sm_90a" else [(128, 128), (128, 256)]
     for first, last in ((0, 2), (2, len(OPTIONS))):  # tma and direct everywhere, then the rest
         for tile_m, tile_n in shapes:
@@ -1149,7 +1153,6 @@ def candidates(
                     continue
         if first == 0 and arch == "sm_90a" and per_expert > CLUSTER_ROWS:
             ordered += _cluster_candidates(ordered, n, per_expert)
-            ordered += _rows192_candidates(base, per_expert, n)
     out: list[tuple[int, GemmConfig]] = []
     seen = set()
     for config in ordered:

@@ -6,7 +6,7 @@ that issued the wgmma. The analog is two accumulators in two consumer warpgroups
 warpgroup 0 takes the CTA's tiles 0, 2, 4, ..., warpgroup 1 tiles 1, 3, 5, ... Each warpgroup owns a
 whole tile: 64 rows (one m64 wgmma per k block), 128 rows at ``tile_n`` <= 192 (two m64 wgmma per
 k block; 128 accumulator registers per thread at ``tile_n`` = 128, as a 64 x 256 tile, 192 at
-``tile_n`` = 192), or 192 rows at ``tile_n`` <= 128 (three; 192 registers at 128 columns).
+``tile_n`` = 192), or 192 rows at ``tile_n`` = 128 (three; 192 registers).
 While one converts and stores its tile, the other already runs the next tile's wgmma::
 
     WG 0:  [ MMA tile 0 ][ store 0 ]            [ MMA tile 2 ][ store 2 ] ...
