@@ -8,6 +8,7 @@ own tests still read stay in ``results/H200/`` (:data:`RESULTS`). Nothing here i
 from __future__ import annotations
 
 import csv
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,6 +41,20 @@ def data(study: str, name: str) -> Path:
 
 
 # ------------------------------------------------------------------------ Nsight Compute exports
+def ab_ratios(study: str, name: str, reference: str, gpu: str = "NVIDIA H100 80GB HBM3") -> dict:
+    """``{implementation: {layer: time / reference's}}`` of a study's A/B run
+    (``tools/paired_ratios.py``), after checking that it ran on ``gpu`` and every record is
+    correct."""
+    sys.path.insert(0, str(EXPERIMENTS / "tools"))
+    from paired_ratios import ratios
+
+    path = data(study, name)
+    run = read_run(path)
+    assert run["env"]["gpu"] == gpu
+    assert all(r["status"] == "ok" and r["correctness"]["ok"] for r in run["records"])
+    return ratios(str(path), reference)
+
+
 def ncu_metrics(path: str | Path) -> dict[int, dict[str, float]]:
     """``{launch ID: {metric name: value}}`` of a trimmed ``ncu --csv`` export (columns ``ID``,
     ``Metric Name``, ``Metric Unit``, ``Metric Value``; ``ID`` is the profiled launch, in the order

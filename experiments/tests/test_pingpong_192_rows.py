@@ -1,11 +1,7 @@
 """The 192 x 128 ping-pong tile: the A/B on an H100 that put it in the package and among the
 tuner's candidates where 192-row tiles pad an expert's rows less than 128-row ones."""
 
-import sys
-
-from analysis import EXPERIMENTS, data
-
-from pearl_moe.bench.records import read_run
+from analysis import ab_ratios
 
 T192 = "pearl-s7:tile_m=192+tile_n=128+b_k_tiles=1"
 KIMI, V4, GLM = (
@@ -14,14 +10,7 @@ KIMI, V4, GLM = (
 
 
 def _ratios(reference: str) -> dict:
-    sys.path.insert(0, str(EXPERIMENTS / "tools"))
-    from paired_ratios import ratios
-
-    path = data("pingpong_192_rows", "pingpong_192_ab.json.gz")
-    run = read_run(path)
-    assert run["env"]["gpu"] == "NVIDIA H100 80GB HBM3"
-    assert all(r["status"] == "ok" and r["correctness"]["ok"] for r in run["records"])
-    return ratios(str(path), reference)
+    return ab_ratios("pingpong_192_rows", "pingpong_192_ab.json.gz", reference)
 
 
 def test_the_192_row_tile_wins_only_where_it_pads_less():

@@ -2,12 +2,10 @@
 and the A/B that decided it (the trial patch applying to the package: ``test_trial_patches.py``)."""
 
 import json
-import sys
 
-from analysis import EXPERIMENTS, data
+from analysis import ab_ratios, data
 
 from pearl_moe.bench.compare import geomean
-from pearl_moe.bench.records import read_run
 
 #: the ping-pong tile the A/B timed with either epilogue (quack's default configuration)
 DIRECT = "pearl-s7:tile_m=128+tile_n=192+b_k_tiles=1+cluster_m=2"
@@ -35,14 +33,7 @@ def test_the_direct_store_transposes_in_registers_where_stmatrix_and_tma_need_no
 
 
 def _ratios(reference: str) -> dict:
-    sys.path.insert(0, str(EXPERIMENTS / "tools"))
-    from paired_ratios import ratios
-
-    path = data("pingpong_tma_store", "pingpong_tma_ab.json.gz")
-    run = read_run(path)
-    assert run["env"]["gpu"] == "NVIDIA H100 80GB HBM3"
-    assert all(r["status"] == "ok" and r["correctness"]["ok"] for r in run["records"])
-    return ratios(str(path), reference)
+    return ab_ratios("pingpong_tma_store", "pingpong_tma_ab.json.gz", reference)
 
 
 def test_the_tma_store_took_longer_than_the_direct_store_on_an_h100():
