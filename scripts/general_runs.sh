@@ -41,9 +41,9 @@
 # The candidate space includes the newer kernel options (2-CTA clusters, 256-row and 128 x 192
 # ping-pong tiles at prefill); they have passed their GPU tests on the H200 and the H100
 # (scripts/new_kernels_gpu.sh, results/<GPU>/gpu_checks.txt), but for the 128 x 192 ping-pong tile
-# along N and the 192 x 128 ping-pong tile, which have passed them on an H100 only. On a new GPU, or after changing one of
-# them, run that script first, so that a kernel that hangs or faults is found there and not in the
-# middle of a tuning run.
+# along N and the 192 x 128 ping-pong tile, which have passed them on an H100 only. On a new GPU,
+# or after changing one of them, run that script first, so that a kernel that hangs or faults is
+# found there and not in the middle of a tuning run.
 set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 mode=${1:-}

@@ -9,9 +9,9 @@
 # Groups: 256-row tiles, 128 x 192 ping-pong tiles, 192 x 128 ping-pong tiles (rows192), 2-CTA
 # clusters along N (A multicast), along M (B multicast), the token gather in the producer
 # (gather_a), the layer on our kernels, the grouped tile order (n_group), the layer's Triton glue
-# (routing metadata, combine) and fused activation tiles 32 (2 b + 1) wide (fused32). All passed on the H200 (results/H200/gpu_checks.txt) but
-# clusterN2's 128 x 192 ping-pong case and rows192, added after, which passed on an H100
-# (results/H100/gpu_checks.txt).
+# (routing metadata, combine) and fused activation tiles 32 (2 b + 1) wide (fused32). All passed
+# on the H200 (results/H200/gpu_checks.txt) but clusterN2's 128 x 192 ping-pong case and rows192,
+# added after, which passed on an H100 (results/H100/gpu_checks.txt).
 # By default the run takes fused32 and the layer. At most LIMIT_S (default 95) seconds a group: six
 # groups fit one device call of 10 minutes. Each line of the summary is
 # `group: <pytest summary or "timed out after N s" / exit status>`.

@@ -1094,9 +1094,10 @@ def candidates(
 ) -> list[tuple[int, GemmConfig]]:  # fmt: skip
     """The pruned configuration space the tuner measures for one shape: ``[(stage, config)]``.
 
-    The full space on sm_90a is tile_m {8, 16, 32, 64, 128, 192, 256} x tile_n {64, 96, 128, 192, 256}
-    x ring depth 2..max x {TMA, direct store} x b_k_tiles {1, 2} x acc_slots {1, 2} x clusters
-    {none, 2 along N, 2 along M} and more: thousands of kernels per shape. What prunes it:
+    The full space on sm_90a is tile_m {8, 16, 32, 64, 128, 192, 256} x tile_n {64, 96, 128, 192,
+    256} x ring depth 2..max x {TMA, direct store} x b_k_tiles {1, 2} x acc_slots {1, 2} x
+    clusters {none, 2 along N, 2 along M} and more: thousands of kernels per shape. What prunes
+    it:
 
     * **ring depth**: always the deepest that fits. At decode the kernel is bound by bytes in
       flight and every extra entry helped on the H200 (2-7 entries at 64 tokens, monotone); at
