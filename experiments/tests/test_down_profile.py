@@ -1,9 +1,8 @@
 """The ping-pong kernel against quack's same configuration on down projections at prefill."""
 
 import json
-import sys
 
-from analysis import EXPERIMENTS, data
+from analysis import ab_ratios, data
 
 from pearl_moe.bench.compare import geomean
 from pearl_moe.bench.records import read_run
@@ -83,20 +82,12 @@ def test_a_warp_uniform_warpgroup_index_leaves_no_r2ur_in_any_mainloop():
 
 
 def _ab(which: str) -> tuple[dict, dict, dict]:
-    """Ours / quack per layer before and after the patch (``uniform_ab.ratios``), and the layers'
-    configurations in the run before."""
-    sys.path.insert(0, str(EXPERIMENTS / "down_profile"))
-    from uniform_ab import ratios
-
-    paths = [
-        data("down_profile", f"uniform_ab_{which}_{when}.json.gz") for when in ("before", "after")
-    ]
-    for path in paths:
-        run = read_run(path)
-        assert run["env"]["gpu"] == "NVIDIA H100 80GB HBM3"
-        assert all(r["status"] == "ok" and r["correctness"]["ok"] for r in run["records"])
-    configs = {r["problem"]: r["config"]["config"] for r in read_run(paths[0])["records"] if r["impl"] == "pearl"}  # fmt: skip
-    return ratios(str(paths[0])), ratios(str(paths[1])), configs
+    """Ours / quack per layer before and after the patch (on an H100, every record correct), and
+    the layers' configurations in the run before."""
+    names = [f"uniform_ab_{which}_{when}.json.gz" for when in ("before", "after")]
+    before, after = (ab_ratios("down_profile", name, "quack")["pearl"] for name in names)
+    configs = {r["problem"]: r["config"]["config"] for r in read_run(data("down_profile", names[0]))["records"] if r["impl"] == "pearl"}  # fmt: skip
+    return before, after, configs
 
 
 def test_the_patch_takes_a_percent_off_and_leaves_three_of_seven_layers_above_the_tie():

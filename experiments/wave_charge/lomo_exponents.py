@@ -16,18 +16,13 @@ never read.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
+from pearl_moe.bench.compare import geomean
 from pearl_moe.kernels import autotune
 
 EXPONENTS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 OUT = Path(__file__).resolve().parent / "data" / "lomo_exponents.json"
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def judge(table: dict, exponent: float, twins: bool = False) -> dict:

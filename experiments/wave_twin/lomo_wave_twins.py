@@ -19,6 +19,7 @@ import json
 import math
 from pathlib import Path
 
+from pearl_moe.bench.compare import geomean
 from pearl_moe.kernels import autotune
 
 OUT = Path(__file__).resolve().parent / "data" / "lomo_wave_twins.json"
@@ -27,11 +28,6 @@ EXPONENTS = (0.0, 0.25, 0.5)
 #: ``WAVE_TWIN_ROWS``), and with twins up to 64 rows per expert (the decode candidate space).
 VARIANTS = {"off": (False, 1.0), "up_to_1_row": (True, 1.0), "up_to_64_rows": (True, 64.0)}
 BANDS = {"all": (0.0, math.inf), "up_to_one_row": (0.0, 1.0), "one_to_64_rows": (1.0, 64.0)}
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def judge(table: dict, variant: str, exponent: float) -> tuple[dict, list[dict]]:

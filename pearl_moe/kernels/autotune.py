@@ -486,8 +486,8 @@ WAVE_TWIN_ROWS = 1.0
 
 
 def _active_experts(experts: int, rows_per_expert: float) -> int:
-    """Active experts at ``rows_per_expert`` under balanced routing, as :func:`candidates` counts
-    them for :func:`wave_width`."""
+    """Active experts at ``rows_per_expert`` under balanced routing (:func:`candidates` and the
+    vote count them so for :func:`wave_width`)."""
     return min(experts, max(1, round(rows_per_expert * experts)))
 
 
@@ -988,7 +988,7 @@ def _small_tile_candidates(
         return []
     widths = [128, 96, 256] if per_expert <= 1 else [128, 256]
     if per_expert <= 64:
-        active = min(experts, max(1, round(per_expert * experts)))
+        active = _active_experts(experts, per_expert)
         wave = wave_width(n, active, sms)
         if wave not in widths:
             widths.insert(1, wave)
@@ -1077,7 +1077,7 @@ def _rows192_candidates(base: GemmConfig, per_expert: float, n: int) -> list[Gem
     call's time there (0.996x quack-tuned's), and lost where the rows fit 128-row tiles (1.06x at
     128 rows per expert, 1.39x at 256) (``experiments/pingpong_192_rows``): so the tuner times it
     only where its padding is smaller."""
-    if n < 128 or -(-per_expert // 192) * 192 >= -(-per_expert // 128) * 128:
+    if n < 128 or m_tiles(per_expert, 192) * 192 >= m_tiles(per_expert, 128) * 128:
         return []
     tile = base.with_(tile_m=192, tile_n=128, epilogue="direct_store", acc_slots=2, b_k_tiles=1)
     return [tile.with_(cluster_n=2), tile] if n >= 256 else [tile]
