@@ -511,7 +511,8 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
     notes = []
     for name, g in s["by_set"].items():
         notes.append(
-            f"{name}: {g['compared']} shapes, geomean **{g['geomean_ratio']:.3f}**, worst "
+            f"{name}: {g['compared']} shapes, geomean **{g['geomean_ratio']:.3f}** "
+            f"({g['geomean_losses_tied']:.3f} had every loss been a tie), worst "
             f"{g['worst']['ratio']:.3f} ({g['worst']['problem']}), {len(g['above_tie'])} above "
             f"{s['tie']:.2f}"
         )

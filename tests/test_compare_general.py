@@ -36,6 +36,27 @@ def test_the_token_groups_add_up_to_each_set(run):
         assert max(g["worst"]["ratio"] for g in groups) == total["worst"]["ratio"]
 
 
+def test_losses_as_ties_counts_every_ratio_above_one_as_one(run):
+    """The bracketed figure is the geomean a set would score had each loss been brought level:
+    never above the geomean, equal to it where nothing was lost, and unmoved by wins."""
+    s = compare_summary(run)
+    for name, total in s["by_set"].items():
+        ratios = [r["ratio"] for r in s["rows"] if r["set"] == name and "ratio" in r]
+        assert any(x > 1 for x in ratios)  # the committed run loses somewhere in each set
+        tied = total["geomean_losses_tied"]
+        assert tied < total["geomean_ratio"]
+        assert tied == pytest.approx(geomean([min(x, 1.0) for x in ratios]))
+    edited = copy.deepcopy(s)
+    for r in edited["rows"]:
+        if "ratio" in r:
+            r["ratio"] = min(r["ratio"], 1.0)
+    from pearl_moe.bench.compare import _by_set
+
+    for name, g in _by_set(edited["rows"], s["tie"]).items():
+        assert g["geomean_losses_tied"] == pytest.approx(g["geomean_ratio"])
+        assert g["geomean_losses_tied"] == pytest.approx(s["by_set"][name]["geomean_losses_tied"])
+
+
 def test_a_pick_that_moved_since_the_run_is_named(run):
     edited = copy.deepcopy(run)
     rec = next(r for r in edited["records"] if r["impl"] == "pearl" and r["status"] == "ok")
