@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pearl_moe.bench.compare import by_tokens, changed_picks, compare_summary, geomean
+from pearl_moe.bench.compare import _by_set, by_tokens, changed_picks, compare_summary, geomean
 from pearl_moe.kernels import autotune
 from pearl_moe.replay import read_run
 from pearl_moe.stages import render_general_table
@@ -38,7 +38,8 @@ def test_the_token_groups_add_up_to_each_set(run):
 
 def test_losses_as_ties_counts_every_ratio_above_one_as_one(run):
     """The bracketed figure is the geomean a set would score had each loss been brought level:
-    never above the geomean, equal to it where nothing was lost, and unmoved by wins."""
+    below the geomean where a set loses somewhere, and unchanged once the losses are brought
+    level, when it equals the geomean."""
     s = compare_summary(run)
     for name, total in s["by_set"].items():
         ratios = [r["ratio"] for r in s["rows"] if r["set"] == name and "ratio" in r]
@@ -50,8 +51,6 @@ def test_losses_as_ties_counts_every_ratio_above_one_as_one(run):
     for r in edited["rows"]:
         if "ratio" in r:
             r["ratio"] = min(r["ratio"], 1.0)
-    from pearl_moe.bench.compare import _by_set
-
     for name, g in _by_set(edited["rows"], s["tie"]).items():
         assert g["geomean_losses_tied"] == pytest.approx(g["geomean_ratio"])
         assert g["geomean_losses_tied"] == pytest.approx(s["by_set"][name]["geomean_losses_tied"])
