@@ -99,11 +99,6 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
             "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64, 128 or 256, 192 in "
             f"ping-pong (or 8, 16, 32 rows of A under a 64-row wgmma), got {config.tile_m}"
         )
-    if config.tile_m == 192 and (config.acc_slots != 2 or config.tile_n != 128):
-        problems.append(
-            "a 192-row tile is one ping-pong warpgroup's three m64 blocks (acc_slots=2, "
-            f"tile_n 128), got acc_slots={config.acc_slots}, tile_n={config.tile_n}"
-        )
     if config.tile_m == 256:
         if config.acc_slots != 1 or config.swap_ab or config.b_k_tiles != 1:
             problems.append(
