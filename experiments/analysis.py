@@ -12,8 +12,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pearl_moe.bench.records import read_run
 from pearl_moe.course.profiles import REQUESTS, ncu_export
+from pearl_moe.results import read_run
 
 __all__ = [
     "EXPERIMENTS",
@@ -71,12 +71,12 @@ def hbm_reads(path: Path) -> dict | None:
     """``{"method", "rows"}`` from an export with ``dram__bytes_read.sum``, one row per (run,
     problem, implementation): ``run``, ``model``, ``tokens``, ``impl``, ``config`` (its label),
     ``dram_bytes`` (read from HBM), ``seconds`` (one launch), ``counted_bytes`` (the HBM bytes of
-    :func:`pearl_moe.perfmodel.predict`, which reads each byte once) and ``ratio``. The model counts
+    :func:`pearl_moe.model.perfmodel.predict`, which reads each byte once) and ``ratio``. The model counts
     the same bytes for every tile schedule, so a ``schedule=`` variant (a study's kernel, no longer
     in the package) is counted as its static twin. None when the file is not committed."""
     from pearl_moe.bench.baselines import parse_variant, variant_config
     from pearl_moe.hardware import get_gpu
-    from pearl_moe.perfmodel import predict
+    from pearl_moe.model.perfmodel import predict
     from pearl_moe.workloads import make_problem
 
     dram = ncu_export(Path(path))

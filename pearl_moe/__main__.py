@@ -11,7 +11,7 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "figures": ("pearl_moe.figures", "regenerate every figure in figures/ (no GPU needed)"),
+    "figures": ("pearl_moe.course.figures", "regenerate every figure in figures/ (no GPU needed)"),
     "bench": ("pearl_moe.bench.cli", "time implementations on this machine's CUDA GPU"),
     "layer": ("pearl_moe.bench.layer", "check, then time, whole MoE layers on this CUDA GPU"),
     "tune": (
@@ -19,15 +19,15 @@ SUBCOMMANDS = {
         "measure kernel configurations on this GPU; write the default's table",
     ),
     "inspect": (
-        "pearl_moe.inspect",
+        "pearl_moe.course.kernel_report",
         "compile a kernel stage for sm_100a or sm_90a; show SASS facts",
     ),
     "selftest": (
-        "pearl_moe.selftest",
+        "pearl_moe.diagnostics.selftest",
         "first run on a new GPU: GPU tests, sanitizers, tune, ablation, comparison",
     ),
     "calibrate": (
-        "pearl_moe.calibrate",
+        "pearl_moe.model.calibrate",
         "latency model vs every committed H200 measurement of our kernels (no GPU needed)",
     ),
 }

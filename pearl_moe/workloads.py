@@ -85,7 +85,7 @@ MODELS: dict[str, MoEModel] = {
 
 #: Other public MoE models, by the shapes of their released configs (``config.json`` on Hugging
 #: Face: hidden size, the routed experts' intermediate size, routed experts, experts per token,
-#: shared experts). Not the course's subjects: :mod:`pearl_moe.shape_sets` splits them into the
+#: shared experts). Not the course's subjects: :mod:`pearl_moe.bench.shape_sets` splits them into the
 #: layers the default configuration is tuned on and the layers it is judged on.
 PUBLIC_MODELS: dict[str, MoEModel] = {
     m.name: m

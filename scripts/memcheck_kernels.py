@@ -19,9 +19,9 @@ import sys
 import torch
 
 from pearl_moe.bench.baselines import parse_overrides
+from pearl_moe.bench.verify import random_inputs, run_checked
 from pearl_moe.kernels import grouped_gemm
 from pearl_moe.kernels.ladder import stage_config
-from pearl_moe.kernels.verify import random_inputs, run_checked
 
 counts = (0, 37, 0, 5, 130, 0, 1)
 bad_offsets = ([-5, 10, 20, 30], [20, 10, 30, 30], [10, 20, 30, 1000], [-100, -50, 2**31 - 1, 5])

@@ -15,7 +15,7 @@ import torch
 from pearl_moe.config import GemmConfig
 from pearl_moe.kernels import api, autotune
 from pearl_moe.kernels.ladder import stage_config
-from pearl_moe.replay import read_run
+from pearl_moe.results import read_run
 
 GLM = (4096, 6144, 32)  # n, k, local experts at EP=8
 
@@ -404,7 +404,7 @@ def test_the_vote_beats_the_heuristic_on_models_it_has_not_seen():
 
     table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
     rows = autotune.leave_one_model_out(table)
-    from pearl_moe import shape_sets
+    from pearl_moe.bench import shape_sets
 
     course = {"GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"}
     assert {r["model"] for r in rows} == course | set(shape_sets.TUNING_MODELS)
@@ -594,13 +594,13 @@ def fake_gpu(monkeypatch):
 
     calls = []
     monkeypatch.setattr(api, "validate", functools.partial(validate, device_type="cpu"))
-    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(api, "arch_of", lambda device: "sm_90a")
     monkeypatch.setattr(
         torch.cuda,
         "get_device_properties",
         lambda device: types.SimpleNamespace(multi_processor_count=132),
     )
-    monkeypatch.setattr(api, "_compiled", lambda *a: calls.append(a) or "fn")
+    monkeypatch.setattr(api, "compiled_kernel", lambda *a: calls.append(a) or "fn")
     monkeypatch.setattr(
         api, "stage_module", lambda arch, stage: types.SimpleNamespace(launch=lambda *a, **kw: None)
     )

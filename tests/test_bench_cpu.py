@@ -16,7 +16,7 @@ import torch
 
 from pearl_moe.bench import harness
 from pearl_moe.bench.cli import build_problems, format_table, main, parse_args
-from pearl_moe.bench.records import (
+from pearl_moe.results import (
     new_run,
     problem_entry,
     problem_from_entry,
@@ -128,7 +128,7 @@ def _fake_smi(fields_ok):
 
 
 def test_clocks_under_load_are_read_while_busy_and_labeled():
-    from pearl_moe.bench.records import LOAD_CLOCK_SOURCE, clocks_under_load
+    from pearl_moe.results import LOAD_CLOCK_SOURCE, clocks_under_load
 
     everything = ["clocks.sm", "clocks.mem", "power.draw", "temperature.gpu"]
     runner, calls = _fake_smi([*everything, "clocks_throttle_reasons.active"])
@@ -144,7 +144,7 @@ def test_clocks_under_load_are_read_while_busy_and_labeled():
 
 
 def test_start_clocks_are_labeled_idle(monkeypatch):
-    from pearl_moe.bench import records
+    from pearl_moe import results
 
     smi = {
         "name": "NVIDIA H200",
@@ -152,8 +152,8 @@ def test_start_clocks_are_labeled_idle(monkeypatch):
         "sm_clock_mhz": "345",
         "sm_clock_max_mhz": "1980",
     }
-    monkeypatch.setattr(records, "_nvidia_smi", lambda: dict(smi))
-    env = records.environment("test")
+    monkeypatch.setattr(results, "_nvidia_smi", lambda: dict(smi))
+    env = results.environment("test")
     assert env["driver"] == "580" and env["clocks"]["sm_clock_mhz"] == "345"
     assert "idle" in env["clocks"]["source"] and "before any GPU work" in env["clocks"]["source"]
 
@@ -162,7 +162,7 @@ def test_committed_runs_read_with_the_idle_clock_label():
     files = sorted(Path(__file__).resolve().parent.parent.glob("results/*/*.json"))
     if not files:
         pytest.skip("no committed results")
-    from pearl_moe.bench.records import IDLE_CLOCK_SOURCE
+    from pearl_moe.results import IDLE_CLOCK_SOURCE
 
     for f in files:
         env = read_run(f)["env"]
@@ -275,7 +275,7 @@ def test_committed_results_follow_the_schema():
     # runs stored gzipped: at the top level (read by the calibration) and in subfolders
     files += sorted(root.glob("*/*.json.gz")) + sorted(root.glob("*/*/*.json.gz"))
     from pearl_moe.bench.layer import validate_layer_run
-    from pearl_moe.replay import LAYER_SCHEMA, read_json
+    from pearl_moe.results import LAYER_SCHEMA, read_json
 
     for f in files:
         if read_json(f).get("schema") == LAYER_SCHEMA:  # the MoE layer's run, its own schema
@@ -308,7 +308,7 @@ def test_cli_refuses_without_a_gpu_as_a_process():
         env=env,
     )
     assert res.returncode == 2, res.stderr[-2000:]
-    assert "no CUDA GPU" in res.stderr and "replay" in res.stderr
+    assert "no CUDA GPU" in res.stderr and "results.table()" in res.stderr
 
 
 def test_cli_builds_the_sweep():
@@ -374,7 +374,8 @@ def test_triton_kernel_indexing_in_the_interpreter(tmp_path):
 
 
 def test_bench_figures_draw_from_a_recorded_json(tmp_path, monkeypatch):
-    from pearl_moe import figures, replay
+    from pearl_moe import results
+    from pearl_moe.course import figures
 
     root = tmp_path / "results"
     run, _ = _fake_run()
@@ -393,7 +394,7 @@ def test_bench_figures_draw_from_a_recorded_json(tmp_path, monkeypatch):
             }
         )
     write_run(run, root / "H200" / "baselines.json")
-    monkeypatch.setattr(replay, "RESULTS_DIR", root)
+    monkeypatch.setattr(results, "RESULTS_DIR", root)
     paths = figures.latency_vs_tokens("Kimi K3", tmp_path / "figs")
     paths += figures.pct_of_floor(tmp_path / "figs")
     for path in paths:
@@ -417,7 +418,8 @@ def test_pearl_entries_are_lazy_and_say_which_stages_exist():
 
 
 def test_ablation_and_compare_figures_draw_from_the_committed_runs(tmp_path):
-    from pearl_moe import figures, replay
+    from pearl_moe import results
+    from pearl_moe.course import figures
 
     root = Path(__file__).resolve().parent.parent / "results"
     if (
@@ -425,10 +427,10 @@ def test_ablation_and_compare_figures_draw_from_the_committed_runs(tmp_path):
         or not (root / "H200" / "compare.json.gz").exists()
     ):
         pytest.skip("no ablation or compare run committed")
-    cells = figures.ablation_cells(replay.load_run("H200", "ablation"))
+    cells = figures.ablation_cells(results.load_run("H200", "ablation"))
     assert {c["step"] for c in cells} <= set(figures.STEP_LABELS)
     assert all(c["lo"] <= c["ratio"] <= c["hi"] for c in cells)
-    rows = figures.compare_rows(replay.load_run("H200", "compare"))
+    rows = figures.compare_rows(results.load_run("H200", "compare"))
     assert {"pearl", "triton"} <= {r["impl"] for r in rows}
     assert all(r["ratio"] > 0.9 for r in rows)  # nothing much faster than its own floor
     for fn, name in ((figures.ablation_figure, "ablation_h200"),
@@ -441,7 +443,7 @@ def test_ablation_and_compare_figures_draw_from_the_committed_runs(tmp_path):
 def test_runs_record_the_kernels_source_hash():
     """A run says which kernel code it timed, so two runs of one configuration can be told apart
     when the code changed between them (calibrate.replicates groups by it)."""
-    from pearl_moe.bench.records import environment, kernel_sources
+    from pearl_moe.results import environment, kernel_sources
 
     h = kernel_sources()
     assert len(h) == 12 and int(h, 16) >= 0 and kernel_sources() == h
@@ -486,7 +488,7 @@ def test_the_default_calls_kernels_are_precompiled_for_every_problem(monkeypatch
     from pearl_moe.bench import cli
     from pearl_moe.kernels import api, autotune, compile_cache, targets
 
-    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(api, "arch_of", lambda device: "sm_90a")
     monkeypatch.setattr(autotune, "gpu_name", lambda device=None: "H200")
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda d=None: types.SimpleNamespace(multi_processor_count=132))  # fmt: skip
@@ -510,14 +512,15 @@ def test_the_bench_command_over_shape_sets_in_parts(monkeypatch, tmp_path, capsy
     deadline, a second part that does the rest, one file, a comparison per shape set."""
     import itertools
 
-    from pearl_moe.bench import cli, records
+    from pearl_moe import results
+    from pearl_moe.bench import cli
 
     clock = itertools.count()
     monkeypatch.setattr(cli.time, "monotonic", lambda: float(next(clock)))  # 1 s per call
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(records, "environment",
+    monkeypatch.setattr(results, "environment",
                         lambda command=None: {"gpu": "NVIDIA H200", "date": "D", "command": command})  # fmt: skip
     monkeypatch.setattr(harness, "measure_ceilings", lambda: dict(CEIL))
     monkeypatch.setattr(cli, "load_clocks", lambda when: {"when": when})
@@ -566,7 +569,7 @@ def test_the_h100_runs_say_what_the_docs_quote():
     the H200 table's picks against the heuristic (paired rounds) and the prefill tiles' share of
     the floor on the three held-out gate+up layers."""
     from pearl_moe.bench.compare import geomean, paired_ratio
-    from pearl_moe.replay import read_json
+    from pearl_moe.results import read_json
 
     root = Path(__file__).resolve().parent.parent / "results" / "H100"
     run = read_json(root / "table_transfer.json.gz")

@@ -119,12 +119,13 @@ def test_step_bytes_count_each_pass_and_what_fusing_the_activation_removes():
 def _fake_gpu_command(monkeypatch, environment=None, measure_ceilings=None):
     """What the layer command needs of a GPU, faked: a visible H200, the run's environment and
     its probed ceilings (the given ones, or a fixed env and 4 TB/s, 800 TFLOP/s)."""
-    from pearl_moe.bench import harness, records
+    from pearl_moe import results
+    from pearl_moe.bench import harness
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(records, "environment",
+    monkeypatch.setattr(results, "environment",
                         environment or (lambda command=None: {"date": "D"}))  # fmt: skip
     monkeypatch.setattr(harness, "measure_ceilings", measure_ceilings or (
         lambda: {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14}))  # fmt: skip
@@ -559,7 +560,7 @@ def _layer_run(times: dict, tokens=(1, 4096)) -> dict:
 
 
 def test_the_layer_summary_judges_the_goals_on_paired_rounds(tmp_path):
-    from pearl_moe.stages import render_layer_table
+    from pearl_moe.course.doc_tables import render_layer_table
 
     fused = [105.0, 106.0, 104.0]
     run = _layer_run({
@@ -665,7 +666,7 @@ def test_sonicmoe_from_its_own_run_is_compared_across_runs_and_labeled_so():
     ratio is of medians (not paired), and the README lines say it is across two runs."""
     from pathlib import Path
 
-    from pearl_moe.stages import _sonic_lines
+    from pearl_moe.course.doc_tables import _sonic_lines
 
     def run(impl, times, read):
         problems = [{"id": f"m|layer|{t}|EP8|balanced", "model": "m", "tokens_per_gpu": t,
@@ -707,7 +708,7 @@ def test_our_records_name_the_kernels_the_default_calls_run(monkeypatch):
 
     from pearl_moe.kernels import api, autotune
 
-    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(api, "arch_of", lambda device: "sm_90a")
     monkeypatch.setattr(autotune, "gpu_name", lambda device=None: "H200")
     inputs = {"x": types.SimpleNamespace(device=torch.device("cuda")),
               "w_gate_up": torch.empty(32, 4096, 6144, device="meta"),
@@ -722,7 +723,7 @@ def test_our_records_name_the_kernels_the_default_calls_run(monkeypatch):
     stage, config = api.default_choice("sm_90a", 6144, 2048, 32, 8, "H200")
     assert kernels["down_kernel"] == f"s{stage} {config.describe()}"
     assert "gatherA" in layer._gemm_choices(inputs, fused=True, gather=True)["gate_up_kernel"]
-    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_100a")  # no gather there
+    monkeypatch.setattr(api, "arch_of", lambda device: "sm_100a")  # no gather there
     failed = layer._gemm_choices(inputs, fused=True, gather=True)
     assert failed["gate_up_kernel"].startswith("not recorded: ValueError")
     assert failed["down_kernel"].startswith("s")
@@ -756,7 +757,7 @@ def test_the_gather_figures_the_readme_and_notebook_11_quote():
     plain 128 x 128 tile); below 1024 tokens up to 1.12x slower (DeepSeek V4 Pro at 1 token)."""
     from pathlib import Path
 
-    from pearl_moe.replay import read_json
+    from pearl_moe.results import read_json
 
     run = read_json(Path(__file__).resolve().parent.parent / "results/H200/moe_layer.json.gz")
     t, kernels = {}, {}

@@ -14,7 +14,7 @@ import torch
 from fake_cuda import FakeCuda, guard_prepared_state
 
 from pearl_moe.bench import cli, compare, harness, registry
-from pearl_moe.bench.records import new_run, read_run, write_run
+from pearl_moe.results import new_run, read_run, write_run
 from pearl_moe.workloads import GroupedProblem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,7 +256,7 @@ def test_pearl_records_keep_the_full_gemm_config(monkeypatch):
         grouped_gemm=lambda *a, **kw: calls.append(kw), STAGE_NAMES=api.STAGE_NAMES
     )
     monkeypatch.setattr(baselines, "_pearl_kernels", lambda: kernels)
-    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(api, "arch_of", lambda device: "sm_90a")
     A, W = torch.zeros(8, 64).bfloat16(), torch.zeros(4, 48, 64).bfloat16()
     for stage in (3, 5, 7):
         prepared = baselines._pearl(stage).prepare(A, W, None, [2, 2, 2, 2])

@@ -4,7 +4,7 @@ nbclient (``test_notebooks.py``) proves the kernel side. This test proves the fr
 renders every notebook's outputs, no cell ends in a traceback or stays unexecuted after Run All,
 and a widget's change reaches the kernel and comes back as a new picture.
 
-The browser provisions itself, so ``pip install -e ".[dev]"`` then ``pytest`` stays the whole set-up:
+The browser provisions itself, so ``pip install -e ".[course,dev]"`` then ``pytest`` stays the whole set-up:
 
 * the driver is PyPI's ``playwright`` (in the ``dev`` extra); ``playwright install`` is not used (it
   downloads from a CDN);
@@ -329,7 +329,7 @@ def _move(box, page, shot: Path) -> str:
 
 
 def _uses_a_widget(path: Path) -> bool:
-    """The notebook shows one of pearl_moe.widgets' explorers (or another ipywidgets box)."""
+    """The notebook shows one of pearl_moe.course.widgets' explorers (or another ipywidgets box)."""
     text = path.read_text()
     return "Explorer(" in text or "ipywidgets" in text
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pearl_moe import calibrate
 from pearl_moe.__main__ import main as cli
-from pearl_moe.perfmodel import CALIBRATED, CALIBRATED_ON
+from pearl_moe.model import calibrate
+from pearl_moe.model.perfmodel import CALIBRATED, CALIBRATED_ON
 
 
 def _our_ok_records():
@@ -134,7 +134,7 @@ def test_drift_fading_as_the_model_says():
     import math
 
     from pearl_moe.kernels.ladder import stage_config
-    from pearl_moe.perfmodel import _structure
+    from pearl_moe.model.perfmodel import _structure
     from pearl_moe.workloads import make_problem
 
     assert round(CALIBRATED.neighbour_merge, 2) == 0.86 and round(CALIBRATED.drift_rounds) == 111
@@ -342,7 +342,7 @@ def test_ablation_records_are_read_and_modeled(tmp_path):
 
 
 def test_each_run_says_which_scheduler_walk_it_measured():
-    from pearl_moe.bench.records import SCHEDULER, environment, run_scheduler
+    from pearl_moe.results import SCHEDULER, environment, run_scheduler
 
     records, _ = calibrate.load_records()
     # runs before the warp-parallel walk (2026-11-30 11:46 UTC) measured the serial walk

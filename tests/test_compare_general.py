@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pearl_moe.bench.compare import _by_set, by_tokens, changed_picks, compare_summary, geomean
+from pearl_moe.course.doc_tables import render_general_table
 from pearl_moe.kernels import autotune
-from pearl_moe.replay import read_run
-from pearl_moe.stages import render_general_table
+from pearl_moe.results import read_run
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "results" / "H200" / "compare_general.json.gz"
@@ -110,11 +110,11 @@ def h200_run_copy(tmp_path, monkeypatch):
 
     import torch
 
-    from pearl_moe.bench import records
+    from pearl_moe import results
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    monkeypatch.setattr(records, "environment",
+    monkeypatch.setattr(results, "environment",
                         lambda command=None: {"gpu": "NVIDIA H200", "date": "D", "command": command})  # fmt: skip
     path = tmp_path / "compare_general.json"
     path.write_bytes(gzip.decompress(RUN.read_bytes()))

@@ -33,7 +33,7 @@ _CALL = textwrap.dedent(
     from pearl_moe.kernels import api, compile_cache
     t1 = time.perf_counter()
     cfg = GemmConfig(arch="sm_90a", tile_m=64, tile_n=128, tile_k=64).resolved()
-    fn = api._compiled("sm_90a", 3, cfg, 4096, 6144, 32, 132)
+    fn = api.compiled_kernel("sm_90a", 3, cfg, 4096, 6144, 32, 132)
     t2 = time.perf_counter()
     sig = list(fn.execution_args.signature.parameters) if hasattr(fn, "execution_args") else []
     print("RESULT=" + json.dumps({"stats": compile_cache.STATS, "import_s": t1 - t0,
@@ -150,7 +150,7 @@ def test_precompile_workers_store_portable_objects(tmp_path, monkeypatch):
             from pearl_moe.config import GemmConfig
             from pearl_moe.kernels import api, compile_cache
             cfg = GemmConfig(arch="sm_90a", tile_m=64, tile_n=256, tile_k=64).resolved()
-            api._compiled("sm_90a", 3, cfg, 4096, 6144, 32, 132)
+            api.compiled_kernel("sm_90a", 3, cfg, 4096, 6144, 32, 132)
             assert compile_cache.STATS["hits"] == 1, compile_cache.STATS
             print("ok")
             """

@@ -1,7 +1,7 @@
 """Compile every sm_100a stage on the CPU and check the SASS against the design and budget model.
 
 No GPU is needed: CuTe DSL compiles for sm_100a anywhere. Compiles run in one worker process
-(``pearl_moe.inspect``) and are cached on disk, so a second run takes seconds. These kernels have
+(``pearl_moe.course.kernel_report``) and are cached on disk, so a second run takes seconds. These kernels have
 never run (no B200): the SASS, the shared and tensor memory they allocate and the TMEM lanes their
 loads reach are the evidence that each stage does what its docstring says.
 """
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_moe.budget import smem_budget
-from pearl_moe.config import GemmConfig
-from pearl_moe.inspect import compile_many
+from pearl_moe.config import GemmConfig, smem_budget
+from pearl_moe.course.kernel_report import compile_many
+from pearl_moe.diagnostics.tmem_lanes import lanes_outside_quarter, tmem_load_lanes
 from pearl_moe.kernels.ladder import stage_config
-from pearl_moe.kernels.sm100.tmem_lanes import lanes_outside_quarter, tmem_load_lanes
 
 
 def course(stage: int, **changes) -> GemmConfig:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pearl_moe.config import GemmConfig
-from pearl_moe.inspect import compile_many
+from pearl_moe.course.kernel_report import compile_many
 from pearl_moe.kernels.ladder import stage_config
 
 BASE = GemmConfig(arch="sm_90a", tile_m=128, tile_n=128, tile_k=64, ring_depth=6)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pearl_moe import calibrate, course
+from pearl_moe import course
 from pearl_moe.course import (
     Machine,
     baseline,
@@ -39,6 +39,7 @@ from pearl_moe.course import (
     stage_series,
     stage_sweep,
 )
+from pearl_moe.model import calibrate
 from pearl_moe.workloads import make_problem
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -82,10 +83,10 @@ def test_source_of_a_method_without_importing_cutlass():
 def test_source_method_argument_and_objects():
     a, _ = get_source("pearl_moe.kernels.sm90.common:KernelBase", "epilogue_tile")
     assert "def epilogue_tile(" in a
-    from pearl_moe.budget import smem_budget
+    from pearl_moe.config import smem_budget
 
     code, where = get_source(smem_budget)
-    assert code.startswith("def smem_budget(") and where.startswith("pearl_moe/budget.py:")
+    assert code.startswith("def smem_budget(") and where.startswith("pearl_moe/config.py:")
 
 
 def test_every_piece_of_code_a_notebook_shows_exists_under_a_public_name():
@@ -154,7 +155,7 @@ SASS = """
 
 
 def test_sass_split_by_kernel_and_table():
-    from pearl_moe.inspect import count_families
+    from pearl_moe.course.kernel_report import count_families
 
     kernels = sass_by_kernel(SASS)
     assert list(kernels) == ["write_descriptors", "grouped_kernel"]
@@ -181,7 +182,7 @@ ENV = {
 def _record(entry: dict, impl: str, us: float | None, gemm_config: dict | None = None) -> dict:
     """One record as the harness writes it (``us=None``: failed its check, so not timed)."""
     from pearl_moe.bench.harness import metrics
-    from pearl_moe.bench.records import problem_from_entry
+    from pearl_moe.results import problem_from_entry
 
     config = {"gemm_config": gemm_config} if gemm_config else {}
     if us is None:
@@ -205,7 +206,7 @@ def _record(entry: dict, impl: str, us: float | None, gemm_config: dict | None =
 
 def _stages_file(root: Path) -> Path:
     """A small ``stages`` run in the harness schema: GLM 5.3 at 16 and 64 tokens per GPU."""
-    from pearl_moe.bench.records import new_run, problem_entry, write_run
+    from pearl_moe.results import new_run, problem_entry, write_run
 
     run = new_run("stages", dict(ENV), dict(CEIL))
     times = {  # tokens -> impl -> us (None: failed its check)
@@ -221,8 +222,8 @@ def _stages_file(root: Path) -> Path:
 
 def _sweep_file(root: Path) -> Path:
     """A small ``stage_sweep`` run: stage 3 variants at GLM 5.3, 64 tokens per GPU."""
-    from pearl_moe.bench.records import new_run, problem_entry, write_run
     from pearl_moe.config import GemmConfig
+    from pearl_moe.results import new_run, problem_entry, write_run
 
     run = new_run("stage_sweep", dict(ENV), dict(CEIL))
     entry = problem_entry(make_problem("GLM 5.3", 64), CEIL)
@@ -311,7 +312,7 @@ def test_missing_results_say_so(tmp_path):
 
 
 def test_baseline_replay_from_bench_records(tmp_path):
-    from pearl_moe.bench.records import new_run, problem_entry, write_run
+    from pearl_moe.results import new_run, problem_entry, write_run
 
     problem = make_problem("GLM 5.3", 64)
     ceilings = {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14}
@@ -559,7 +560,7 @@ def test_live_step_on_a_b200_is_labeled_as_the_sm100a_kernels_first_runs(monkeyp
 def test_gpu_check_summary_says_what_the_sanitizer_runs_found(tmp_path):
     """One sentence per sanitizer run for the notebooks, from the records of gpu_checks.txt; a
     failed reference check or an error count is said, and a stage no run recorded gives none."""
-    from pearl_moe.course.results import gpu_check_summary
+    from pearl_moe.course.measurements import gpu_check_summary
 
     committed = gpu_check_summary((3, 4))
     assert len(committed) == 1 and "memcheck" in committed[0] and ": 0 errors." in committed[0]
@@ -578,7 +579,7 @@ def test_gpu_check_summary_says_what_the_sanitizer_runs_found(tmp_path):
 
 
 def test_recorded_impl_names_print_with_current_field_names():
-    from pearl_moe.course.results import current_names
+    from pearl_moe.course.measurements import current_names
 
     assert current_names("pearl-s3:tile_m=64+stages=7") == "pearl-s3:tile_m=64+ring_depth=7"
     assert current_names("raised to pearl-s5:acc_stages=2 on x") == (
@@ -589,7 +590,7 @@ def test_recorded_impl_names_print_with_current_field_names():
 
 def test_describe_run_says_the_clock_was_idle_in_a_few_words():
     """The committed compare run recorded its clock before any GPU work: the line says so briefly."""
-    from pearl_moe.course.results import describe_run, load_kernel_results
+    from pearl_moe.course.measurements import describe_run, load_kernel_results
 
     text = describe_run(load_kernel_results(kind="compare"))
     assert "idle clock at start: SM 345 MHz (max 1980)" in text

@@ -39,7 +39,7 @@ PERSISTENT = (
 def _ablation(root: Path, rounds: dict) -> dict:
     """An ablation run: ``rounds[(tokens, impl)]`` = round medians in us (None: failed its check)."""
     from pearl_moe.bench.harness import metrics
-    from pearl_moe.bench.records import new_run, problem_entry, problem_from_entry, write_run
+    from pearl_moe.results import new_run, problem_entry, problem_from_entry, write_run
 
     run = new_run("ablation", dict(ENV), dict(CEIL))
     run["method"] = {"check": "poisoned output", "timing": "interleaved rounds"}
@@ -322,8 +322,7 @@ def test_notebook_08_claims(committed):
 
 @pytest.fixture(scope="module")
 def walk_run():
-    from pearl_moe.bench.records import read_run
-    from pearl_moe.replay import run_path
+    from pearl_moe.results import read_run, run_path
 
     path = run_path("H200", "walk")
     if not path.exists():

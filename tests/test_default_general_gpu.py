@@ -1,4 +1,4 @@
-"""The default call on layers no one tuned: every held-out layer of ``pearl_moe.shape_sets`` runs
+"""The default call on layers no one tuned: every held-out layer of ``pearl_moe.bench.shape_sets`` runs
 the configuration the picker chose for it (the vote of the nearest measured shapes), checked
 against a float32 reference on fresh random inputs with a poisoned output (``pytest -m gpu``)."""
 
@@ -16,9 +16,9 @@ pytestmark = [
     ),
 ]
 
-from pearl_moe import shape_sets  # noqa: E402
+from pearl_moe.bench import shape_sets  # noqa: E402
+from pearl_moe.bench.verify import random_inputs, run_checked  # noqa: E402
 from pearl_moe.kernels import autotune, grouped_gemm  # noqa: E402
-from pearl_moe.kernels.verify import random_inputs, run_checked  # noqa: E402
 
 #: Every held-out layer once, at one of the decode, mid and prefill-ish token counts in turn, and
 #: skewed routing at 16 tokens (where some experts get many more rows than the picker assumed).

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pearl_moe import figures
+from pearl_moe.course import figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MAX_BYTES = 150 * 1024
@@ -56,7 +56,7 @@ def test_registry_holds_the_course_and_the_bench_figures():
 
 def test_committed_figures_exist_and_are_small():
     """Every figure of this module has a committed PNG in figures/ under the size limit."""
-    repo_figures = Path(figures.__file__).resolve().parent.parent / "figures"
+    repo_figures = Path(figures.__file__).resolve().parents[2] / "figures"
     for name in figures.FIGURES:
         path = repo_figures / f"{name}.png"
         assert path.exists(), f"run `python -m pearl_moe figures` to create {path.name}"

@@ -1,11 +1,11 @@
-"""pearl_moe.inspect: SASS/PTX/IR parsing on known snippets, stage lookup, cache and CLI."""
+"""pearl_moe.course.kernel_report: SASS/PTX/IR parsing on known snippets, stage lookup, cache and CLI."""
 
 from __future__ import annotations
 
 import pytest
 
 from pearl_moe.config import GemmConfig
-from pearl_moe.inspect import (
+from pearl_moe.course.kernel_report import (
     compile_stage,
     count_families,
     count_opcodes,

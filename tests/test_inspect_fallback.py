@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from pearl_moe import inspect as ins
 from pearl_moe.config import GemmConfig
+from pearl_moe.course import kernel_report as ins
 
 
 def test_fallback_disassembly_reports_the_same_families(

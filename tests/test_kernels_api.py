@@ -208,7 +208,7 @@ def fake_gpu(monkeypatch):
     calls = {"compiled": [], "launched": []}
     state = types.SimpleNamespace(arch="sm_90a", calls=calls, a_index=[])
     monkeypatch.setattr(api, "validate", functools.partial(validate, device_type="cpu"))
-    monkeypatch.setattr(api, "_arch_of", lambda device: state.arch)
+    monkeypatch.setattr(api, "arch_of", lambda device: state.arch)
     monkeypatch.setattr(
         torch.cuda,
         "get_device_properties",
@@ -228,7 +228,7 @@ def fake_gpu(monkeypatch):
 
     import pearl_moe.kernels.host as host
 
-    monkeypatch.setattr(api, "_compiled", compiled)
+    monkeypatch.setattr(api, "compiled_kernel", compiled)
     monkeypatch.setattr(api, "stage_module", module)
     monkeypatch.setattr(host, "cuda_stream", lambda device=None: None)
     return state

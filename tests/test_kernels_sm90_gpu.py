@@ -1,7 +1,7 @@
 """sm_90a kernels on a real Hopper GPU: every stage against an fp32 reference (``pytest -m gpu``).
 
 Inputs are fresh random numbers, outputs are poisoned with NaN first, and the tolerance is twice
-PyTorch's own bf16 error on the same inputs plus a small floor (see pearl_moe.kernels.verify).
+PyTorch's own bf16 error on the same inputs plus a small floor (see pearl_moe.bench.verify).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ pytestmark = [
     ),
 ]
 
+from pearl_moe.bench.verify import random_inputs, run_checked  # noqa: E402
 from pearl_moe.kernels import grouped_gemm  # noqa: E402
 from pearl_moe.kernels.ladder import stage_config  # noqa: E402
-from pearl_moe.kernels.verify import random_inputs, run_checked  # noqa: E402
 from pearl_moe.workloads import MODELS, make_problem  # noqa: E402
 
 STAGES = (1, 2, 3, 4, 5, 6, 7)
@@ -356,9 +356,9 @@ FUSED_CASES = [
 @pytest.mark.parametrize("name", list(FUSED))
 @pytest.mark.parametrize("counts, n, k", FUSED_CASES)
 def test_fused_gated_activation(name, counts, n, k):
+    from pearl_moe.bench.verify import compare, reference
     from pearl_moe.kernels import interleave_gate_up
-    from pearl_moe.kernels.verify import compare, reference, torch_bf16
-    from pearl_moe.moe.reference import gated
+    from pearl_moe.moe.reference import gated, grouped_mm_loop
 
     stage, config = FUSED[name]
     activation = config.activation if config is not None else "swiglu"
@@ -375,7 +375,7 @@ def test_fused_gated_activation(name, counts, n, k):
     torch.cuda.synchronize()
     assert torch.isnan(buf[:guard]).all() and torch.isnan(buf[guard + out.numel() :]).all()
     ref = gated(reference(A, W, host), activation)
-    torch_out = gated(torch_bf16(A, W, host), activation).to(torch.bfloat16)
+    torch_out = gated(grouped_mm_loop(A, W, host), activation).to(torch.bfloat16)
     res = compare(out, ref, torch_out)
     assert res["ok"], (name, res)
 
@@ -464,9 +464,9 @@ def test_the_layers_gather_picks_at_prefill(pick):
     """Each such pick on the course model's (n, k), ragged counts with a tokenless expert (fewer
     rows than the layer, the same kernel), fused ones on interleaved weights: against the fp32
     reference of the materialized gather ``x[idx]``, into a NaN-poisoned output."""
+    from pearl_moe.bench.verify import compare, reference
     from pearl_moe.kernels import interleave_gate_up
-    from pearl_moe.kernels.verify import compare, reference, torch_bf16
-    from pearl_moe.moe.reference import gated
+    from pearl_moe.moe.reference import gated, grouped_mm_loop
 
     _, n, k, stage, config = pick
     counts = (300, 0, 517, 129)
@@ -489,7 +489,7 @@ def test_the_layers_gather_picks_at_prefill(pick):
                  activation=config.activation, a_index=idx)  # fmt: skip
     torch.cuda.synchronize()
     ref = gated(reference(gathered, W, host), config.activation)
-    torch_out = gated(torch_bf16(gathered, W, host), config.activation).to(torch.bfloat16)
+    torch_out = gated(grouped_mm_loop(gathered, W, host), config.activation).to(torch.bfloat16)
     res = compare(out, ref, torch_out)
     assert res["ok"], (config.describe(), res)
 

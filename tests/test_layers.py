@@ -1,8 +1,13 @@
-"""The package's imports run one way: no circles, and the kernels import nothing of the layers
-built on them (course helpers, the bench, the inspection tool, plots, models). Each concept has one
-home: the reader of ``results/`` (:mod:`pearl_moe.replay`) reaches nothing that reads runs, the
-plots module is the only one that imports matplotlib and reaches no module that gathers data, and
-the course and the bench take a step's geomeans with one function.
+"""The package is a library with a lab and a course beside it, and its imports run one way.
+
+The library (what a model imports: ``grouped_gemm``, ``GemmConfig``, ``MoE``) is ``config``,
+``hardware``, ``workloads``, ``kernels/`` and ``moe/``; it imports nothing of the lab (``bench/``,
+``model/``, ``results``, ``diagnostics/``) or the course (``course/``). Inside it there are no
+circles, and the kernels import nothing of the layer built on them. Each concept has one home:
+the run files are read and written by :mod:`pearl_moe.results`, which reaches nothing that reads
+runs; the plots module is the only one that imports matplotlib and reaches no module that gathers
+data; the course and the bench take a step's geomeans with one function. No module reaches into
+another's private names.
 
 Read from the source (AST), every import counts, also those inside functions (a lazy import is
 still a dependency); only ``if TYPE_CHECKING:`` blocks are left out, since they never run.
@@ -15,21 +20,33 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pearl_moe"
 
-#: Modules the kernels must not import: they are built on the kernels.
-ABOVE_KERNELS = (
-    "pearl_moe.course",
-    "pearl_moe.bench",
-    "pearl_moe.inspect",
-    "pearl_moe.plots",
-    "pearl_moe.figures",
-    "pearl_moe.widgets",
-    "pearl_moe.perfmodel",
-    "pearl_moe.occupancy",
-    "pearl_moe.roofline",
-    "pearl_moe.calibrate",
-    "pearl_moe.replay",
-    "pearl_moe.selftest",
+#: The library: what ``grouped_gemm`` and ``MoE`` may load.
+LIBRARY = (
+    "pearl_moe.config",
+    "pearl_moe.hardware",
+    "pearl_moe.workloads",
+    "pearl_moe.kernels",
+    "pearl_moe.moe",
 )
+#: The lab and the course: built on the library, never imported by it.
+LAB = (
+    "pearl_moe.bench",
+    "pearl_moe.model",
+    "pearl_moe.results",
+    "pearl_moe.diagnostics",
+    "pearl_moe.course",
+    "pearl_moe.__main__",
+)
+#: The most lines the library's import closure may hold (the issue's "about 10k").
+LIBRARY_LINES = 10_500
+
+
+def _is_library(name: str) -> bool:
+    return (
+        name == "pearl_moe"
+        or name.startswith(tuple(m for m in LIBRARY))
+        and not any(name == m or name.startswith(m + ".") for m in LAB)
+    )
 
 
 def _modules() -> dict[str, Path]:
@@ -128,15 +145,150 @@ def test_a_circle_is_found():
     assert sorted(_cycles(graph)) == [["a", "b"], ["c", "d", "e"]]
 
 
-def test_kernels_import_nothing_built_on_them():
+def test_the_library_imports_nothing_of_the_lab_or_the_course():
+    graph = import_graph()
+    library = [name for name in graph if _is_library(name)]
+    assert {"pearl_moe.kernels.api", "pearl_moe.moe.layer", "pearl_moe.config"} <= set(library)
+    bad = [(name, dep) for name in library for dep in graph[name] if not _is_library(dep)]
+    assert bad == []
+
+
+def test_the_library_check_can_fail():
+    assert not _is_library("pearl_moe.bench.harness")
+    assert not _is_library("pearl_moe.results")
+    assert not _is_library("pearl_moe.course.plots")
+    assert _is_library("pearl_moe.kernels.sm90.common") and _is_library("pearl_moe")
+
+
+def _closure(graph, roots) -> set[str]:
+    """What importing ``roots`` loads: their imports, and the packages above every module."""
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in graph]
+        todo += graph.get(name, ())
+    return seen
+
+
+def test_the_library_closure_is_small_and_holds_no_lab_module():
+    """``grouped_gemm`` and ``MoE`` load only the library: at most about 10k lines."""
+    graph, mods = import_graph(), _modules()
+    # the package faces load these on first use (``__getattr__``): count them as imported
+    roots = ["pearl_moe", "pearl_moe.kernels", "pearl_moe.kernels.api", "pearl_moe.moe"]
+    closure = _closure(graph, roots)
+    assert {"pearl_moe.kernels.autotune", "pearl_moe.kernels.sm90.stage3_persistent"} <= closure
+    assert sorted(m for m in closure if not _is_library(m)) == []
+    lines = sum(len(mods[m].read_text().splitlines()) for m in closure)
+    assert lines <= LIBRARY_LINES, lines
+
+
+def test_the_kernels_import_nothing_of_the_layer():
     bad = [
         (name, dep)
         for name, deps in import_graph().items()
         if name.startswith("pearl_moe.kernels")
         for dep in deps
-        if dep.startswith(ABOVE_KERNELS)
+        if dep.startswith("pearl_moe.moe")
     ]
     assert bad == []
+
+
+def _private_reaches(path: Path, name: str, mods: dict) -> list[str]:
+    """``from x import _y`` of a package module, and ``m._y`` where ``m`` is a package module
+    bound by an import: another module's private names used here."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found, bound = [], {}
+    for node in _import_nodes(path):
+        if isinstance(node, ast.ImportFrom):
+            base = (
+                ".".join(package[: len(package) - node.level + 1] + [node.module or ""])
+                if node.level
+                else node.module or ""
+            ).rstrip(".")
+            if not base.startswith("pearl_moe"):
+                continue
+            for alias in node.names:
+                if f"{base}.{alias.name}" in mods:
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+                elif alias.name.startswith("_") and base != name:
+                    found.append(f"{name}: from {base} import {alias.name}")
+        else:
+            for alias in node.names:
+                if alias.name.startswith("pearl_moe") and alias.asname:
+                    bound[alias.asname] = alias.name
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and bound[node.value.id] != name
+        ):
+            found.append(f"{name}: {bound[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    mods = _modules()
+    found = [hit for name, path in mods.items() for hit in _private_reaches(path, name, mods)]
+    assert found == []
+
+
+def test_the_private_name_check_can_fail(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(
+        "from pearl_moe.kernels.api import _arch_of\n"
+        "from pearl_moe.bench import harness\n"
+        "def f():\n    return harness._sync\n"
+    )
+    mods = _modules()
+    assert _private_reaches(path, "pearl_moe.probe", mods) == [
+        "pearl_moe.probe: from pearl_moe.kernels.api import _arch_of",
+        "pearl_moe.probe: pearl_moe.bench.harness._sync",
+    ]
+
+
+def test_a_kernel_module_loads_no_dispatch_or_tuning_code():
+    """A compile worker imports one kernel module: the package faces stay light, so it loads
+    neither the public call's validation and dispatch nor the tuning tables' reader."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pearl_moe.kernels.scheduler, pearl_moe.kernels.host\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pearl_moe')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(ast.literal_eval(out.stdout.strip()))
+    assert "pearl_moe.kernels.scheduler" in loaded
+    assert not loaded & {"pearl_moe.kernels.api", "pearl_moe.kernels.autotune", "pearl_moe.moe"}
+
+
+def test_the_package_face_serves_the_library():
+    import pearl_moe as pm
+
+    assert pm.grouped_gemm is __import__("pearl_moe.kernels", fromlist=["x"]).grouped_gemm
+    assert pm.MoE.__module__ == "pearl_moe.moe.layer"
+    assert pm.GemmConfig.__module__ == "pearl_moe.config"
+    assert callable(pm.moe_forward) and callable(pm.interleave_gate_up)
+
+
+def test_the_base_install_needs_no_course_or_bench_package():
+    """``pip install pearl-moe`` brings torch, numpy and the DSL; the course's and the bench's
+    packages are extras."""
+    from importlib.metadata import requires
+
+    base = [r.split(";")[0] for r in requires("pearl-moe") if "extra ==" not in r]
+    names = sorted(r.split(">")[0].split("=")[0].split("<")[0].strip() for r in base)
+    assert names == ["numpy", "nvidia-cutlass-dsl", "torch"]
+    extras = [r for r in requires("pearl-moe") if "extra ==" in r]
+    for package in ("jupyterlab", "ipywidgets", "matplotlib"):
+        assert any(r.startswith(package) and 'extra == "course"' in r for r in extras), package
 
 
 # ---------------------------------------------------------------------------- one home per concept
@@ -144,16 +296,21 @@ def test_kernels_import_nothing_built_on_them():
 ABOVE_READER = (
     "pearl_moe.bench",
     "pearl_moe.course",
-    "pearl_moe.plots",
-    "pearl_moe.figures",
-    "pearl_moe.widgets",
-    "pearl_moe.calibrate",
-    "pearl_moe.stages",
-    "pearl_moe.perfmodel",
+    "pearl_moe.course.plots",
+    "pearl_moe.course.figures",
+    "pearl_moe.course.widgets",
+    "pearl_moe.model.calibrate",
+    "pearl_moe.course.doc_tables",
+    "pearl_moe.model.perfmodel",
     "pearl_moe.kernels",
 )
 #: The plots draw what they are given: they reach none of the modules that gather the data.
-ABOVE_PLOTS = ("pearl_moe.bench", "pearl_moe.course", "pearl_moe.figures", "pearl_moe.widgets")
+ABOVE_PLOTS = (
+    "pearl_moe.bench",
+    "pearl_moe.course",
+    "pearl_moe.course.figures",
+    "pearl_moe.course.widgets",
+)
 
 
 def _reach(graph, name) -> set[str]:
@@ -189,34 +346,39 @@ def _top_level_functions() -> dict[str, list[str]]:
 
 def test_the_reader_of_results_reaches_nothing_that_reads_runs():
     graph = import_graph()
-    assert "pearl_moe.replay" in graph["pearl_moe.bench.records"]  # the bench reads through it
-    assert sorted(d for d in _reach(graph, "pearl_moe.replay") if d.startswith(ABOVE_READER)) == []
+    assert "pearl_moe.results" in graph["pearl_moe.bench.cli"]  # the bench reads through it
+    assert sorted(d for d in _reach(graph, "pearl_moe.results") if d.startswith(ABOVE_READER)) == []
 
 
 def test_plots_reach_no_data_gathering_module():
     graph = import_graph()
-    assert sorted(d for d in _reach(graph, "pearl_moe.plots") if d.startswith(ABOVE_PLOTS)) == []
+    assert (
+        sorted(d for d in _reach(graph, "pearl_moe.course.plots") if d.startswith(ABOVE_PLOTS))
+        == []
+    )
 
 
-def test_the_bench_imports_no_course_plots_or_figures():
+def test_the_lab_imports_no_course():
+    """The bench, the models, the run files and the diagnostics are below the course."""
     bad = [
         (name, dep)
         for name, deps in import_graph().items()
-        if name.startswith("pearl_moe.bench")
+        if name.startswith(("pearl_moe.bench", "pearl_moe.model", "pearl_moe.results"))
+        or name.startswith("pearl_moe.diagnostics")
         for dep in deps
-        if dep.startswith(("pearl_moe.course", *ABOVE_PLOTS[2:], "pearl_moe.plots"))
+        if dep.startswith("pearl_moe.course")
     ]
     assert bad == []
 
 
 def test_only_the_plots_module_imports_matplotlib():
-    """Drawing lives in pearl_moe.plots: no other module imports matplotlib, at module level or
+    """Drawing lives in pearl_moe.course.plots: no other module imports matplotlib, at module level or
     inside a function; and nothing uses pyplot (figures are built without global state)."""
     imports = {name: _external_imports(path) for name, path in _modules().items()}
     users = {
         name for name, mods in imports.items() if any(m.startswith("matplotlib") for m in mods)
     }
-    assert users == {"pearl_moe.plots"}
+    assert users == {"pearl_moe.course.plots"}
     assert not any("matplotlib.pyplot" in mods for mods in imports.values())
 
 
@@ -225,15 +387,15 @@ def test_each_concept_is_defined_once():
     table in the reader; the stage-against-previous geomean in one function."""
     homes = _top_level_functions()
     plots_elsewhere = {
-        f: m for f, m in homes.items() if f.startswith("plot_") and m != ["pearl_moe.plots"]
+        f: m for f, m in homes.items() if f.startswith("plot_") and m != ["pearl_moe.course.plots"]
     }
     assert plots_elsewhere == {}
     for name in ("read_run", "validate_run", "run_files", "runs"):
-        assert homes[name] == ["pearl_moe.replay"], name
-    from pearl_moe import replay
+        assert homes[name] == ["pearl_moe.results"], name
+    from pearl_moe import results
     from pearl_moe.bench import cli
 
-    assert cli.format_table is replay.format_table  # the run's table (tune's is another table)
+    assert cli.format_table is results.format_table  # the run's table (tune's is another table)
     assert homes["step_geomeans"] == ["pearl_moe.bench.compare"]
     assert "_step_geomeans" not in homes
 
@@ -241,11 +403,11 @@ def test_each_concept_is_defined_once():
 def test_course_and_bench_take_the_same_step_geomeans():
     """The notebooks' step (course.ablation_step) and the README's (bench step_summary) agree on
     every step of the committed ablation run."""
-    from pearl_moe import replay
+    from pearl_moe import results
     from pearl_moe.bench.compare import ablation_summary, step_summary
     from pearl_moe.course import ablation_step
 
-    run = replay.load_run("H200", "ablation")
+    run = results.load_run("H200", "ablation")
     bench = {int(s["to"].removeprefix("pearl-s")): s for s in step_summary(ablation_summary(run))}
     assert set(bench) == {4, 5, 6, 7}
     for stage, entry in bench.items():

@@ -1,14 +1,14 @@
 """Plots of the latency model: every title says the numbers are modeled (or derived)."""
 
-from pearl_moe import calibrate
-from pearl_moe.occupancy import occupancy
-from pearl_moe.perfmodel import stage_projection
-from pearl_moe.plots import (
+from pearl_moe.course.plots import (
     plot_calibration,
     plot_occupancy_maps,
     plot_stage_projection,
     plot_utilization_vs_tokens,
 )
+from pearl_moe.model import calibrate
+from pearl_moe.model.occupancy import occupancy
+from pearl_moe.model.perfmodel import stage_projection
 from pearl_moe.workloads import make_problem
 
 

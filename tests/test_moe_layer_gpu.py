@@ -82,7 +82,7 @@ def test_interleaved_weights_left_unfused_by_the_table_match_the_reference(token
     ref = reference_moe(x, w13, w2, ids, weights)
     base = torch_composition(x, w13, w2, ids, weights)
     asked = []
-    monkeypatch.setattr(layer_module, "_fuses_activation", lambda *a: asked.append(a) or False)
+    monkeypatch.setattr(layer_module, "fuses_activation", lambda *a: asked.append(a) or False)
     out = moe_forward(x, interleave_gate_up(w13), w2, topk_ids=ids, topk_weights=weights,
                       backend="pearl", gate_up_layout="interleaved")  # fmt: skip
     assert asked and torch.isfinite(out).all()

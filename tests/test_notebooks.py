@@ -318,7 +318,7 @@ def test_benchmarks_notebook_replays_measured_runs_and_labels_b200_as_modeled():
     nb = nbformat.read(NOTEBOOKS_DIR / "09_benchmarks.ipynb", as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    assert 'replay.load_run("H200", "compare")' in code and "detect_machine()" in code
+    assert 'results.load_run("H200", "compare")' in code and "detect_machine()" in code
     assert "B200, modeled" in code and "modeled" in text
     for baseline in ("cuBLAS", "grouped_mm", "quack", "Triton", "FlashInfer"):
         assert baseline in text, baseline

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pearl_moe import B200, H200, GemmConfig, make_problem
-from pearl_moe.occupancy import IDLE, occupancy, tiles_per_expert
+from pearl_moe.model.occupancy import IDLE, occupancy, tiles_per_expert
 
 
 @pytest.fixture(scope="module")

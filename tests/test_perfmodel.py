@@ -3,7 +3,7 @@ import pytest
 from pearl_moe.config import GemmConfig
 from pearl_moe.hardware import B200, H200
 from pearl_moe.kernels.ladder import stage_config
-from pearl_moe.perfmodel import (
+from pearl_moe.model.perfmodel import (
     CALIBRATED,
     ModelParams,
     bytes_in_flight,
@@ -146,7 +146,7 @@ def test_old_parameter_names_still_read():
 
 
 def test_the_scheduler_walk_is_serial_or_warp_parallel():
-    from pearl_moe.perfmodel import walk_steps
+    from pearl_moe.model.perfmodel import walk_steps
 
     assert walk_steps(112, "serial") == 112 and walk_steps(112, "warp-parallel") == 4
     assert walk_steps(48) == 2  # the default: the warp-parallel walk of this tree
@@ -166,8 +166,8 @@ def test_the_scheduler_walk_is_serial_or_warp_parallel():
 
 def test_trailing_empty_ctas_fill_the_idle_sms_of_the_last_round():
     # 1 token per GPU: the experts with rows come first, the empty ones trail the grid
-    from pearl_moe.budget import resolve
-    from pearl_moe.perfmodel import _structure
+    from pearl_moe.config import resolve
+    from pearl_moe.model.perfmodel import _structure
 
     p = make_problem("DeepSeek V4 Pro", 1)
     cfg = resolve(stage_config("sm_90a", 2), H200)
@@ -235,7 +235,7 @@ def test_the_epilogue_parameter_is_per_arch():
 
 
 def test_swapped_operands_compute_no_padding_rows():
-    from pearl_moe import perfmodel
+    from pearl_moe.model import perfmodel
 
     plain = GemmConfig(arch="sm_90a", tile_m=16, epilogue="direct_store", shift_a_box=True)
     swapped = plain.with_(swap_ab=True)

@@ -12,9 +12,10 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
-from pearl_moe import GemmConfig, make_problem, plots, smem_budget
-from pearl_moe.budget import resolve
-from pearl_moe.occupancy import occupancy
+from pearl_moe import GemmConfig, make_problem, smem_budget
+from pearl_moe.config import resolve
+from pearl_moe.course import plots
+from pearl_moe.model.occupancy import occupancy
 
 BLOG_CONFIGS = [
     GemmConfig(epilogue="tma_store"),

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from pearl_moe.bench.records import raise_read_ceiling, read_run
+from pearl_moe.results import raise_read_ceiling, read_run
 
 
 def _run(read_probe=4.0e12):

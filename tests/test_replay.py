@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_moe import replay
+from pearl_moe import results
 from pearl_moe.bench import harness
-from pearl_moe.bench.records import new_run, problem_entry, problem_id, write_run
+from pearl_moe.results import new_run, problem_entry, problem_id, write_run
 from pearl_moe.workloads import make_problem
 
 CEIL = {"read_bytes_per_s": 4.0e12, "bf16_flops_per_s": 800e12}
@@ -44,47 +44,47 @@ def root(tmp_path):
 
 
 def test_list_runs(root):
-    runs = replay.list_runs(root)
+    runs = results.list_runs(root)
     assert len(runs) == 1
     assert runs[0]["kind"] == "baselines" and runs[0]["records"] == 12
 
 
 def test_rows_filter_and_flatten(root):
-    rs = replay.rows(root=root, model="GLM 5.3", impl="triton")
+    rs = results.rows(root=root, model="GLM 5.3", impl="triton")
     assert len(rs) == 2
     assert all(r["pct_of_floor"] == pytest.approx(80.0) for r in rs)
     assert {r["tokens_per_gpu"] for r in rs} == {4, 64}
     assert rs[0]["gpu"] == "NVIDIA H200" and rs[0]["read_ceiling_tb_s"] == pytest.approx(4.0)
-    assert len(replay.rows(root=root, impl=["loop", "triton"], tokens=64)) == 4
-    everything = replay.rows(root=root, ok_only=False)
+    assert len(results.rows(root=root, impl=["loop", "triton"], tokens=64)) == 4
+    everything = results.rows(root=root, ok_only=False)
     assert sum(r["status"] == "error" for r in everything) == 4
-    assert replay.rows(root=root, gpu="B200") == []
+    assert results.rows(root=root, gpu="B200") == []
 
 
 def test_best_and_table(root):
-    best = replay.best_by_problem(replay.rows(root=root))
+    best = results.best_by_problem(results.rows(root=root))
     assert {r["impl"] for r in best.values()} == {"triton"}
-    text = replay.table(root=root)
+    text = results.table(root=root)
     assert "measured on NVIDIA H200 (2026-11-29)" in text
     assert "(80%)" in text and "(67%)" in text and "error" in text
 
 
 def test_committed_results_replay():
-    runs = replay.list_runs()
+    runs = results.list_runs()
     if not runs:
         pytest.skip("no committed results")
-    rs = replay.rows(gpu=runs[0]["gpu_dir"], kind=runs[0]["kind"])
+    rs = results.rows(gpu=runs[0]["gpu_dir"], kind=runs[0]["kind"])
     assert rs and all(r["median_us"] > 0 for r in rs)
 
 
 def test_run_rows_of_one_run(root):
     path = root / "H200" / "baselines.json"
-    rs = replay.run_rows(path, model="GLM 5.3", impl="loop")
+    rs = results.run_rows(path, model="GLM 5.3", impl="loop")
     assert [r["tokens_per_gpu"] for r in rs] == [4, 64] and rs[0]["file"] == str(path)
     assert all(r["correct"] is True for r in rs)
-    run = replay.load_run(root=root)
-    assert len(replay.run_rows(run, tokens=64)) == 4 and replay.run_rows(run)[0]["file"] is None
-    everything = replay.run_rows(run, impl="quack", ok_only=False)
+    run = results.load_run(root=root)
+    assert len(results.run_rows(run, tokens=64)) == 4 and results.run_rows(run)[0]["file"] is None
+    everything = results.run_rows(run, impl="quack", ok_only=False)
     assert len(everything) == 4 and all(r["correct"] is None for r in everything)
 
 
@@ -92,13 +92,13 @@ def test_every_committed_run_is_consistent_with_its_own_ceilings():
     """For every committed file: the stored bytes and FLOPs are what GroupedProblem computes from
     the counts (weights of experts with rows + A + out), floor = max(bytes / read ceiling, FLOPs /
     bf16 ceiling) of that run, and % of floor = floor / median time."""
-    from pearl_moe.bench.records import problem_from_entry
+    from pearl_moe.results import problem_from_entry
 
-    runs = replay.list_runs()
+    runs = results.list_runs()
     if not runs:
         pytest.skip("no committed results")
     for info in runs:
-        run = replay.load_run(info["gpu_dir"], info["kind"])
+        run = results.load_run(info["gpu_dir"], info["kind"])
         read = run["ceilings"]["read_bytes_per_s"]
         flops = run["ceilings"]["bf16_flops_per_s"]
         assert read >= run["ceilings"].get("read_probe_bytes_per_s", read)
@@ -127,7 +127,7 @@ def test_the_layer_run_beside_the_bench_runs_is_left_out_of_the_listing(root):
 
     from pearl_moe.bench import layer
 
-    run = {"schema": replay.LAYER_SCHEMA, "env": {"gpu": "NVIDIA H200"}, "ceilings": {},
+    run = {"schema": results.LAYER_SCHEMA, "env": {"gpu": "NVIDIA H200"}, "ceilings": {},
            "problems": [{"id": "p"}],
            "records": [{"problem": "p", "impl": "torch", "status": "error"}]}  # fmt: skip
     plain = layer.write_layer_run(run, root / "layer_tmp" / "moe_layer.json")
@@ -136,12 +136,12 @@ def test_the_layer_run_beside_the_bench_runs_is_left_out_of_the_listing(root):
     plain.unlink()
     plain.parent.rmdir()
     assert layer.load_layer_run("H200", root=root) == run  # a valid layer run
-    assert path in replay.run_files(root / "H200")  # a result file of the folder
+    assert path in results.run_files(root / "H200")  # a result file of the folder
 
-    listed = list(replay.runs("H200", root=root))
+    listed = list(results.runs("H200", root=root))
     assert [(p.name, r["kind"]) for p, r in listed] == [("baselines.json", "baselines")]
-    assert [info["kind"] for info in replay.list_runs(root)] == ["baselines"]
+    assert [info["kind"] for info in results.list_runs(root)] == ["baselines"]
     with pytest.raises(ValueError, match="pearl-moe-bench/1"):
-        replay.read_run(path)
+        results.read_run(path)
     with pytest.raises(ValueError):  # named explicitly, it is read as a bench run and refused
-        list(replay.runs(files=[path]))
+        list(results.runs(files=[path]))

@@ -2,10 +2,10 @@
 
 import pytest
 
-from pearl_moe import roofline
+from pearl_moe.course.plots import plot_roofline
 from pearl_moe.hardware import B200, H200
-from pearl_moe.perfmodel import CALIBRATED
-from pearl_moe.plots import plot_roofline
+from pearl_moe.model import roofline
+from pearl_moe.model.perfmodel import CALIBRATED
 from pearl_moe.workloads import make_problem
 
 

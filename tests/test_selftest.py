@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from pearl_moe import selftest
+from pearl_moe.diagnostics import selftest
 from pearl_moe.kernels import api
 
 
@@ -36,7 +36,7 @@ def test_plan_runs_every_phase_in_order(tmp_path):
     for tool in selftest.SANITIZER_TOOLS:
         cmd = by[f"sanitizers:{tool}"].command
         assert cmd[:3] == ["/opt/cuda/bin/compute-sanitizer", "--tool", tool]
-        assert cmd[-3:] == ["-m", "pearl_moe.selftest", "--cases"]
+        assert cmd[-3:] == ["-m", "pearl_moe.diagnostics.selftest", "--cases"]
     # the comparison's default call reads the table the tune phase wrote
     table = tmp_path / "tuning_B200.json"
     assert str(table) in by["tune"].command

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pearl_moe import shape_sets
+from pearl_moe.bench import shape_sets
 from pearl_moe.workloads import MODELS, PUBLIC_MODELS
 
 
@@ -113,7 +113,7 @@ def test_every_held_out_shape_is_served_by_the_vote_not_the_heuristic():
 
 def test_the_course_set_is_the_committed_compare_runs_shapes():
     """compare_general's course part must be comparable with compare.json: the same problems."""
-    from pearl_moe.replay import load_run
+    from pearl_moe.results import load_run
 
     run = load_run("H200", "compare")
     assert {c.id for c in shape_sets.cases("course")} == {p["id"] for p in run["problems"]}

@@ -1,8 +1,8 @@
 """The sm_100a stage modules implement the interface ``grouped_gemm`` calls (CPU, no B200 needed).
 
 For every stage, a worker process with ``CUTE_DSL_ARCH=sm_100a`` (the variable must be set before
-``cutlass`` is imported, as in :mod:`pearl_moe.inspect`) compiles through
-``pearl_moe.kernels.api._compiled`` -- the very call ``grouped_gemm`` makes on a B200, i.e.
+``cutlass`` is imported, as in :mod:`pearl_moe.course.kernel_report`) compiles through
+``pearl_moe.kernels.api.compiled_kernel`` -- the very call ``grouped_gemm`` makes on a B200, i.e.
 ``stage_module("sm_100a", stage).compile_kernel(config, n, k, experts, sms)`` -- and reports:
 
 * the SASS instruction families (tcgen05 MMA and TMA loads must be there);
@@ -51,7 +51,7 @@ WORKER = textwrap.dedent(
     import cuda.bindings.driver as cuda
     import torch
     from pearl_moe.config import GemmConfig
-    from pearl_moe.inspect import count_families, count_opcodes
+    from pearl_moe.course.kernel_report import count_families, count_opcodes
     from pearl_moe.kernels import api
 
     cases = json.loads(sys.argv[1])
@@ -74,7 +74,7 @@ WORKER = textwrap.dedent(
     reports = {}
     for name, (stage, kwargs) in cases.items():
         config = GemmConfig(**kwargs).resolved() if kwargs else api.default_config("sm_100a", stage)
-        compiled = api._compiled("sm_100a", stage, config, n, k, experts, sms)
+        compiled = api.compiled_kernel("sm_100a", stage, config, n, k, experts, sms)
         sass = compiled.artifacts.SASS or ""
         host = [
             line for line in str(compiled.ir_module).splitlines()

@@ -97,7 +97,7 @@ SHAPES = [(4096, 6144), (2816, 384), (256, 128), (4104, 520)]
 
 
 def _existing_stages(arch):
-    from pearl_moe.inspect import stage_module_name
+    from pearl_moe.course.kernel_report import stage_module_name
 
     stages = []
     for stage in range(1, 8):
@@ -160,7 +160,7 @@ def test_fuzz_never_accepts_a_known_compiler_abort():
 def test_fuzzed_accepted_configs_compile(arch, count):
     """Each configuration ``can_implement`` accepts compiles in its own worker process: a compiler
     abort (SIGABRT) fails this test instead of killing the test run."""
-    from pearl_moe.inspect import compile_stage
+    from pearl_moe.course.kernel_report import compile_stage
     from pearl_moe.kernels.sm100.common import one_accumulator
 
     accepted = [s for s in fuzz(arch, seed=2026, count=400) if s[1] is not None and not s[4]]

@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pearl_moe.replay import read_run
-from pearl_moe.stages import (
+from pearl_moe.course.doc_tables import (
     STAGES,
     measured_steps,
     render_compare_table,
@@ -13,6 +12,7 @@ from pearl_moe.stages import (
     render_stage_table,
     update_readme,
 )
+from pearl_moe.results import read_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,6 +102,6 @@ def test_compare_table_says_when_nothing_was_recorded(tmp_path):
 
 
 def test_readme_layer_table_is_up_to_date():
-    from pearl_moe.stages import render_layer_table
+    from pearl_moe.course.doc_tables import render_layer_table
 
     assert render_layer_table() in (ROOT / "README.md").read_text()

@@ -103,14 +103,14 @@ def test_grouped_gemm_launches_the_clusters_that_fit(monkeypatch):
             [5, 10] if check else None,
         ),
     )
-    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_100a")
+    monkeypatch.setattr(api, "arch_of", lambda device: "sm_100a")
     monkeypatch.setattr(
         torch.cuda,
         "get_device_properties",
         lambda d: types.SimpleNamespace(multi_processor_count=148),
     )
     monkeypatch.setattr(api, "persistent_ctas", lambda arch, cfg, sms, dev: 140)
-    monkeypatch.setattr(api, "_compiled", lambda *key: seen.setdefault("key", key))
+    monkeypatch.setattr(api, "compiled_kernel", lambda *key: seen.setdefault("key", key))
     monkeypatch.setattr(
         api, "stage_module", lambda arch, st: types.SimpleNamespace(launch=lambda *a: None)
     )

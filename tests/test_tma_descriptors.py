@@ -14,9 +14,9 @@ CODE = textwrap.dedent(
     import cuda.bindings.driver as cuda
     import cutlass
     import cutlass.cute as cute
-    from pearl_moe.kernels.descriptor_check import DescriptorProbe
+    from pearl_moe.diagnostics.descriptor_check import DescriptorProbe
     from pearl_moe.kernels.host import placeholder_ptr
-    from pearl_moe.kernels.tma_descriptors import TMA_DESCRIPTOR_BYTES
+    from pearl_moe.kernels.sm100.tma_descriptors import TMA_DESCRIPTOR_BYTES
 
     probe = DescriptorProbe()
     ws = placeholder_ptr(cutlass.Int64, TMA_DESCRIPTOR_BYTES)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def report():
-    from pearl_moe.kernels.descriptor_check import check_descriptors, format_report
+    from pearl_moe.diagnostics.descriptor_check import check_descriptors, format_report
 
     rep = check_descriptors()
     print(format_report(rep))
@@ -45,7 +45,7 @@ def test_descriptors_written_in_one_launch_serve_the_next(report):
 
 def test_probe_sees_wrong_descriptors():
     """The check can fail: a probe whose descriptor keeps the whole output (no patch) spills."""
-    from pearl_moe.kernels import descriptor_check
+    from pearl_moe.diagnostics import descriptor_check
 
     rep = descriptor_check.check_descriptors(rows=(1, 15, 16), unpatched=True)
     assert not rep["stores_ok"]
@@ -55,7 +55,7 @@ def test_selftest_cases_on_this_gpu():
     """The cases compute-sanitizer wraps in ``selftest``, checked without it: on a B200 these run
     the sm_100a stages through the descriptors patched on the device (stages 2 and 3, 1- and
     2-CTA), on an H200 the sm_90a twins."""
-    from pearl_moe import selftest
+    from pearl_moe.diagnostics import selftest
     from pearl_moe.kernels.targets import gpu_target
 
     assert selftest.run_cases(gpu_target("cuda")[0])

@@ -105,7 +105,7 @@ def test_precompile_only_needs_no_gpu(monkeypatch, capsys):
     from pearl_moe.kernels import compile_cache
 
     monkeypatch.setattr(compile_cache, "precompile", precompile)
-    monkeypatch.setattr(tune, "_progress", lambda: cli._PlainProgress)  # as without tqdm
+    monkeypatch.setattr(tune, "_progress", lambda: cli.PlainProgress)  # as without tqdm
     rc = tune.main(
         ["--precompile-only", "--models", "glm", "--tokens", "1,64", "--limit", "3",
          "--with-ablation"]
@@ -196,7 +196,7 @@ def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
     ]  # fmt: skip
     assert tune.held_out_problems(problems) == [p.name for p in problems]
     tuning = tune.build_problems(tune.parse_args(["--set", "tuning", "--tokens", "16"]))
-    from pearl_moe import shape_sets
+    from pearl_moe.bench import shape_sets
 
     layers = len(shape_sets.cases("tuning", tokens=(16,)))  # one shape per layer
     assert len(tuning) == layers and not tune.held_out_problems(tuning)
@@ -206,7 +206,7 @@ def test_tune_takes_a_named_model_and_the_tuning_set_but_never_the_held_out_one(
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr("pearl_moe.kernels.api._arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr("pearl_moe.kernels.api.arch_of", lambda device: "sm_90a")
     monkeypatch.setattr("pearl_moe.kernels.autotune.gpu_name", lambda device=None: "H200")
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda i: type("P", (), {"multi_processor_count": 132})
@@ -235,7 +235,7 @@ def test_tune_refuses_to_merge_into_another_gpus_table(tmp_path, monkeypatch, ca
     assert tune.other_gpus_table(pcie, "H100", 114) == "H100 (132 SMs)"
     assert tune.other_gpus_table(pcie, "H100", 132) is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr("pearl_moe.kernels.api._arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr("pearl_moe.kernels.api.arch_of", lambda device: "sm_90a")
     monkeypatch.setattr("pearl_moe.kernels.autotune.gpu_name", lambda device=None: "H100")
     monkeypatch.setattr(
         torch.cuda,
@@ -306,7 +306,7 @@ def test_compiling_ahead_runs_chunks_in_order_and_stops_at_a_deadline():
 def test_the_tune_command_compiles_ahead_and_continues_where_a_table_stopped(monkeypatch, tmp_path):
     """tune's GPU path wired end to end with the GPU work faked: shapes tuned in order, each after
     its chunk was compiled, the table written and extended, shapes already in it skipped."""
-    from pearl_moe.bench import records
+    from pearl_moe import results
     from pearl_moe.kernels import api, autotune, compile_cache
 
     compiled, tuned = [], []
@@ -330,21 +330,21 @@ def test_the_tune_command_compiles_ahead_and_continues_where_a_table_stopped(mon
 
     monkeypatch.setattr(compile_cache, "precompile", precompile)
     monkeypatch.setattr(tune, "tune_problem", fake_tune)
-    monkeypatch.setattr(tune, "_progress", lambda: cli._PlainProgress)
+    monkeypatch.setattr(tune, "_progress", lambda: cli.PlainProgress)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(api, "_arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(api, "arch_of", lambda device: "sm_90a")
     monkeypatch.setattr(autotune, "gpu_name", lambda device=None: "H200")
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda i: types.SimpleNamespace(multi_processor_count=132))  # fmt: skip
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(
-        records, "environment", lambda command=None: {"date": "D", "command": command}
+        results, "environment", lambda command=None: {"date": "D", "command": command}
     )
     out = tmp_path / "H200.json"
     argv = ["--set", "tuning", "--tokens", "1", "--limit", "3", "--out", str(out), "--skip-tuned"]
     assert tune.main(argv) == 0
     first = json.loads(out.read_text())
-    from pearl_moe import shape_sets
+    from pearl_moe.bench import shape_sets
 
     layers = len(shape_sets.cases("tuning", tokens=(1,)))
     chunks = -(-layers // tune.COMPILE_CHUNK)

@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("ipywidgets", reason="widgets need ipywidgets (a dependency of pearl-moe)")
 
 from pearl_moe import GemmConfig, make_problem  # noqa: E402
-from pearl_moe.occupancy import occupancy  # noqa: E402
-from pearl_moe.widgets import OccupancyExplorer, SmemBudgetExplorer  # noqa: E402
+from pearl_moe.course.widgets import OccupancyExplorer, SmemBudgetExplorer  # noqa: E402
+from pearl_moe.model.occupancy import occupancy  # noqa: E402
 
 
 def _shown(explorer):
@@ -74,8 +74,8 @@ def test_smem_explorer_too_many_stages_is_an_error():
 
 # ---------------------------------------------------------------------------- new controls
 def test_occupancy_explorer_routing_skew_changes_the_map():
-    from pearl_moe.occupancy import skewed_counts
-    from pearl_moe.widgets import OccupancyExplorer as Explorer
+    from pearl_moe.course.widgets import OccupancyExplorer as Explorer
+    from pearl_moe.model.occupancy import skewed_counts
 
     ex = Explorer(tile="128x128 (1-CTA)")
     balanced = ex.last_text
@@ -94,7 +94,7 @@ def test_occupancy_explorer_routing_skew_changes_the_map():
 
 
 def test_skewed_counts_validates():
-    from pearl_moe.occupancy import skewed_counts
+    from pearl_moe.model.occupancy import skewed_counts
 
     assert skewed_counts(10, 4, 2, 0.0) == skewed_counts(10, 4, 2, 0.0)  # reproducible
     assert sum(skewed_counts(10, 4, 2, 1.0)) == 20
@@ -147,7 +147,7 @@ def test_smem_explorer_says_why_hopper_cannot():
 
 
 def test_latency_explorer_moves_with_its_knobs():
-    from pearl_moe.widgets import LatencyExplorer
+    from pearl_moe.course.widgets import LatencyExplorer
 
     ex = LatencyExplorer()
     assert "modeled" in ex.last_figure.axes[0].get_title()
@@ -175,7 +175,7 @@ def test_latency_explorer_moves_with_its_knobs():
     assert ex.redraws == redraws + 1
     # the H200's own bandwidth, not the 7.0 TB/s set for the B200 above
     from pearl_moe.hardware import H200
-    from pearl_moe.perfmodel import CALIBRATED, hbm_ceiling
+    from pearl_moe.model.perfmodel import CALIBRATED, hbm_ceiling
 
     assert ex.bandwidth.value == pytest.approx(hbm_ceiling(H200, CALIBRATED) / 1e12, abs=0.05)
     assert ex.bandwidth.value < 5.0

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from pearl_moe.config import GemmConfig
-from pearl_moe.inspect import compile_many
+from pearl_moe.course.kernel_report import compile_many
 
 OUT = Path(__file__).resolve().parent / "data" / "sass_uniform.json"
 SHAPE = (32768, 3072, 1536, 32)  # MiniMax-M2 down at 4096 tokens per GPU, EP8

@@ -37,7 +37,7 @@ def opcode_counts(sass: str) -> collections.Counter:
 
 
 def main(argv: list[str]) -> int:
-    from pearl_moe.inspect import compile_many
+    from pearl_moe.course.kernel_report import compile_many
     from pearl_moe.kernels import autotune
 
     n, k, experts, rows = SHAPE["n"], SHAPE["k"], SHAPE["experts"], SHAPE["rows"]

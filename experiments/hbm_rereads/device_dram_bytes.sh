@@ -20,11 +20,11 @@ import torch
 from tqdm import tqdm
 from variant_probe import compile_requests
 from pearl_moe.bench import tune
-from pearl_moe.kernels.api import _arch_of
+from pearl_moe.kernels.api import arch_of
 from pearl_moe.workloads import make_problem
 problems = [make_problem(m, 1024, 8, "balanced", "gate_up") for m in ("GLM 5.3", "DeepSeek V4 Pro", "Kimi K3")]
 dev = torch.device("cuda")
-req = compile_requests(sys.argv[1].split(","), problems, _arch_of(dev), torch.cuda.get_device_properties(dev).multi_processor_count)
+req = compile_requests(sys.argv[1].split(","), problems, arch_of(dev), torch.cuda.get_device_properties(dev).multi_processor_count)
 print(tune.precompile_with_progress(req, 14, tqdm))
 PY
 M=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,sm__cycles_elapsed.avg.per_second

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from pearl_moe.inspect import compile_many, count_opcodes
+from pearl_moe.course.kernel_report import compile_many, count_opcodes
 from pearl_moe.kernels.ladder import stage_config
 
 OUT = Path(__file__).resolve().parent / "data" / "sass_epilogue.json"

@@ -44,8 +44,8 @@ def main(argv=None) -> int:
     import torch
 
     from pearl_moe.bench import harness
-    from pearl_moe.bench.records import environment
     from pearl_moe.bench.registry import get_impl
+    from pearl_moe.results import environment
     from pearl_moe.workloads import make_problem
 
     model, tokens = args.problem.rsplit(":", 1)

@@ -1,4 +1,4 @@
-"""Every bench run among the studies' data follows the schema of ``pearl_moe.bench.records``;
+"""Every bench run among the studies' data follows the schema of ``pearl_moe.results``;
 every tuning table (``tuning_*``) the schema of ``pearl_moe.kernels.autotune``. Profiler traces
 (``step_graph_trace_*``) are gzipped JSON of their own script's making, not bench runs."""
 
@@ -7,8 +7,8 @@ import json
 
 from analysis import EXPERIMENTS
 
-from pearl_moe.bench.records import read_run
 from pearl_moe.kernels.autotune import _validate_table
+from pearl_moe.results import read_run
 
 
 def test_study_runs_follow_the_schema():

@@ -5,7 +5,7 @@ import json
 from analysis import ab_ratios, data
 
 from pearl_moe.bench.compare import geomean
-from pearl_moe.bench.records import read_run
+from pearl_moe.results import read_run
 
 P192 = "pearl-s7:tile_m=128+tile_n=192+b_k_tiles=1+cluster_m=2"
 MODELS = ("GLM-4.5-Air", "MiniMax-M2", "Qwen2-57B-A14B")

@@ -3,7 +3,7 @@ issued, not completed."""
 
 from analysis import RESULTS, data
 
-from pearl_moe.bench.records import read_run
+from pearl_moe.results import read_run
 
 
 def test_early_pingpong_hand_over_trial():

@@ -6,9 +6,9 @@ from analysis import data, ncu_metrics
 def test_l2_merge():
     """L2 requests against the sectors the TMA boxes hold (GLM 5.3, 4096 tokens)."""
     from pearl_moe.bench.baselines import parse_variant, variant_config
-    from pearl_moe.budget import resolve
+    from pearl_moe.config import resolve
     from pearl_moe.hardware import H200
-    from pearl_moe.perfmodel import _structure
+    from pearl_moe.model.perfmodel import _structure
     from pearl_moe.workloads import make_problem
 
     impls = [  # the order of the Nsight Compute step of power_cap/device_power_probe.sh

@@ -6,7 +6,7 @@ import statistics
 from analysis import data
 
 from pearl_moe.bench.compare import compare_summary
-from pearl_moe.bench.records import read_run
+from pearl_moe.results import read_run
 
 
 def test_arranged_order():

@@ -2,7 +2,7 @@
 
 from analysis import data, ncu_export
 
-from pearl_moe import calibrate
+from pearl_moe.model import calibrate
 
 
 def test_stage_4_drifts_where_stage_3_does_not():

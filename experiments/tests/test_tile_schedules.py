@@ -5,7 +5,7 @@ import re
 import pytest
 from analysis import REQUESTS, RESULTS, data, hbm_reads, ncu_export, schedule_ratios
 
-from pearl_moe.bench.records import read_run
+from pearl_moe.results import read_run
 
 PAIRS = RESULTS / "profiles" / "ncu_pairs.json"  # in results/: notebook 07 reads it too
 
@@ -138,10 +138,10 @@ def test_static_schedule_merges_neighbours_as_nsight_compute_counts(monkeypatch)
     within groups of four CTAs), and 1.5x fewer than the dynamic and scattered schedules, which
     merge nothing (measured 1.44-1.54x). A boxes are not merged: at 1 and 64 tokens, where
     neighbouring tiles read one A box, static and dynamic schedules issue the same requests."""
-    from pearl_moe import perfmodel
     from pearl_moe.bench.baselines import parse_variant, variant_config
     from pearl_moe.hardware import get_gpu
-    from pearl_moe.perfmodel import _cdiv, _structure
+    from pearl_moe.model import perfmodel
+    from pearl_moe.model.perfmodel import _cdiv, _structure
     from pearl_moe.workloads import make_problem
 
     runs = ncu_export(PAIRS)["runs"]["1"]

@@ -5,7 +5,7 @@ import json
 from analysis import RESULTS, data, ncu_metrics
 
 from pearl_moe.bench.compare import paired_ratio
-from pearl_moe.bench.records import read_run
+from pearl_moe.results import read_run
 
 
 def _walk_ratio(run, model, tokens, num, den):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from pearl_moe.bench.compare import geomean, paired_ratio
-from pearl_moe.replay import read_run
+from pearl_moe.results import read_run
 
 
 def ratios(path: str, reference: str = "quack") -> dict[str, dict[str, float]]:

@@ -96,16 +96,16 @@ def main(argv=None) -> int:
     from variant_probe import compile_requests
 
     from pearl_moe.bench import harness, tune
-    from pearl_moe.bench.records import environment
     from pearl_moe.bench.registry import get_impl
-    from pearl_moe.kernels.api import _arch_of
+    from pearl_moe.kernels.api import arch_of
+    from pearl_moe.results import environment
     from pearl_moe.workloads import make_problem
 
     specs = [s.rsplit(":", 1) for s in args.problems.split(",")]
     problems = {f"{m}:{t}": make_problem(m, int(t), 8, "balanced", "gate_up") for m, t in specs}
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    requests = compile_requests(args.impls.split(","), problems.values(), _arch_of(device), sms)
+    requests = compile_requests(args.impls.split(","), problems.values(), arch_of(device), sms)
     info = tune.precompile_with_progress(requests, args.jobs, tqdm)
     print({k: v for k, v in info.items() if k != "failures"}, info.get("failures") or "")
 

@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from pearl_moe.bench import cli, tune
-    from pearl_moe.kernels.api import _arch_of
+    from pearl_moe.kernels.api import arch_of
 
     bench_args = ["--models", args.models, "--tokens", args.tokens, "--impls", args.impls]
     bench_args += ["--kind", args.kind, "--out", args.out]
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     if args.deadline_s:
         bench_args += ["--deadline-s", str(args.deadline_s)]
     device = torch.device("cuda")
-    arch = _arch_of(device)
+    arch = arch_of(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     problems = cli.build_problems(cli.parse_args(bench_args))
     requests = compile_requests(args.impls.split(","), problems, arch, sms)

@@ -9,7 +9,7 @@ hidden entry measured (``autotune.leave_one_model_out``). It writes
 
     python experiments/wave_charge/lomo_exponents.py
 
-Only the tuning table's own measurements enter; the held-out set of ``pearl_moe.shape_sets`` is
+Only the tuning table's own measurements enter; the held-out set of ``pearl_moe.bench.shape_sets`` is
 never read.
 """
 

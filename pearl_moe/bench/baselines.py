@@ -378,10 +378,10 @@ def _pearl(
     kwargs = {"check": False} if stage is None else {"check": False, "stage": stage}
 
     def prepare(A, W, offsets, counts):
-        from ..kernels.api import _arch_of, default_config
+        from ..kernels.api import arch_of, default_config
         from ..workloads import counts_to_offsets
 
-        arch = _arch_of(A.device)
+        arch = arch_of(A.device)
         if heuristic:
             from ..kernels.autotune import heuristic as guess
 

@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..replay import format_table, read_run
+from ..results import format_table, read_run
 from ..workloads import MODELS, get_model, make_problem
 
 __all__ = ["main", "parse_args", "build_problems", "format_table", "default_out"]
@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--set",
         default=None,
         help="instead of --models: the layers of these shape sets, comma list of course, "
-        "tuning, held-out (pearl_moe.shape_sets), at --tokens or each set's own counts",
+        "tuning, held-out (pearl_moe.bench.shape_sets), at --tokens or each set's own counts",
     )
     p.add_argument(
         "--tokens",
@@ -168,8 +168,8 @@ def drop_changed_picks(path: Path, run: dict | None = None) -> list[dict]:
     (:func:`pearl_moe.bench.compare.changed_picks`); returns them.
     Each problem's ratios are paired inside the part that times it, so re-timing a problem in a
     later part keeps the run's comparison sound."""
+    from ..results import read_run
     from .compare import changed_picks
-    from .records import read_run
 
     run = read_run(path) if run is None else run
     changed = changed_picks(run)
@@ -179,7 +179,7 @@ def drop_changed_picks(path: Path, run: dict | None = None) -> list[dict]:
 
 def _drop_problems(path: Path, run: dict, gone: set[str]) -> None:
     """``run`` without the problems ``gone`` and their records, written back to ``path``."""
-    from .records import write_run
+    from ..results import write_run
 
     if gone:
         run["problems"] = [p for p in run["problems"] if p["id"] not in gone]
@@ -241,7 +241,7 @@ def impl_token_limits(specs: list[str]) -> dict[str, set[int]]:
 
 def build_problems(args: argparse.Namespace):
     if getattr(args, "set", None):
-        from .. import shape_sets
+        from . import shape_sets
 
         tokens = _ints(args.tokens) if args.tokens else None
         return [p for name in _csv(args.set) for p in shape_sets.problems(name, tokens)]
@@ -278,7 +278,7 @@ def _resolve_out(out: str | None, device_name: str, kind: str) -> Path:
     return path if path.suffix == ".json" else path / f"{kind}.json"
 
 
-class _PlainProgress:
+class PlainProgress:
     """Stand-in for tqdm (the GPU machine's image has none): a line per finished item, at most
     about twenty per bar, with the seconds since the bar started."""
 
@@ -319,7 +319,7 @@ def load_impls(names: list[str]) -> dict:
 
 
 def _error_record(problem, name: str, status: str, exc) -> dict:
-    from .records import problem_id
+    from ..results import problem_id
 
     text = str(exc) if status == "unavailable" else f"{type(exc).__name__}: {exc}"
     return {
@@ -343,8 +343,8 @@ def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> 
     rounds (:func:`pearl_moe.bench.harness.time_interleaved`). One record per implementation that
     applies to the problem (``--impl-tokens`` may leave some out)."""
 
+    from ..results import problem_id
     from . import harness
-    from .records import problem_id
 
     here = impls_for(problem, impls, args)
     records: dict = {}
@@ -388,7 +388,7 @@ def bench_problem(impls: dict, problem, ceilings: dict, args, device="cuda") -> 
         except Exception as exc:  # a single implementation raised while capturing
             traceback.print_exc()
             times = {name: (exc, {}) for name in timed}
-            harness._sync(device)
+            harness.sync(device)
         for name, (timing, config) in times.items():
             rec = records[name]
             if isinstance(timing, Exception):
@@ -447,7 +447,7 @@ def method_text(args) -> dict:
 
 
 def load_clocks(when: str) -> dict:
-    from .records import clocks_under_load
+    from ..results import clocks_under_load
 
     try:
         return clocks_under_load(when)
@@ -471,12 +471,12 @@ def run_problems(
     ``t_start``: when the run started (``env.elapsed_s`` counts from it; default: now)."""
     import torch
 
-    from .records import problem_entry, raise_read_ceiling, write_run
+    from ..results import problem_entry, raise_read_ceiling, write_run
 
     try:
         from tqdm.auto import tqdm
     except ImportError:  # the GPU machine's image may lack tqdm
-        tqdm = _PlainProgress
+        tqdm = PlainProgress
     t_start = time.monotonic() if t_start is None else t_start
     skipped = run["env"].setdefault("skipped_problems", [])
     bar = tqdm(total=len(problems), desc=run["kind"], unit="problem")
@@ -517,7 +517,7 @@ def resume_run(path: Path, part: dict, problems, recorded: dict | None = None) -
 
     The run's env becomes this part's, with ``env.parts`` listing every part (date, command,
     clocks, probed ceilings, problems); its ceilings stay the first part's probes, raised over
-    all records as always (:func:`~pearl_moe.bench.records.raise_read_ceiling`). Ratios are
+    all records as always (:func:`~pearl_moe.results.raise_read_ceiling`). Ratios are
     paired within a problem, all of whose implementations one part times, so parts taken on one
     GPU compare as one run."""
     run = read_run(path) if recorded is None else recorded
@@ -538,10 +538,10 @@ def default_pick_requests(problems, device="cuda") -> list[tuple]:
     import torch
 
     from ..kernels import autotune
-    from ..kernels.api import _arch_of
+    from ..kernels.api import arch_of
     from ..kernels.targets import persistent_ctas
 
-    arch = _arch_of(torch.device(device))
+    arch = arch_of(torch.device(device))
     gpu = autotune.gpu_name(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     requests = []
@@ -586,7 +586,7 @@ def _part_env(env: dict) -> dict:
 
 
 def _problem_id(problem) -> str:
-    from .records import problem_id
+    from ..results import problem_id
 
     return problem_id(problem)
 
@@ -628,15 +628,15 @@ def main(argv: list[str] | None = None) -> int:
             "error: no CUDA GPU is visible to torch on this machine, so nothing can be measured.\n"
             "`python -m pearl_moe bench` checks and times kernels on a CUDA GPU (H100/H200/B200).\n"
             "On a CPU-only machine, read the committed measurements instead:\n"
-            "  python -c 'from pearl_moe import replay; print(replay.table())'\n"
+            "  python -c 'from pearl_moe import results; print(results.table())'\n"
             "  python -m pearl_moe bench --summarize results/H200/<kind>.json",
             file=sys.stderr,
         )
         return 2
 
+    from ..results import environment, new_run, raise_read_ceiling, write_run
     from . import harness
     from .compare import compare_summary
-    from .records import environment, new_run, raise_read_ceiling, write_run
 
     problems = build_problems(args)
     device_name = torch.cuda.get_device_name()

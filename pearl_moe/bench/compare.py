@@ -1,6 +1,6 @@
 """Ratios inside one recorded run: our kernel against the best baseline, and stage against stage.
 
-Everything here reads a run dict (:mod:`pearl_moe.bench.records`), so it works on a CPU from a
+Everything here reads a run dict (:mod:`pearl_moe.results`), so it works on a CPU from a
 committed file as well as at the end of a live run::
 
     python -m pearl_moe bench --summarize results/H200/compare.json.gz
@@ -190,9 +190,9 @@ def compare_summary(
 
 
 def _set_of(model: str | None) -> str:
-    """The shape set of a problem's model (:mod:`pearl_moe.shape_sets`): "course", "tuning",
+    """The shape set of a problem's model (:mod:`pearl_moe.bench.shape_sets`): "course", "tuning",
     "held-out", or "other" (a layer given by its shape, or a model no set names)."""
-    from ..shape_sets import set_of
+    from .shape_sets import set_of
 
     try:
         return (set_of(model) if model else None) or "other"
@@ -271,7 +271,7 @@ def changed_picks(run: dict, ours: str = "pearl", gpu: str | None = None) -> lis
 
 
 def _scheduler(run: dict) -> str:
-    from .records import run_scheduler
+    from ..results import run_scheduler
 
     try:
         walk, why = run_scheduler(run)
@@ -462,7 +462,7 @@ def step_geomeans(cells, decode_max_tokens: int = 256, verdict=None) -> dict:
     geomean and range of the per-shape ratios, the widest range of the per-round ratios of any one
     shape, the token counts. ``verdict`` (a function of a cell) adds the counts of the cells it
     calls ``"faster"`` and ``"slower"``. A part without shapes has ``shapes`` 0 and None values.
-    The course's steps (:func:`pearl_moe.course.results.ablation_step`) and the bench's
+    The course's steps (:func:`pearl_moe.course.measurements.ablation_step`) and the bench's
     (:func:`step_summary`, the README's stage table) both come from here."""
     compared = [c for c in cells if "ratio" in c]
 

@@ -124,13 +124,10 @@ def reference_fp32(A, W, counts):
 
 def torch_bf16_per_expert(A, W, counts):
     """PyTorch's own bf16 answer (one torch.mm per expert): sets the error we tolerate."""
-    import torch
+    from ..moe.reference import grouped_mm_loop
+    from ..workloads import counts_to_offsets
 
-    out = torch.zeros((A.shape[0], W.shape[1]), dtype=A.dtype, device=A.device)
-    for e, lo, hi in _expert_slices(counts):
-        if hi > lo:
-            torch.mm(A[lo:hi], W[e].t(), out=out[lo:hi])
-    return out
+    return grouped_mm_loop(A, W, counts_to_offsets(counts))
 
 
 # ------------------------------------------------------------------------------ correctness
@@ -233,13 +230,14 @@ def check_many(impls: dict, problem: GroupedProblem, device="cuda", seed: int = 
             if len(impls) == 1:
                 raise
             results[name] = (exc, {})
-            _sync(device)
+            sync(device)
         finally:
             out = prepared = None  # noqa: F841  (free the output before the next one)
     return results
 
 
-def _sync(device) -> None:
+def sync(device) -> None:
+    """Wait for ``device``'s work; a CUDA error pending there is left for the next call to raise."""
     import torch
 
     if torch.device(device).type == "cuda":
@@ -614,7 +612,7 @@ def time_interleaved(
             if len(impls) == 1:
                 raise
             results[name] = (exc, {})
-            _sync(device)
+            sync(device)
     names = list(timers)
     if first_round is None:
         first_round = zlib.crc32(problem.name.encode())
@@ -760,7 +758,7 @@ def measure_ceilings(device="cuda", stream_bytes: int = 4 << 30, matmul_n: int =
 def with_demonstrated_read(ceilings: dict, problem: GroupedProblem, seconds: float) -> dict:
     """``ceilings`` with the read rate raised to what a run of ``problem`` in ``seconds`` showed.
 
-    The live counterpart of :func:`pearl_moe.bench.records.raise_read_ceiling`: a kernel that moved
+    The live counterpart of :func:`pearl_moe.results.raise_read_ceiling`: a kernel that moved
     ``bytes_moved`` bytes in ``seconds`` demonstrated that rate, so a floor must not assume less.
     """
     demonstrated = problem.bytes_moved() / seconds

@@ -44,12 +44,12 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..kernels.verify import relative_error
-from ..replay import LAYER_SCHEMA
+from ..results import LAYER_SCHEMA
 from ..workloads import MODELS, ROUTINGS, get_model, token_choices
 from . import compare as _compare
 from .harness import tolerance_for
 from .registry import Implementation, ImplementationUnavailable, Prepared
+from .verify import relative_error
 
 __all__ = [
     "LayerProblem",
@@ -256,7 +256,7 @@ def _gemm_choices(inputs: dict, fused: bool, gather: bool = False) -> dict:
     rows, experts = inputs["topk_ids"].numel(), w_up.shape[0]
 
     def label(n, k, activation=None, gather=False):
-        arch, gpu = api._arch_of(x.device), autotune.gpu_name(x.device)
+        arch, gpu = api.arch_of(x.device), autotune.gpu_name(x.device)
         stage, config = api.default_choice(arch, n, k, experts, rows, gpu, activation, gather)
         epi = f" epi_tile_n={config.epi_tile_n}" if arch == "sm_100a" and config.epi_tile_n else ""
         return f"s{stage} {config.describe()}{epi}"
@@ -300,10 +300,10 @@ def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
 
     fused, fuses = "activation in the gate+up epilogue", True
     if gather == "copy":
-        from ..moe.layer import _fuses_activation
+        from ..moe.layer import fuses_activation
 
         rows = inputs["topk_ids"].numel()
-        fuses = _fuses_activation(inputs["x"].device, rows, w_fused)
+        fuses = fuses_activation(inputs["x"].device, rows, w_fused)
         if not fuses:
             fused = ("activation as a pass of its own on the interleaved weights "
                      "(autotune.fuse_activation: the fused tiles lose more than the pass costs)")  # fmt: skip
@@ -573,7 +573,7 @@ def _time_graphs(
     interleaved rounds (:func:`harness.run_rounds`, round order seeded by ``order_key``). Returns
     ``(timers, timings, failed)``: ``failed`` holds the builders that raised an ordinary error. A
     sticky CUDA error raises :class:`DeviceFault`, naming ``label(name)`` when one capture faulted."""
-    from .harness import GraphTimer, _sync, graph_of, run_rounds
+    from .harness import GraphTimer, graph_of, run_rounds, sync
 
     sets = len(inputs)
     timers, failed = {}, {}
@@ -587,7 +587,7 @@ def _time_graphs(
             if device_fault(exc, device):  # the context is lost: nothing after this can run
                 raise _fault(label(name), problem, exc) from exc
             failed[name] = exc
-            _sync(device)
+            sync(device)
     try:
         timings = run_rounds(timers, rounds, reps, warmup_replays,
                              zlib.crc32(order_key.encode()), device)  # fmt: skip
@@ -794,9 +794,9 @@ def load_layer_run(
 ) -> dict | None:
     """The layer run ``results/<gpu>/<name>.json`` (a run of this machine's) or else the
     committed ``<name>.json.gz``, validated; None when there is neither (the order
-    :func:`pearl_moe.replay.load_run` reads bench runs in). ``name="moe_layer_sonic"`` is
+    :func:`pearl_moe.results.load_run` reads bench runs in). ``name="moe_layer_sonic"`` is
     SonicMoE's run of its own."""
-    from ..replay import read_json, run_path
+    from ..results import read_json, run_path
 
     path = run_path(gpu, name, root)
     return validate_layer_run(read_json(path)) if path.exists() else None
@@ -851,11 +851,11 @@ def in_order(run: dict) -> dict:
 
 def write_layer_run(run: dict, path: Path) -> Path:
     """Validate and write ``run`` in the bench's compact form (one problem or record a line)."""
-    from .records import _dumps
+    from ..results import dumps_run
 
     validate_layer_run(run)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_dumps(run))
+    path.write_text(dumps_run(run))
     return path
 
 
@@ -903,7 +903,7 @@ def _glue_of(run: dict) -> str:
 def _check_remeasure(path: Path, ids: list[str], why: str, glue: str) -> None:
     """Raise ``ValueError`` unless the run at ``path`` exists, can be resumed with this glue
     (:func:`resume_layer_run`), holds every id and ``why`` is given (``--remeasure``)."""
-    from ..replay import read_json
+    from ..results import read_json
 
     if not path.exists():
         raise ValueError(f"--remeasure: no run at {path} to resume")
@@ -1009,9 +1009,9 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: no CUDA GPU is visible: `layer` times MoE layers on a GPU", file=sys.stderr)
         return 2
+    from ..results import environment
     from .cli import default_out
     from .harness import measure_ceilings
-    from .records import environment
 
     impls = {name: layer_impl(name) for name in args.impls.split(",")}
     out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), "moe_layer")

@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--set",
         default=None,
         choices=("tuning", "course"),
-        help="the layers of a shape set (pearl_moe.shape_sets; the held-out set is never tuned)",
+        help="the layers of a shape set (pearl_moe.bench.shape_sets; the held-out set is never tuned)",
     )
     p.add_argument(
         "--tokens",
@@ -180,7 +180,7 @@ def build_problems(args) -> list:
     """The problems to tune: the layers of ``--set``, every named model (``--models``,
     ``--model``; all three course models unless only ``--shape`` or ``--set`` is given) and every
     ``--shape``, at each ``--tokens`` count (with ``--set`` alone, the set's own counts)."""
-    from .. import shape_sets
+    from . import shape_sets
 
     given = args.models is not None or args.model or args.shape or args.set
     models = args.models if args.models is not None else ("" if given else "all")
@@ -215,7 +215,7 @@ def held_out_problems(problems) -> list[str]:
     """Names of ``problems`` of a held-out model (any layer of it, under any EP degree) or with a
     held-out layer's shape: the package's own table must never be tuned on them (the compare
     run judges the default there)."""
-    from ..shape_sets import cases, set_of
+    from .shape_sets import cases, set_of
 
     held = {c.shape() for c in cases("held-out", tokens=(1,))}
 
@@ -485,9 +485,9 @@ def _robust_best(measured: dict, skewed: dict) -> str:
 
 
 def harness_sync(device) -> None:
-    from .harness import _sync
+    from .harness import sync
 
-    _sync(device)
+    sync(device)
 
 
 def untuned(problems, table: dict, since: str | None = None) -> list:
@@ -714,7 +714,7 @@ def _progress():
     try:
         from tqdm.auto import tqdm
     except ImportError:  # the GPU machine's image may lack tqdm
-        from .cli import _PlainProgress as tqdm
+        from .cli import PlainProgress as tqdm
     return tqdm
 
 
@@ -747,18 +747,18 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from ..kernels.api import _arch_of
+    from ..kernels.api import arch_of
     from ..kernels.autotune import TABLE_DIR, gpu_name
-    from .records import environment
+    from ..results import environment
 
-    arch = _arch_of(torch.device("cuda"))
+    arch = arch_of(torch.device("cuda"))
     gpu = gpu_name("cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = Path(args.out) if args.out else TABLE_DIR / f"{gpu}.json"
     held = held_out_problems(problems)
     if held and out.resolve().parent == TABLE_DIR.resolve():
         print(
-            f"error: {held[0]} is a held-out layer (pearl_moe.shape_sets): the package's own "
+            f"error: {held[0]} is a held-out layer (pearl_moe.bench.shape_sets): the package's own "
             "tables are never tuned on it. Write your table elsewhere with --out and point "
             "PEARL_MOE_TUNING at it.",
             file=sys.stderr,

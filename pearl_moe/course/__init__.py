@@ -1,7 +1,13 @@
-"""Helpers the course notebooks share, one module per concern.
+"""The course: what the notebooks call, one module per concern. Nothing in the library imports it.
 
 The notebooks stay thin: they import a stage from :mod:`pearl_moe.kernels`, and this package does
-the chores around it. Every name below is importable from ``pearl_moe.course`` directly.
+the chores around it. Every name of the helper modules below is importable from
+``pearl_moe.course`` directly; the drawing and generating modules are imported by their own name:
+``plots`` (every figure, the one module that imports matplotlib), ``widgets`` (the interactive
+explorers), ``figures`` (``python -m pearl_moe figures``: regenerate ``figures/``), ``doc_tables``
+(the tables rendered into the README and ``docs/``), ``kernel_report`` (``python -m pearl_moe
+inspect``: compile any stage for any target without a GPU; PTX, SASS, shared memory, TMEM) and
+``exercises``.
 
 =====================  ==========================================================================
 module                 what it holds
@@ -16,7 +22,7 @@ module                 what it holds
 ``scratch``            :func:`compile_scratch`, the ``%%cute_compile`` cell magic: compile a small
                        kernel written in a notebook cell for sm_100a and sm_90a (one worker
                        process per target) and read its SASS and shared memory
-``results``            :func:`load_kernel_results`, :func:`measurement_source`,
+``measurements``       :func:`load_kernel_results`, :func:`measurement_source`,
                        :func:`stage_series`, :func:`check_table`, :func:`ablation_step`, ...: the
                        recorded H200 runs of our kernels, each number labeled with where it comes
                        from
@@ -28,29 +34,18 @@ module                 what it holds
 ``simulate``           :func:`simulate_tile_stores`: the TMA store's bounds rule replayed in NumPy
 =====================  ==========================================================================
 
-The notebooks' own figures are drawn by :mod:`pearl_moe.plots` and re-exported here:
+The notebooks' own figures are drawn by :mod:`pearl_moe.course.plots` and re-exported here:
 :func:`plot_latency_bars`, :func:`plot_recorded_vs_tokens`, :func:`plot_stage_sweep`,
 :func:`plot_stage_budgets`, :func:`plot_stage_occupancy` (or :func:`same_tiles` where a stage keeps
 its tile), :func:`plot_ablation_step` and :func:`say_model`.
 """
 
-from ..plots import (
-    plot_ablation_step,
-    plot_latency_bars,
-    plot_recorded_vs_tokens,
-    plot_stage_budgets,
-    plot_stage_occupancy,
-    plot_stage_sweep,
-    same_tiles,
-    say_model,
-)
 from ._paths import ROOT
 from .exercises import check_exercise, compile_solution, show_solution
 from .host_run import run_printing
 from .live import can_run_live, format_live_step, stage_impl, time_step_live
 from .machine import FORCE_ENV, Machine, detect_machine
-from .profiles import ncu_export
-from .results import (
+from .measurements import (
     DECODE_MAX_TOKENS,
     STAGE_IMPLS,
     ablation_step,
@@ -72,6 +67,17 @@ from .results import (
     step_latency_bars,
     step_verdict,
 )
+from .plots import (
+    plot_ablation_step,
+    plot_latency_bars,
+    plot_recorded_vs_tokens,
+    plot_stage_budgets,
+    plot_stage_occupancy,
+    plot_stage_sweep,
+    same_tiles,
+    say_model,
+)
+from .profiles import ncu_export
 from .sass import families_table, gemm_families, sass_by_kernel, sass_lines
 from .scratch import ScratchReport, compile_scratch, load_ipython_extension
 from .simulate import simulate_tile_stores

@@ -57,7 +57,7 @@ def stage_impl(stage: int, config=None):
         from ..kernels import api
         from ..kernels.host import cuda_stream, device_end_offsets
 
-        arch = api._arch_of(A.device)
+        arch = api.arch_of(A.device)
         cfg = (config or api.default_config(arch, stage)).resolved()
         if stage != 1:
 
@@ -69,7 +69,7 @@ def stage_impl(stage: int, config=None):
             return Prepared(run, asdict(cfg))
         experts, n, k = W.shape
         sms = torch.cuda.get_device_properties(A.device).multi_processor_count
-        compiled = api._compiled(arch, 1, cfg, n, k, experts, sms)
+        compiled = api.compiled_kernel(arch, 1, cfg, n, k, experts, sms)
         module = api.stage_module(arch, 1)
         ends = device_end_offsets(offsets, experts)
         host = counts_to_offsets(counts)
@@ -104,7 +104,7 @@ def time_step_live(
 
     The method of the recorded ablation (:func:`pearl_moe.bench.harness.time_interleaved`, CUDA
     graphs over rotating input sets, outputs checked after the replays), on one problem. Returns a
-    row shaped like those of :func:`~pearl_moe.course.results.ablation_step` (``prev_us``,
+    row shaped like those of :func:`~pearl_moe.course.measurements.ablation_step` (``prev_us``,
     ``this_us``, spreads, configs, ``ratio`` / ``lo`` / ``hi`` / ``rounds``, ``verdict``), plus
     ``outputs_ok``; ``floor_us`` is ``floor_s`` when given. A stage that fails to run is reported
     in ``status`` instead of timed.
@@ -117,7 +117,7 @@ def time_step_live(
     """
     from ..bench import harness
     from ..bench.compare import paired_ratio
-    from .results import step_verdict
+    from .measurements import step_verdict
 
     got = harness.time_interleaved(
         {"prev": stage_impl(stage - 1), "this": stage_impl(stage)},
@@ -157,10 +157,10 @@ def time_step_live(
 
 def live_source(machine) -> str:
     """The label of a live measurement on ``machine``: ``"live on <GPU>"``
-    (:func:`~pearl_moe.course.results.measurement_source`), and on a Blackwell GPU what the
+    (:func:`~pearl_moe.course.measurements.measurement_source`), and on a Blackwell GPU what the
     numbers are: the first live runs of the sm_100a kernels, timed after they passed the check
     against the float32 reference."""
-    from .results import measurement_source
+    from .measurements import measurement_source
 
     where = measurement_source(None, machine)
     if machine is not None and machine.mode == "blackwell":

@@ -3,7 +3,7 @@
 :func:`detect_machine` looks at the CUDA device torch sees and returns a :class:`Machine`: on a
 Blackwell GPU the sm_100a kernels run, on a Hopper GPU the sm_90a twins run, and anywhere else
 (a CPU, or another GPU) measurements are replayed from ``results/`` and Blackwell latency comes
-from :mod:`pearl_moe.perfmodel`. ``PEARL_MOE_MACHINE=cpu`` forces the replay on any machine.
+from :mod:`pearl_moe.model.perfmodel`. ``PEARL_MOE_MACHINE=cpu`` forces the replay on any machine.
 """
 
 from __future__ import annotations

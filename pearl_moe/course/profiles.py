@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .results import results_path
+from .measurements import results_path
 
 __all__ = ["ncu_export", "REQUESTS"]
 

@@ -2,7 +2,7 @@
 
 A compiled module can hold several kernels (the grouped sm_100a module holds a descriptor writer
 and the GEMM): :func:`sass_by_kernel` splits a listing by kernel, and :func:`families_table` prints
-the instruction families of :data:`pearl_moe.inspect.FAMILIES` side by side, one column per kernel
+the instruction families of :data:`pearl_moe.course.kernel_report.FAMILIES` side by side, one column per kernel
 or report.
 """
 
@@ -20,7 +20,7 @@ def sass_by_kernel(sass: str) -> dict[str, Counter]:
 
     Keys are the function names with CuTe DSL's long suffixes cut to something readable.
     """
-    from ..inspect import count_opcodes
+    from .kernel_report import count_opcodes
 
     out: dict[str, Counter] = {}
     name = None
@@ -53,10 +53,10 @@ def families_table(
 ) -> str:
     """Plain-text table, one column per report and one row per SASS family.
 
-    ``reports`` maps a label to a :class:`~pearl_moe.inspect.KernelReport` or to a dict of family
+    ``reports`` maps a label to a :class:`~pearl_moe.course.kernel_report.KernelReport` or to a dict of family
     counts (e.g. ``count_families`` of one kernel from :func:`sass_by_kernel`).
     """
-    from ..inspect import FAMILIES
+    from .kernel_report import FAMILIES
 
     labels = list(reports)
     names = list(families or FAMILIES)
@@ -93,7 +93,7 @@ def gemm_families(report) -> dict[str, int]:
     """SASS families of the GEMM kernel of a compiled module (the kernel that issues the MMAs):
     a module may also hold a small pre-kernel (the sm_100a TMA-store stages write per-expert
     output descriptors first), whose stores must not be counted as the GEMM's."""
-    from ..inspect import count_families
+    from .kernel_report import count_families
 
     kernels = sass_by_kernel(report.sass)
     for ops in kernels.values():

@@ -10,7 +10,7 @@ Two facts of CuTe DSL shape this module:
 
 So :func:`compile_scratch` writes the cell's source text to a file in a scratch folder and
 compiles it in one worker process per target (started at the same time), as
-:mod:`pearl_moe.inspect` does for the course's stages. The notebook's own process never compiles
+:mod:`pearl_moe.course.kernel_report` does for the course's stages. The notebook's own process never compiles
 a scratch kernel, so it can import ``cutlass`` for host-side layout algebra without fixing a target.
 
 The source is a small module that defines:
@@ -133,7 +133,7 @@ def parse_expect_tx(ptx: str) -> list[int]:
 
 
 def _cache_root() -> Path:
-    from ..inspect import cache_dir
+    from .kernel_report import cache_dir
 
     return cache_dir().parent / "scratch"
 
@@ -258,7 +258,7 @@ def _compile(job: dict) -> dict:
 
     import cutlass.cute as cute
 
-    from ..inspect import (
+    from .kernel_report import (
         count_families,
         count_opcodes,
         parse_launches,

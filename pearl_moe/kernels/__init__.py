@@ -48,7 +48,19 @@ configuration may use):
 Pointers come from :func:`pearl_moe.kernels.host.bf16_ptr` / ``i32_ptr``.
 """
 
-from .api import grouped_gemm, validate
 from .gated_layout import deinterleave_gate_up, interleave_gate_up
+
+#: The public call loads on first use: a kernel module imported alone (a compile worker, the
+#: course's source excerpts) brings no dispatch, tuning or compile-cache code with it.
+_LAZY = {"grouped_gemm": "api", "validate": "api"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["grouped_gemm", "validate", "interleave_gate_up", "deinterleave_gate_up"]

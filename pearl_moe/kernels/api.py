@@ -10,6 +10,8 @@ from .ladder import KERNEL_STAGES, LAST_STAGE, stage_config
 from .targets import gpu_target, persistent_ctas
 
 __all__ = [
+    "arch_of",
+    "compiled_kernel",
     "grouped_gemm",
     "with_activation",
     "with_gather",
@@ -36,7 +38,7 @@ def default_config(arch: str, stage: int = 3) -> GemmConfig:
     return stage_config(arch, stage).resolved()
 
 
-def _arch_of(device) -> str:
+def arch_of(device) -> str:
     """The kernel family of ``device`` (``sm_90a`` or ``sm_100a``); a ``ValueError`` for a GPU
     the kernels have no target for, or a ``CUTE_DSL_ARCH`` that names another target than the
     GPU's (:func:`pearl_moe.kernels.targets.gpu_target`)."""
@@ -212,10 +214,12 @@ def _check_a_index_values(a_index, a_rows: int, offsets, rows: int, experts: int
     return host_offsets
 
 
-def _compiled(arch: str, stage: int, config: GemmConfig, n: int, k: int, experts: int, sms: int):
-    """The compiled kernel: from this process's memory, else from the disk cache
-    (:mod:`pearl_moe.kernels.compile_cache`: a new process loads in milliseconds what an earlier
-    one compiled), else compiled now and stored there."""
+def compiled_kernel(
+    arch: str, stage: int, config: GemmConfig, n: int, k: int, experts: int, sms: int
+):
+    """The compiled kernel of ``stage`` for this configuration and shape: from this process's
+    memory, else from the disk cache (:mod:`pearl_moe.kernels.compile_cache`: a new process loads
+    in milliseconds what an earlier one compiled), else compiled now and stored there."""
     key = (arch, stage, config, n, k, experts, sms, "bf16")
     fn = _COMPILED.get(key)
     if fn is None:
@@ -383,7 +387,7 @@ def grouped_gemm(
         host_offsets = check_offsets(host_offsets, rows, experts)
         if checked_host is not None and checked_host != host_offsets:
             raise ValueError("host_offsets differ from the offsets tensor")
-    arch = _arch_of(A.device)
+    arch = arch_of(A.device)
     if config is not None and config.arch != arch:
         raise ValueError(f"config is for {config.arch} but the GPU is {arch}")
     if config is not None and config.activation != activation:
@@ -436,7 +440,7 @@ def grouped_gemm(
     sms = torch.cuda.get_device_properties(A.device).multi_processor_count
     # the persistent grid: one CTA per SM, or 2 x the clusters of two that fit at once (2-CTA)
     ctas = persistent_ctas(arch, config, sms, A.device)
-    fn = _compiled(arch, stage, config, n, k, experts, ctas)
+    fn = compiled_kernel(arch, stage, config, n, k, experts, ctas)
     gathered = {} if a_index is None else {"a_index": a_index}  # only gather_a kernels take it
     stage_module(arch, stage).launch(
         fn, A, W, end_offsets, out, host_offsets, cuda_stream(A.device), **gathered

@@ -21,7 +21,7 @@ The key of an entry (:func:`kernel_key`) is the architecture (the kernel family 
 compile target, :mod:`pearl_moe.kernels.targets`: a B300 builds the sm_100a kernels for
 sm_103a), stage, full configuration, ``n``, ``k``, experts, SM count (the persistent grid), the
 DSL version with the CUDA flavour of its libraries (cu12 / cu13: their
-compilers differ) and a hash of the package's kernel sources (the one ``pearl_moe.inspect`` keys its
+compilers differ) and a hash of the package's kernel sources (the one ``pearl_moe.course.kernel_report`` keys its
 cache with, :func:`source_fingerprint`), so an edited kernel or another DSL never loads a stale object. Entries live under ``$PEARL_MOE_KERNEL_CACHE`` (``off`` disables the cache), else
 ``$PEARL_MOE_CACHE/kernels``, else ``~/.cache/pearl-moe/kernels``; each is a folder with the object
 and a ``meta.json`` saying what it is.
@@ -89,12 +89,12 @@ def enabled() -> bool:
 
 
 def source_fingerprint() -> str:
-    """Hash of every file a compile depends on in this package (``kernels/``, ``config.py``,
-    ``budget.py``) and the DSL's version: part of every cache key here and in
-    :mod:`pearl_moe.inspect`, so an edited kernel never loads a stale object."""
+    """Hash of every file a compile depends on in this package (``kernels/``, ``config.py``) and
+    the DSL's version: part of every cache key here and in
+    :mod:`pearl_moe.course.kernel_report`, so an edited kernel never loads a stale object."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    paths = sorted((root / "kernels").rglob("*.py")) + [root / "config.py", root / "budget.py"]
+    paths = sorted((root / "kernels").rglob("*.py")) + [root / "config.py"]
     for path in paths:
         if path.exists():
             digest.update(str(path.relative_to(root)).encode())

@@ -31,7 +31,7 @@ forward can be captured in a CUDA graph.
 from __future__ import annotations
 
 from . import glue_kernels
-from .reference import ACTIVATIONS, GATE_UP_LAYOUTS, gated
+from .reference import ACTIVATIONS, GATE_UP_LAYOUTS, gated, grouped_mm_loop
 from .routing import Routing, route_topk, select_experts
 
 __all__ = ["MoE", "moe_forward", "grouped", "BACKENDS", "GATHERS"]
@@ -66,9 +66,7 @@ def grouped(A, W, offsets, backend: str):
         return grouped_gemm(A, W, offsets, check=False)
     if backend == "torch":
         return torch._grouped_mm(A, W.transpose(-2, -1), offs=offsets)
-    from ..kernels.verify import torch_bf16  # one torch.mm per expert, offsets read on the host
-
-    return torch_bf16(A, W, offsets.tolist())
+    return grouped_mm_loop(A, W, offsets.tolist())  # reads the offsets on the host
 
 
 def _check_weights(x, w_gate_up, w_down):
@@ -191,7 +189,7 @@ def moe_forward(
         from ..kernels import grouped_gemm
 
         A = x.index_select(0, routing.token_of_row)
-        if _fuses_activation(A.device, A.shape[0], w_gate_up):
+        if fuses_activation(A.device, A.shape[0], w_gate_up):
             a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation)
         else:  # the activation-ready tiles measured slower than a separate pass costs
             h = grouped_gemm(A, w_gate_up, routing.offsets, check=False)
@@ -205,14 +203,14 @@ def moe_forward(
     return (out, routing) if return_routing else out
 
 
-def _fuses_activation(device, rows: int, w_gate_up) -> bool:
+def fuses_activation(device, rows: int, w_gate_up) -> bool:
     """Whether the default gate+up call on these operands fuses the activation into its
     epilogue (:func:`pearl_moe.kernels.autotune.fuse_activation`)."""
-    from ..kernels.api import _arch_of
+    from ..kernels.api import arch_of
     from ..kernels.autotune import fuse_activation, gpu_name
 
     experts, n, k = w_gate_up.shape
-    return fuse_activation(_arch_of(device), n, k, experts, rows, gpu_name(device))
+    return fuse_activation(arch_of(device), n, k, experts, rows, gpu_name(device))
 
 
 def combine(y, routing: Routing, kernels: bool | None = None):

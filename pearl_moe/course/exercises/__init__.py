@@ -200,7 +200,7 @@ def opcode_count_at_least(pattern: str, n: int = 1, archs=ARCHS) -> Check:
 def scratch_module(report):
     """The learner's scratch module behind ``report``, imported in this process (its source is
     kept beside the report's PTX), so a check can run its host-side functions: a ``@cute.jit``
-    helper runs on the CPU, e.g. index math compared with a NumPy replay. Importing it compiles
+    helper runs on the CPU, e.g. index math compared with a NumPy results. Importing it compiles
     nothing."""
     import hashlib
     import importlib.util

@@ -7,7 +7,7 @@ reads them (the starter has ``16x256b``, what CUTLASS's ``get_tmem_load_op`` pic
 Its store takes the widest vector the registers allow, so the load decides the store width.
 
 The checks read the load's shape from the SASS, the lanes each warp's loads reach from the PTX
-(:func:`pearl_moe.kernels.sm100.tmem_lanes.tmem_load_lanes`, a data-flow evaluation of the
+(:func:`pearl_moe.diagnostics.tmem_lanes.tmem_load_lanes`, a data-flow evaluation of the
 address operand: a wrong layout sends warps 2 and 3 to lanes outside their quarter), and the
 stores. sm_100a only: tensor memory exists only on Blackwell (a Hopper wgmma has 64 rows per
 warpgroup already, and stage 5 there is a configuration).
@@ -24,7 +24,7 @@ STORES_PER_THREAD = 64 * 128 * 2 // 32 // 128
 
 def load_lanes(report) -> list[dict]:
     """Every ``tcgen05.ld`` of the PTX with its datapaths and, per epilogue warp, its first lanes."""
-    from ...kernels.sm100.tmem_lanes import tmem_load_lanes
+    from ...diagnostics.tmem_lanes import tmem_load_lanes
 
     return tmem_load_lanes(report.ptx)
 

@@ -10,7 +10,7 @@
   named for it: ``direct_store`` (TMEM -> registers -> 256-bit global stores), ``row_tiles_64``
   (reading a 64-row accumulator), ``wide_b`` (B ring entries of two K tiles),
   ``split_accumulator`` (two independently released accumulator slots)
-* ``tmem_lanes``        which TMEM lanes each epilogue warp's ``tcgen05.ld`` reaches, from the PTX
+* ``tma_descriptors``   the per-expert C TMA descriptors the grouped stages patch on the device
 
 Each kernel module follows the kernel-module interface of :mod:`pearl_moe.kernels`: ``build(config)``,
 ``compile_kernel(config, n, k, experts, sms)``, ``compile_fake(config, m, n, k, experts)`` and
@@ -19,7 +19,7 @@ run-time row count and compile-time ``n``, ``k``, ``experts``, as the sm_90a one
 difference: the grouped stages (2-7) also take a ``workspace_ptr`` right after ``out_ptr``, the
 per-expert C TMA descriptors (``E x 128 B``) that a small pre-kernel writes on the device for the
 TMA-store epilogue: the host's descriptor of the whole output, copied and patched to the expert's
-rows (:mod:`pearl_moe.kernels.tma_descriptors`); ``launch`` supplies it (``workspace_for``:
+rows (:mod:`pearl_moe.kernels.sm100.tma_descriptors`); ``launch`` supplies it (``workspace_for``:
 allocated once per device, stream and expert count). Direct-store kernels take the same arguments
 but never read the workspace (no descriptor pre-kernel runs); 256-bit direct stores need ``out``
 32-byte aligned (``GemmConfig.output_alignment``, checked by ``grouped_gemm``). A B300 (compute

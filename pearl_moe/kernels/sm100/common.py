@@ -27,8 +27,7 @@ from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
-from ...budget import smem_budget, tmem_columns
-from ...config import MAX_MMA_N, GemmConfig
+from ...config import MAX_MMA_N, GemmConfig, smem_budget, tmem_columns
 from ..ladder import stage_problems
 
 __all__ = [
@@ -54,7 +53,7 @@ EPILOGUE_SYNC_BARRIER = 1
 TMEM_ALLOC_BARRIER = 2
 
 #: Bytes of bookkeeping after the mbarriers: the 2-CTA TMEM-release mbarrier (8 B), the TMEM base
-#: address (4 B) and padding to the 64 B that ``pearl_moe.budget.BOOKKEEPING_BYTES`` models.
+#: address (4 B) and padding to the 64 B that ``pearl_moe.config.BOOKKEEPING_BYTES`` models.
 BOOKKEEPING_WORDS = 13  # 32-bit padding words after the 12 bytes above: 12 + 13 x 4 = 64
 
 
@@ -371,7 +370,7 @@ class KernelBase:
 
     def _check_tmem_columns(self, tiled_mma):
         """The accumulators' TMEM layout must fit the columns the kernel allocates (the budget
-        model's :func:`~pearl_moe.budget.tmem_columns`); checked while tracing."""
+        model's :func:`~pearl_moe.config.tmem_columns`); checked while tracing."""
         acc = tiled_mma.make_fragment_C(
             cute.append(tiled_mma.partition_shape_C(self.mma_tiler_mnk[:2]), self.num_acc_buffers)
         )
@@ -419,7 +418,7 @@ class KernelBase:
 
         ``(2 x ring_depth [+ 2 x b_ring_depth] + 2 x acc_buffers x acc_slots) x 8 B`` of mbarriers
         (a full and an empty barrier per entry of each pipeline) plus 64 B of bookkeeping: exactly
-        the "barriers" item of :func:`pearl_moe.budget.smem_budget`.
+        the "barriers" item of :func:`pearl_moe.config.smem_budget`.
         """
         wide_b = self.wide_b
 

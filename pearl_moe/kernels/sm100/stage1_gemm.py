@@ -15,7 +15,7 @@ This is the smallest complete Blackwell GEMM the course builds on. One CTA compu
   ``tcgen05.ld`` in ``epi_tile_n``-column slices, convert to bf16, write the slice into a
   shared-memory buffer and let one thread TMA-store it.
 
-Budget (tile 128 x 128 x 64, bf16, a ring of 6 entries), the arithmetic :mod:`pearl_moe.budget` does::
+Budget (tile 128 x 128 x 64, bf16, a ring of 6 entries), the arithmetic :mod:`pearl_moe.config` does::
 
     A ring    6 x 128 x 64 x 2 B             =  96 KB
     B ring    6 x 128 x 64 x 2 B             =  96 KB

@@ -14,7 +14,7 @@ What changes from stage 1 (same SMEM; the roles are stage 1's ``tile_roles``, ca
    its descriptor, and the descriptor built on the host spans all rows. So a small kernel launched
    just before the GEMM (one warp per expert) copies that host-encoded descriptor into a global
    workspace (``E x 128 B``) and patches the copy's base row and row count to the expert's own
-   (``tensormap.replace``, :mod:`pearl_moe.kernels.tma_descriptors`); the epilogue stores through
+   (``tensormap.replace``, :mod:`pearl_moe.kernels.sm100.tma_descriptors`); the epilogue stores through
    ``tma_desc_ptr`` = that expert's descriptor. Stream order makes the descriptors visible to the
    GEMM. Rows past an expert's end are clipped by the TMA unit, never written. The workspace is
    allocated by :func:`launch` (:func:`workspace_for`, once per device, stream and expert count)
@@ -34,7 +34,9 @@ from cutlass.tensor_utils import LayoutEnum
 from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
-from ..tma_descriptors import (
+from .common import one_accumulator
+from .stage1_gemm import DenseGemmKernel
+from .tma_descriptors import (
     TMA_DESCRIPTOR_BYTES,
     descriptor_ptr,
     expert_output_view,
@@ -43,8 +45,6 @@ from ..tma_descriptors import (
     workspace_gmem_ptr,
     write_expert_descriptor,
 )
-from .common import one_accumulator
-from .stage1_gemm import DenseGemmKernel
 
 __all__ = [
     "GroupedGemmKernel",

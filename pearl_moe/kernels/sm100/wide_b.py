@@ -17,7 +17,7 @@ expects the entry's bytes). When a tile has an odd number of K tiles, its last B
 lies past ``k``: the TMA unit zero-fills it (and still counts its bytes), and no UMMA reads it.
 
 Barriers: ``2 x ring_depth`` (A) + ``2 x b_ring_depth`` (B) + the accumulator's, as
-:func:`pearl_moe.budget.smem_budget` counts them.
+:func:`pearl_moe.config.smem_budget` counts them.
 
 Compile-verified only: no B200 has ever run this code.
 """

@@ -8,7 +8,7 @@ Each stage kernel subclasses :class:`KernelBase`. The base class turns a
 * swizzled shared-memory layouts of the A ring, the B ring and the epilogue buffer;
 * TMA atoms for A (rows, k), W viewed as (n, k, experts) and the output.
 
-Shared memory is carved in a fixed order so that it equals :func:`pearl_moe.budget.smem_budget`::
+Shared memory is carved in a fixed order so that it equals :func:`pearl_moe.config.smem_budget`::
 
     offset 0            A ring     ring_depth x tile_m x tile_k x 2 B        (1024-byte aligned)
                                    (+ (64 - tile_m) x tile_k x 2 B below 64 rows: the rest of
@@ -51,8 +51,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
-from ...budget import smem_budget
-from ...config import GemmConfig
+from ...config import GemmConfig, smem_budget
 from ..ladder import stage_problems
 
 __all__ = ["KernelBase", "can_implement", "epilogue_slice_copies", "WARPGROUP_THREADS"]

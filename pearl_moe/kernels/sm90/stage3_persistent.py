@@ -18,7 +18,7 @@ What changed since stage 2
 * Ring depth and tile shape are the knobs ("bytes in flight"): with tile 128 x 128 x 64 every ring
   entry holds 32 KB, so ``ring_depth`` entries keep ``ring_depth x 32 KB`` of loads in flight per
   SM; at decode, where each expert has a handful of rows, that is what hides HBM latency. Up to 6
-  entries fit next to the 24 KB epilogue buffer (see :mod:`pearl_moe.budget`).
+  entries fit next to the 24 KB epilogue buffer (see :mod:`pearl_moe.config`).
 
 * The schedule is static: CTA ``c`` takes tiles ``c, c + C, ...``, so the CTAs that run side by
   side work on neighbouring tiles, which read the same B boxes (L2 hits after the first); with

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .workloads import MODELS, PUBLIC_MODELS, GroupedProblem, get_model, make_problem
+from ..workloads import MODELS, PUBLIC_MODELS, GroupedProblem, get_model, make_problem
 
 __all__ = [
     "LayerCase",

@@ -4,11 +4,11 @@ generated blocks.
 Figures are registered by name in :data:`FIGURES`: the course's figures drawn from the models
 (:data:`COURSE_FIGURES`), then the benchmark's, drawn from the runs committed in ``results/``
 (:data:`BENCH_FIGURES`). Each entry takes the output directory and returns the paths it wrote.
-The data is read here (through :mod:`pearl_moe.replay` and the models) and drawn by
-:mod:`pearl_moe.plots`; this module only shapes it and saves the PNGs, small (100 dpi for the
+The data is read here (through :mod:`pearl_moe.results` and the models) and drawn by
+:mod:`pearl_moe.course.plots`; this module only shapes it and saves the PNGs, small (100 dpi for the
 course's figures in the house style, 90 dpi for the benchmark's) so the repository stays light.
 Writing into the repository's own ``figures/`` also refreshes the README's stage table
-(:func:`pearl_moe.stages.update_readme`) and its figure list, whose captions are the first
+(:func:`pearl_moe.course.doc_tables.update_readme`) and its figure list, whose captions are the first
 paragraphs of the registered functions' docstrings.
 """
 
@@ -20,10 +20,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from . import replay
-from .bench.compare import ablation_summary
-from .config import GemmConfig
-from .occupancy import occupancy
+from .. import results
+from ..bench.compare import ablation_summary
+from ..config import GemmConfig
+from ..model.occupancy import occupancy
+from ..workloads import MODELS, make_problem
 from .plots import (
     plot_ablation_steps,
     plot_calibration,
@@ -40,7 +41,6 @@ from .plots import (
     plot_vs_floor,
     style,
 )
-from .workloads import MODELS, make_problem
 
 __all__ = [
     "FIGURES",
@@ -71,7 +71,7 @@ BENCH_GPU = "H200"
 
 def _save(fig, out_dir: Path, name: str, dpi: int = DPI, house_style: bool = True) -> list[Path]:
     """Write ``fig`` as ``<out_dir>/<name>.png``; ``house_style`` saves it inside
-    :func:`pearl_moe.plots.style` (tight bounding box). The file is a 256-colour palette PNG
+    :func:`pearl_moe.course.plots.style` (tight bounding box). The file is a 256-colour palette PNG
     (:func:`_palette_png`): the figures travel with the repository to the GPU machine."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -153,10 +153,10 @@ def roofline_moe(out_dir: Path) -> list[Path]:
 
 
 def model_calibration_h200(out_dir: Path) -> list[Path]:
-    """Latency model (pearl_moe.perfmodel) against every committed H200 measurement of our kernels
+    """Latency model (pearl_moe.model.perfmodel) against every committed H200 measurement of our kernels
     (stages 1-7, the ring-depth sweeps, the walks and the tile shapes probed; `python -m pearl_moe
     calibrate` prints the table)."""
-    from .calibrate import evaluate, load_records
+    from ..model.calibrate import evaluate, load_records
 
     records, _ = load_records()
     return _save(plot_calibration(evaluate(records)), out_dir, "model_calibration_h200")
@@ -166,8 +166,8 @@ def b200_stage_projection(out_dir: Path) -> list[Path]:
     """B200, modeled (never measured): stages 3-7 of the course for the three models at decode
     (64 tokens per GPU) and prefill (4096), each against its own floor; the title's second line
     says how close the model comes to the H200's measurements at decode and at prefill."""
-    from .calibrate import decode_prefill_errors, trust_note
-    from .perfmodel import stage_projection
+    from ..model.calibrate import decode_prefill_errors, trust_note
+    from ..model.perfmodel import stage_projection
 
     proj = stage_projection(tokens=(64, 4096))
     data = {
@@ -184,7 +184,7 @@ def moe_layer_bytes(out_dir: Path) -> list[Path]:
     """Byte model (no measurement): the passes of GLM 5.3's MoE layer on one GPU (EP=8) over the
     layer's floor (both weight sets of the active experts, x and the output), unfused and with the
     activation fused into the gate+up epilogue, from decode to prefill."""
-    from .bench.layer import LayerProblem
+    from ..bench.layer import LayerProblem
 
     cases, floors = {}, {}
     for tokens in (1, 64, 256, 1024, 4096):
@@ -232,8 +232,8 @@ def _series(rs: list[dict]) -> dict[str, list[tuple[float, float]]]:
 def latency_vs_tokens(model: str, out_dir: Path, root: Path | None = None) -> list[Path]:
     """Latency against tokens per GPU for every implementation measured on ``model``, with the
     floor (balanced routing; quack-tuned from its own run)."""
-    base = replay.rows(BENCH_GPU, kind="baselines", model=model, routing="balanced", root=root)
-    tuned = replay.rows(
+    base = results.rows(BENCH_GPU, kind="baselines", model=model, routing="balanced", root=root)
+    tuned = results.rows(
         BENCH_GPU,
         kind="quack_tuned",
         model=model,
@@ -257,8 +257,8 @@ def latency_vs_tokens(model: str, out_dir: Path, root: Path | None = None) -> li
 
 def pct_of_floor(out_dir: Path, root: Path | None = None) -> list[Path]:
     """Percent of the floor (floor / time) per implementation and model, balanced routing."""
-    rs = replay.rows(BENCH_GPU, kind="baselines", routing="balanced", root=root)
-    rs += replay.rows(
+    rs = results.rows(BENCH_GPU, kind="baselines", routing="balanced", root=root)
+    rs += results.rows(
         BENCH_GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root
     )
     if not rs:
@@ -291,10 +291,10 @@ STAGE_LABELS = {
 def stages_latency(out_dir: Path, root: Path | None = None) -> list[Path]:
     """Our sm_90a stages 1-3 against the baselines of the same run (and tuned quack from its own
     run), per model, balanced routing, with the floor of the stages run."""
-    rs = replay.rows(BENCH_GPU, kind="stages", routing="balanced", root=root)
+    rs = results.rows(BENCH_GPU, kind="stages", routing="balanced", root=root)
     if not rs:
         raise FileNotFoundError(f"no stages run under results/{BENCH_GPU}")
-    tuned = replay.rows(
+    tuned = results.rows(
         BENCH_GPU, kind="quack_tuned", routing="balanced", impl="quack-tuned", root=root
     )
     panels = {}
@@ -349,7 +349,7 @@ def ablation_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
     """The ablation of stages 3-7 measured on the H200: each stage's time over the previous
     stage's, per model and tokens per GPU (bar: paired ratio of 5 interleaved rounds, the highest
     and lowest dropped; whisker: range of the per-round ratios)."""
-    run = replay.load_run(BENCH_GPU, "ablation", root)
+    run = results.load_run(BENCH_GPU, "ablation", root)
     cells = ablation_cells(run)
     labels = {k: v for k, v in STEP_LABELS.items() if any(c["step"] == k for c in cells)}
     fig = plot_ablation_steps(
@@ -395,7 +395,7 @@ def compare_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
     """The post's benchmark figure, measured on the H200: the three models' gate+up shapes, every
     implementation (our default call and each baseline, each tuned), latency over the shape's
     floor (from the run's measured ceilings), in CUDA graphs."""
-    run = replay.load_run(BENCH_GPU, "compare", root)
+    run = results.load_run(BENCH_GPU, "compare", root)
     fig = plot_vs_floor(
         compare_rows(run),
         COMPARE_IMPLS,
@@ -471,7 +471,7 @@ def update_readme_figures(readme: Path, figures: dict[str, FigureFn], fig_dir: P
 
 def _default_out() -> Path:
     """The repository's ``figures/`` when run from a checkout, else ``./figures``."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     if (repo / "pyproject.toml").exists():
         return repo / "figures"
     return Path.cwd() / "figures"
@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}  ({path.stat().st_size / 1024:.0f} KB)")
     readme = _default_out().parent / "README.md"
     if not args.no_readme and out_dir.resolve() == _default_out().resolve() and readme.exists():
-        from .stages import update_readme
+        from .doc_tables import update_readme
 
         changed = update_readme(readme)
         changed = update_readme_figures(readme, figures, out_dir) or changed

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 import ipywidgets as w
 from IPython.display import Image
 
-from .config import ARCHS, EPILOGUES, GemmConfig
-from .hardware import GPUS, get_gpu
-from .occupancy import occupancy, skewed_counts
+from ..config import ARCHS, EPILOGUES, GemmConfig
+from ..hardware import GPUS, get_gpu
+from ..model.occupancy import occupancy, skewed_counts
+from ..workloads import MODELS, GroupedProblem, get_model, make_problem
 from .plots import figure_png, plot_config_budget, plot_occupancy_maps, plot_ring_depth_marked
-from .workloads import MODELS, GroupedProblem, get_model, make_problem
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -220,7 +220,7 @@ class SmemBudgetExplorer(_Explorer):
         )
 
     def _render(self) -> tuple[Figure, str]:
-        from .budget import resolve, smem_budget
+        from ..config import resolve, smem_budget
 
         config = self.config()
         gpu = get_gpu(self.gpu.value)
@@ -241,7 +241,7 @@ class SmemBudgetExplorer(_Explorer):
 
 
 class LatencyExplorer(_Explorer):
-    """The latency model (:mod:`pearl_moe.perfmodel`), knob by knob: modeled, never measured.
+    """The latency model (:mod:`pearl_moe.model.perfmodel`), knob by knob: modeled, never measured.
 
     Workload (model, tokens per GPU), GPU, tile rows, ring depth, and the two numbers Little's law
     is about: the memory latency of a ring entry and the HBM bandwidth. Draws modeled latency
@@ -259,7 +259,7 @@ class LatencyExplorer(_Explorer):
         latency_us: float | None = None,
         bandwidth_tb_s: float | None = None,
     ) -> None:
-        from .perfmodel import CALIBRATED, hbm_ceiling
+        from ..model.perfmodel import CALIBRATED, hbm_ceiling
 
         self.model = w.Dropdown(options=list(MODELS), value=model, description="model")
         self.tokens = w.SelectionSlider(
@@ -304,7 +304,7 @@ class LatencyExplorer(_Explorer):
         if getattr(self, "_syncing", False):
             return
         if change.get("owner") is self.gpu:
-            from .perfmodel import CALIBRATED, hbm_ceiling
+            from ..model.perfmodel import CALIBRATED, hbm_ceiling
 
             self._syncing = True
             try:
@@ -325,8 +325,8 @@ class LatencyExplorer(_Explorer):
         )
 
     def _render(self) -> tuple[Figure, str]:
-        from .budget import max_ring_depth, resolve
-        from .perfmodel import CALIBRATED, bytes_in_flight, predict
+        from ..config import max_ring_depth, resolve
+        from ..model.perfmodel import CALIBRATED, bytes_in_flight, predict
 
         gpu = get_gpu(self.gpu.value)
         params = CALIBRATED.with_(memory_latency_s=self.latency.value * 1e-6)
@@ -347,7 +347,7 @@ class LatencyExplorer(_Explorer):
             now.seconds,
             now.floor_seconds,
             label=f"{config.tile_m}-row tile, modeled",
-            title=f"{gpu.name}, modeled (pearl_moe.perfmodel): {problem.name.split(' gate')[0]}, "
+            title=f"{gpu.name}, modeled (pearl_moe.model.perfmodel): {problem.name.split(' gate')[0]}, "
             f"{self.tokens.value} tokens/GPU",
         )
         b = bytes_in_flight(problem, config, gpu)

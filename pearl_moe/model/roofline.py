@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hardware import B200, H200, GpuSpec, get_gpu
-from .workloads import GroupedProblem, get_model, make_problem
+from ..hardware import B200, H200, GpuSpec, get_gpu
+from ..workloads import GroupedProblem, get_model, make_problem
 
 __all__ = [
     "Roof",
@@ -46,7 +46,7 @@ __all__ = [
 
 DECODE_TOKENS = (16, 64, 256)
 PREFILL_TOKENS = (4096,)
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def measured_h200_roof(root: str | Path | None = None) -> Roof | None:
     """The H200's ceilings measured by the benchmark runs committed in ``results/H200/``: the
     median over runs of the read probe (sum over 4.3 GB) and of the dense 8192^3 bf16 matmul.
     None where no run is committed."""
-    from .replay import runs
+    from ..results import runs
 
     reads, flops = [], []
     for _, run in runs("H200", root or RESULTS):
@@ -108,7 +108,7 @@ def measured_h200_roof(root: str | Path | None = None) -> Roof | None:
 
 def modeled_b200_roof(root: str | Path | None = None) -> Roof:
     """B200 datasheet rates scaled by the fractions of its datasheet the H200 reached (no B200 was
-    measured): what :mod:`pearl_moe.perfmodel` assumes."""
+    measured): what :mod:`pearl_moe.model.perfmodel` assumes."""
     h200 = measured_h200_roof(root)
     if h200 is None:
         from .perfmodel import CALIBRATED

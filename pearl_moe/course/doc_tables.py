@@ -22,7 +22,7 @@ __all__ = [
     "update_readme",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,15 @@ class Stage:
     def has_kernel(self, arch: str) -> bool:
         if self.taught_stage is None:
             return False
-        from .kernels.ladder import KERNEL_STAGES, kernel_module_name
+        from ..kernels.ladder import KERNEL_STAGES, kernel_module_name
 
         if self.taught_stage not in KERNEL_STAGES:
             return False
         # the kernel module of the stage (stages 4-7 run the persistent kernel with more options)
         parts = kernel_module_name(arch, self.taught_stage).split(".")[1:]
-        return (Path(__file__).resolve().parent.joinpath(*parts[:-1]) / f"{parts[-1]}.py").is_file()
+        return (
+            Path(__file__).resolve().parents[1].joinpath(*parts[:-1]) / f"{parts[-1]}.py"
+        ).is_file()
 
 
 STAGES: tuple[Stage, ...] = (
@@ -156,8 +158,8 @@ def measured_steps(results_root: Path | None = None, gpu: str = "H200") -> dict[
     from the ``ablation`` run (stages 3-7, paired per round) where it has the stage, else from the
     ``stages`` run (stages 1-3). Each step is :func:`pearl_moe.bench.compare.step_summary`'s entry
     plus the run's ``kind``, ``date`` and ``method``."""
-    from .bench.compare import ablation_summary, step_summary
-    from .replay import load_run
+    from ..bench.compare import ablation_summary, step_summary
+    from ..results import load_run
 
     root = results_root or ROOT / "results"
     steps: dict[int, dict] = {}
@@ -192,7 +194,7 @@ def render_stage_table(results_root: Path | None = None) -> str:
     """Markdown table of the stages, marking which notebooks and kernels exist in this tree, with
     each kernel stage's measured step on the H200 (time against the previous stage, from
     ``results/H200``; nothing typed by hand)."""
-    from .replay import run_path
+    from ..results import run_path
 
     root = results_root or ROOT / "results"
     steps = measured_steps(results_root)
@@ -255,8 +257,8 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
     Reads the harness run of kind ``stages`` (``python -m pearl_moe bench --kind stages``); says so
     plainly when there is none. Nothing in it is typed by hand.
     """
-    from .replay import rows as replay_rows
-    from .replay import run_path
+    from ..results import rows as replay_rows
+    from ..results import run_path
 
     root = results_root or ROOT / "results"
     found = replay_rows(gpu=gpu, kind="stages", routing="balanced", root=root)
@@ -285,7 +287,7 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
     extra = []
     sweep = replay_rows(gpu=gpu, kind="stage_sweep", root=root)
     if sweep:
-        from .replay import load_run
+        from ..results import load_run
 
         best = min(sweep, key=lambda r: r["median_us"])
         ceilings = load_run(gpu, "stage_sweep", root)["ceilings"]
@@ -369,8 +371,8 @@ def render_compare_table(results_root: Path | None = None, gpu: str = "H200") ->
     baseline's time, the best baseline and the paired ratio; then geomean, worst, shapes above
     1.03, the decode speed-up over tuned quack and the run's read ceiling beside the datasheet's.
     """
-    from .bench.compare import compare_summary
-    from .replay import load_run, run_path, run_scheduler
+    from ..bench.compare import compare_summary
+    from ..results import load_run, run_path, run_scheduler
 
     root = results_root or ROOT / "results"
     try:
@@ -474,8 +476,8 @@ def render_general_table(results_root: Path | None = None, gpu: str = "H200") ->
     tokens per GPU (geomean and worst ratio against the best baseline, who won), beside the
     course shapes of the same run; the shapes above the tie, those the run did not reach, and
     the shapes whose pick has changed since the run (the table or the picker changed)."""
-    from .bench.compare import by_tokens, compare_summary
-    from .replay import load_run, run_path
+    from ..bench.compare import by_tokens, compare_summary
+    from ..results import load_run, run_path
 
     root = results_root or ROOT / "results"
     try:
@@ -532,7 +534,7 @@ def _changed_picks_note(run: dict) -> list[str]:
     """Lines naming the problems whose default pick changed since ``run`` timed them
     (:func:`pearl_moe.bench.compare.changed_picks`; ``bench --resume --remeasure-changed``
     times them again), or none."""
-    from .bench.compare import changed_picks
+    from ..bench.compare import changed_picks
 
     changed = changed_picks(run)
     if not changed:
@@ -550,8 +552,8 @@ def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> s
     """The whole MoE layer forward (``python -m pearl_moe layer``): per problem the fused layer's
     time against its floor and its ratio to each other implementation (paired round by round),
     then the layer benchmark's goals, met or not, judged on the committed run."""
-    from .bench import layer
-    from .replay import run_path
+    from ..bench import layer
+    from ..results import run_path
 
     root = results_root or ROOT / "results"
     run = layer.load_layer_run(gpu, root)
@@ -623,8 +625,8 @@ def render_layer_table(results_root: Path | None = None, gpu: str = "H200") -> s
 def _sonic_lines(run: dict, sonic: dict, ours: str, path: Path) -> list[str]:
     """SonicMoE's layer, timed in a run of its own (its pinned CuTe DSL and quack), beside ours:
     a ratio across two runs, labeled as such."""
-    from .bench import layer
-    from .bench.compare import geomean
+    from ..bench import layer
+    from ..bench.compare import geomean
 
     rows = layer.cross_run_ratios(run, sonic, "sonic", ours)
     if not rows:

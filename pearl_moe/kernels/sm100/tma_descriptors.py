@@ -24,7 +24,7 @@ How a descriptor is written (:func:`write_expert_descriptor`), as CUTLASS's grou
 Nothing is *encoded* on the device: the earlier version built a new TMA atom inside the kernel,
 which makes the DSL emit its own descriptor encoder (its choices for some fields depend on the
 row count) that no hardware had run. The byte layout of a descriptor is the same on sm_90a and
-sm_100a, so the H200 checks this path (:mod:`pearl_moe.kernels.descriptor_check`): device-patched
+sm_100a, so the H200 checks this path (:mod:`pearl_moe.diagnostics.descriptor_check`): device-patched
 against host-encoded bytes, and clipped TMA stores through the patched descriptors.
 """
 

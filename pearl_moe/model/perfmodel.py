@@ -83,7 +83,7 @@ Kernel structure (stages)
   H200 runs before 2026-11-30 11:46 UTC), ``ceil(E / 32)`` with the warp-parallel walk (32
   experts per step, the default since). :func:`predict` takes ``scheduler=`` ("serial" or
   "warp-parallel", the default); the calibration passes each record's: its configuration's
-  ``walk`` where recorded, else its run's (:func:`pearl_moe.bench.records.run_scheduler`). The
+  ``walk`` where recorded, else its run's (:func:`pearl_moe.results.run_scheduler`). The
   model counts the walk's loads only, not the L2 reuse a walk's timing wins or loses between CTAs
   (``results/H200/walk.json.gz`` has the serial walk faster at prefill with 64 x 128 tiles).
 
@@ -122,10 +122,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from .budget import default_gpu, resolve
-from .config import GemmConfig
-from .hardware import GpuSpec, get_gpu
-from .workloads import GroupedProblem
+from ..config import GemmConfig, default_gpu, resolve
+from ..hardware import GpuSpec, get_gpu
+from ..workloads import GroupedProblem
 
 __all__ = [
     "ModelParams",
@@ -707,8 +706,8 @@ def stage_projection(
     ep: int = 8,
 ) -> dict[tuple[str, int], dict[int, Prediction]]:
     """Modeled latency of each course stage (its ladder configuration) per ``(model, tokens)``."""
-    from .kernels.ladder import stage_config
-    from .workloads import get_model, make_problem
+    from ..kernels.ladder import stage_config
+    from ..workloads import get_model, make_problem
 
     gpu = get_gpu(gpu)
     out: dict[tuple[str, int], dict[int, Prediction]] = {}

@@ -32,9 +32,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .budget import smem_budget, tmem_columns
-from .config import ARCHS, EPILOGUES, WALKS, GemmConfig
-from .kernels.compile_cache import source_fingerprint
+from ..config import ARCHS, EPILOGUES, WALKS, GemmConfig, smem_budget, tmem_columns
+from ..kernels.compile_cache import source_fingerprint
 
 __all__ = [
     "FAMILIES",
@@ -193,7 +192,7 @@ def stage_module_name(stage: int, arch: str) -> str:
     (:func:`pearl_moe.kernels.ladder.kernel_module_name`; stages 3-7 share the persistent one)."""
     if arch not in _ARCH_DIRS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
-    from .kernels.ladder import KERNEL_STAGES, kernel_module_name
+    from ..kernels.ladder import KERNEL_STAGES, kernel_module_name
 
     if stage not in KERNEL_STAGES:
         raise ModuleNotFoundError(
@@ -319,7 +318,7 @@ def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> l
     reqs = [_make_request(*r) for r in requests]
     results: list[KernelReport | None] = [None] * len(reqs)
     todo: dict[str, list[int]] = {}
-    from .kernels.ladder import stage_problems
+    from ..kernels.ladder import stage_problems
 
     for i, (req, request) in enumerate(zip(reqs, requests, strict=True)):
         stage_module_name(req["stage"], req["arch"])  # fail early, in this process
@@ -362,12 +361,12 @@ def _run_worker_once(arch: str, jobs: list[dict], timeout: float, keep: str) -> 
     env["CUTE_DSL_KEEP"] = keep
     # The DSL writes its kept files into the working directory: give the worker a scratch one, and
     # make sure it still imports this very package (also when it is not installed).
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="pearl-moe-compile-") as scratch:
         env["CUTE_DSL_DUMP_DIR"] = scratch
         proc = subprocess.run(
-            [sys.executable, "-c", "from pearl_moe.inspect import _worker; _worker()"],
+            [sys.executable, "-c", "from pearl_moe.course.kernel_report import _worker; _worker()"],
             input=json.dumps(jobs),
             capture_output=True,
             text=True,
@@ -424,7 +423,7 @@ def _compile_job(job: dict) -> dict:
     out = Path(job["out"])
     out.mkdir(parents=True, exist_ok=True)
     config = GemmConfig(**job["config"])
-    from .kernels.dispatch import stage_module
+    from ..kernels.dispatch import stage_module
 
     module = stage_module(job["arch"], job["stage"])
     kernel = module.build(config)
@@ -525,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args) -> GemmConfig:
     """The stage's course configuration with the fields the command line names changed."""
-    from .kernels.ladder import stage_config
+    from ..kernels.ladder import stage_config
 
     changes = {
         field: getattr(args, field)

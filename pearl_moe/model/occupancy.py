@@ -26,9 +26,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .config import GemmConfig
-from .hardware import B200, GpuSpec, get_gpu
-from .workloads import GroupedProblem
+from ..config import GemmConfig
+from ..hardware import B200, GpuSpec, get_gpu
+from ..workloads import GroupedProblem
 
 __all__ = ["IDLE", "Occupancy", "occupancy", "tiles_per_expert", "ceil_div", "skewed_counts"]
 

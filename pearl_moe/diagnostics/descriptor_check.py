@@ -1,4 +1,4 @@
-"""GPU check of the per-expert TMA store descriptors (:mod:`pearl_moe.kernels.tma_descriptors`).
+"""GPU check of the per-expert TMA store descriptors (:mod:`pearl_moe.kernels.sm100.tma_descriptors`).
 
 The sm_100a grouped stages store each expert's tiles through a descriptor that a pre-kernel writes
 on the device: a copy of the host-encoded descriptor of the whole output, patched to the expert's
@@ -31,8 +31,8 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 from cutlass.memory import SmemAllocator
 
-from . import scheduler
-from .tma_descriptors import (
+from ..kernels import scheduler
+from ..kernels.sm100.tma_descriptors import (
     TMA_DESCRIPTOR_BYTES,
     descriptor_ptr,
     expert_output_view,
@@ -240,7 +240,7 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
     """
     import torch
 
-    from .host import bf16_ptr, cuda_stream, i32_ptr, placeholder_ptr
+    from ..kernels.host import bf16_ptr, cuda_stream, i32_ptr, placeholder_ptr
 
     device = torch.device("cuda")
     probe = DescriptorProbe(*tile, clip=not unpatched)

@@ -3,7 +3,7 @@
 :func:`load_kernel_results` reads the H200 runs of our kernels written by the benchmark harness
 (``results/H200/stages.json`` and ``results/H200/stage_sweep.json``, ``python -m pearl_moe bench``);
 :func:`kernel_rows`, :func:`stage_series`, :func:`floor_series`, :func:`correctness_summary`,
-:func:`check_table` and :func:`stage_sweep` read their records through :mod:`pearl_moe.replay`,
+:func:`check_table` and :func:`stage_sweep` read their records through :mod:`pearl_moe.results`,
 the one reader of ``results/``;
 :func:`describe_run` says what a run was measured on and :func:`measurement_source` turns it into
 a label: "live on ...", "replayed from ... (measured <date> on <GPU>)" or "no recorded
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
 
-from .. import replay
+from .. import results
 from ..config import LEGACY_FIELD_NAMES
 from ._paths import rel
 from .machine import Machine
@@ -60,8 +60,8 @@ DECODE_MAX_TOKENS = 256
 
 
 def results_path(name: str = "stages.json", gpu: str = "H200", root: Path | None = None):
-    """``results/<gpu>/<name>`` (:data:`pearl_moe.replay.RESULTS_DIR`; it may not exist yet)."""
-    return (root or replay.RESULTS_DIR) / gpu / name
+    """``results/<gpu>/<name>`` (:data:`pearl_moe.results.RESULTS_DIR`; it may not exist yet)."""
+    return (root or results.RESULTS_DIR) / gpu / name
 
 
 def load_kernel_results(
@@ -73,17 +73,17 @@ def load_kernel_results(
     """The recorded H200 run of our kernels, or None when there is none yet.
 
     The file is a benchmark-harness run (``python -m pearl_moe bench --kind <kind>``, schema in
-    :mod:`pearl_moe.replay`): ``results/<gpu>/stages.json`` (stages 1-3 and the torch
+    :mod:`pearl_moe.results`): ``results/<gpu>/stages.json`` (stages 1-3 and the torch
     baselines over the models and batch sizes) or ``results/<gpu>/stage_sweep.json`` (stage 3 at
-    several pipeline depths and tile shapes). It is read with :func:`pearl_moe.replay.read_run`,
+    several pipeline depths and tile shapes). It is read with :func:`pearl_moe.results.read_run`,
     which raises on a file that breaks the schema; only a missing file gives None. A run stored
-    gzipped (``<kind>.json.gz``) is read the same way (:func:`pearl_moe.replay.run_path`). The path is added
+    gzipped (``<kind>.json.gz``) is read the same way (:func:`pearl_moe.results.run_path`). The path is added
     under ``_path`` so labels can name it.
     """
-    path = Path(path) if path is not None else replay.run_path(gpu, kind, root)
+    path = Path(path) if path is not None else results.run_path(gpu, kind, root)
     if not path.exists():
         return None
-    run = replay.read_run(path)
+    run = results.read_run(path)
     run["_path"] = str(path)
     return run
 
@@ -182,13 +182,13 @@ def _impl_name(stage_or_impl) -> str:
 def kernel_rows(
     data: Mapping | None, model: str | None = None, impl=None, routing: str | None = None
 ) -> list[dict]:
-    """Rows of a recorded run (:func:`pearl_moe.replay.run_rows`, every status), optionally of one
+    """Rows of a recorded run (:func:`pearl_moe.results.run_rows`, every status), optionally of one
     model, implementation (a stage number or a bench name) and routing."""
     if not data:
         return []
     if impl is not None:
         impl = [_impl_name(i) for i in ([impl] if isinstance(impl, int | str) else impl)]
-    return replay.run_rows(dict(data), model=model, impl=impl, routing=routing, ok_only=False)
+    return results.run_rows(dict(data), model=model, impl=impl, routing=routing, ok_only=False)
 
 
 def stage_series(
@@ -280,10 +280,10 @@ def check_table(
     lines = [head + "  ".join(f"{i:<{w}}" for i, w in zip(impls, widths, strict=True))]
     live_ok = live_n = 0
     gpu = machine.gpu_name if machine is not None and machine.gpu_name else "this GPU"
-    for problem, results in live:
+    for problem, by_stage in live:
         marks = []
         for stage, w in zip(stages, widths, strict=True):
-            result = results.get(stage)
+            result = by_stage.get(stage)
             live_n += result is not None
             live_ok += bool(result is not None and result.ok)
             marks.append(f"{_live_verdict(result):<{w}}")
@@ -371,7 +371,7 @@ def baseline(
     path = results_path(f"{kind}.json", gpu, root)
     if not path.exists():
         return None
-    for r in replay.run_rows(path, model=model, impl=impl, routing=routing, tokens=tokens):
+    for r in results.run_rows(path, model=model, impl=impl, routing=routing, tokens=tokens):
         return {
             "seconds": r["median_us"] * 1e-6,
             "floor_seconds": r["floor_us"] * 1e-6,
@@ -524,16 +524,16 @@ def step_latency_bars(
     live: Mapping | None = None,
     live_source: str | None = None,
 ) -> list[tuple]:
-    """Bars for :func:`~pearl_moe.plots.plot_latency_bars`: per problem, stage N - 1 and N
+    """Bars for :func:`~pearl_moe.course.plots.plot_latency_bars`: per problem, stage N - 1 and N
     measured on the H200 (replayed from ``step``, or ``live[(model, tokens)]``, a row of
     :func:`~pearl_moe.course.live.time_step_live`) and modeled on ``gpu_model`` (each stage's
-    ladder configuration, :func:`pearl_moe.perfmodel.predict`), each with its own floor.
+    ladder configuration, :func:`pearl_moe.model.perfmodel.predict`), each with its own floor.
 
     A missing measurement is a bar without a value that says why.
     """
     from ..hardware import get_gpu
     from ..kernels.ladder import stage_config
-    from ..perfmodel import predict
+    from ..model.perfmodel import predict
     from ..workloads import make_problem
 
     gpu = get_gpu(gpu_model)

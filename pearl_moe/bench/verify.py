@@ -1,7 +1,8 @@
 """Correctness checks shared by the GPU tests and the device script.
 
 A kernel's output is compared with a float32 reference; the tolerance is relative to PyTorch's own
-bf16 error on the same inputs (``torch.matmul`` in bf16 per expert): the kernel may be at most
+bf16 error on the same inputs (one ``torch.mm`` per expert in bf16,
+:func:`pearl_moe.moe.reference.grouped_mm_loop`): the kernel may be at most
 twice as far from the reference, plus a small floor. The output is poisoned with NaN first, so an
 unwritten element fails the check.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 __all__ = [
     "reference",
-    "torch_bf16",
     "compare",
     "relative_error",
     "random_inputs",
@@ -29,19 +29,6 @@ def reference(A, W, host_offsets):
     for e, end in enumerate(host_offsets):
         if end > start:
             out[start:end] = A[start:end].float() @ W[e].float().T
-        start = end
-    return out
-
-
-def torch_bf16(A, W, host_offsets):
-    """PyTorch's bf16 result (its error against the reference sets the tolerance)."""
-    import torch
-
-    out = torch.zeros(A.shape[0], W.shape[1], dtype=torch.bfloat16, device=A.device)
-    start = 0
-    for e, end in enumerate(host_offsets):
-        if end > start:
-            out[start:end] = A[start:end] @ W[e].T
         start = end
     return out
 
@@ -87,7 +74,9 @@ def run_checked(fn, A, W, offs, host_offsets) -> dict:
     """Poison an output, run ``fn(A, W, offs, out)``, compare with reference and torch bf16."""
     import torch
 
+    from ..moe.reference import grouped_mm_loop
+
     out = torch.full((A.shape[0], W.shape[1]), float("nan"), dtype=torch.bfloat16, device=A.device)
     fn(A, W, offs, out)
     torch.cuda.synchronize()
-    return compare(out, reference(A, W, host_offsets), torch_bf16(A, W, host_offsets))
+    return compare(out, reference(A, W, host_offsets), grouped_mm_loop(A, W, host_offsets))

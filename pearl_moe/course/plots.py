@@ -7,11 +7,11 @@ rather than pyplot, so nothing here touches global state: no backend is chosen, 
 on import, and a notebook never shows a figure twice. The style is applied per figure through
 :func:`style`.
 
-Measurements come in as arguments (read from ``results/`` by :mod:`pearl_moe.replay` and shaped by
-the caller); the models are asked here: budgets come from :mod:`pearl_moe.budget`, tiles and waves
-from :mod:`pearl_moe.occupancy`, so a plot cannot disagree with the models it shows.
-:mod:`pearl_moe.figures` saves the committed figures, :mod:`pearl_moe.course` re-exports the
-notebooks' plots, :mod:`pearl_moe.widgets` shows the explorers' pictures.
+Measurements come in as arguments (read from ``results/`` by :mod:`pearl_moe.results` and shaped by
+the caller); the models are asked here: budgets come from :mod:`pearl_moe.config`, tiles and waves
+from :mod:`pearl_moe.model.occupancy`, so a plot cannot disagree with the models it shows.
+:mod:`pearl_moe.course.figures` saves the committed figures, :mod:`pearl_moe.course` re-exports the
+notebooks' plots, :mod:`pearl_moe.course.widgets` shows the explorers' pictures.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from .budget import resolve, smem_budget, tmem_columns
-from .config import GemmConfig
-from .hardware import B200, GpuSpec, get_gpu
-from .occupancy import IDLE, Occupancy, occupancy
-from .workloads import get_model, make_problem
+from ..config import GemmConfig, resolve, smem_budget, tmem_columns
+from ..hardware import B200, GpuSpec, get_gpu
+from ..model.occupancy import IDLE, Occupancy, occupancy
+from ..workloads import get_model, make_problem
 
 __all__ = [
     "OKABE_ITO",
@@ -415,7 +414,7 @@ def plot_tmem_maps(configs: Sequence[GemmConfig]) -> Figure:
 
 def plot_config_budget(config: GemmConfig, gpu: GpuSpec) -> Figure:
     """One resolved config's shared-memory bar (:func:`plot_smem_budget`) and, on sm_100a, its TMEM
-    map (:func:`plot_tmem_map`) below it: the picture of :class:`pearl_moe.widgets.SmemBudgetExplorer`."""
+    map (:func:`plot_tmem_map`) below it: the picture of :class:`pearl_moe.course.widgets.SmemBudgetExplorer`."""
     has_tmem = config.arch == "sm_100a"
     fig = Figure(figsize=(7.5, 4.6 if has_tmem else 3.6), layout="constrained")
     if has_tmem:
@@ -507,11 +506,11 @@ def plot_latency_panels(
 def plot_roofline(roofs=None, points=None, ax: Axes | None = None) -> Figure:
     """Attainable FLOP/s against arithmetic intensity (log-log) for each roof, with the MoE shapes.
 
-    ``roofs``: :class:`pearl_moe.roofline.Roof` list (default: B200 and H200 datasheets, H200
-    measured); ``points``: :class:`~pearl_moe.roofline.RooflinePoint` list (default: the three
+    ``roofs``: :class:`pearl_moe.model.roofline.Roof` list (default: B200 and H200 datasheets, H200
+    measured); ``points``: :class:`~pearl_moe.model.roofline.RooflinePoint` list (default: the three
     models at 16/64/256 and 4096 tokens per GPU). Derived numbers only: no kernel was timed.
     """
-    from . import roofline
+    from ..model import roofline
 
     roofs = roofs if roofs is not None else roofline.roofs()
     points = points if points is not None else roofline.points()
@@ -579,7 +578,7 @@ def plot_roofline(roofs=None, points=None, ax: Axes | None = None) -> Figure:
 
 # ---------------------------------------------------------------------------- latency model
 def plot_calibration(rows, ax: Axes | None = None, tolerance: float = 0.10) -> Figure:
-    """Modeled against measured latency (log-log) for the rows of :func:`pearl_moe.calibrate.evaluate`:
+    """Modeled against measured latency (log-log) for the rows of :func:`pearl_moe.model.calibrate.evaluate`:
     one marker per H200 record, colour = kernel stage, with y = x and the +-tolerance band."""
     with style():
         fig, ax = _axes(ax, (5.4, 4.6))
@@ -629,7 +628,7 @@ def plot_stage_projection(
 
     Each shape's bars are drawn against that shape's own floor (dashed), as multiples of it, so
     shapes of different sizes share one axis. Every bar is modeled: the title says so. ``note``
-    (e.g. :func:`pearl_moe.calibrate.trust_note`) goes on a second title line.
+    (e.g. :func:`pearl_moe.model.calibrate.trust_note`) goes on a second title line.
     """
     shapes = list(projections)
     stages = sorted({s for v in projections.values() for s in v})
@@ -652,7 +651,9 @@ def plot_stage_projection(
         ax.set_xticks(np.arange(len(shapes)), shapes, fontsize=7)
         ax.grid(axis="x", visible=False)
         ax.legend(ncol=len(stages) + 1, fontsize=7, loc="upper left")
-        title = f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement): stages side by side"
+        title = (
+            f"{gpu}, modeled (pearl_moe.model.perfmodel, not a measurement): stages side by side"
+        )
         ax.set_title(title + (f"\n{note}" if note else ""), fontsize=9 if note else None)
     return fig
 
@@ -665,7 +666,7 @@ def plot_ring_depth_sweep(
     ax: Axes | None = None,
 ) -> Figure:
     """Modeled latency against ring depth, one line per configuration: ``series[label] =
-    [(ring_depth, seconds), ...]`` from :func:`pearl_moe.perfmodel.predict`. Titled as modeled."""
+    [(ring_depth, seconds), ...]`` from :func:`pearl_moe.model.perfmodel.predict`. Titled as modeled."""
     with style():
         fig, ax = _axes(ax, (6.0, 3.4))
         for i, (label, points) in enumerate(series.items()):
@@ -679,7 +680,7 @@ def plot_ring_depth_sweep(
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
         ax.set_title(
-            f"{gpu}, modeled (pearl_moe.perfmodel, not a measurement)"
+            f"{gpu}, modeled (pearl_moe.model.perfmodel, not a measurement)"
             + (f": {title}" if title else ""),
             fontsize=9,
         )
@@ -696,7 +697,7 @@ def plot_ring_depth_marked(
 ) -> Figure:
     """Modeled latency against ring depth (``points``: ``(depth, seconds)``) with the chosen
     ``depth`` circled at ``seconds`` and the ``floor`` dashed: the picture of
-    :class:`pearl_moe.widgets.LatencyExplorer`."""
+    :class:`pearl_moe.course.widgets.LatencyExplorer`."""
     depths = [d for d, _ in points]
     times = [t for _, t in points]
     with style():
@@ -845,7 +846,7 @@ def plot_stage_sweep(
 
     ``measured`` is ``(ring entries, seconds)`` points (or a dict of labelled series), ``None`` when
     nothing is recorded; ``modeled`` maps a label to ``(ring entries, seconds)`` points from
-    :func:`pearl_moe.perfmodel.predict`. Floors are drawn as dashed lines.
+    :func:`pearl_moe.model.perfmodel.predict`. Floors are drawn as dashed lines.
     """
     with style():
         fig = Figure(figsize=(10.0, 3.8), layout="constrained")
@@ -871,7 +872,7 @@ def plot_stage_sweep(
         if modeled_floor:
             ax_p.axhline(modeled_floor * 1e6, color="#555555", ls="--", label="floor (modeled)")
         ax_p.set_title(
-            f"{modeled_gpu}, modeled (pearl_moe.perfmodel, not a measurement)", fontsize=8
+            f"{modeled_gpu}, modeled (pearl_moe.model.perfmodel, not a measurement)", fontsize=8
         )
         for ax in (ax_m, ax_p):
             ax.set_xlabel("ring depth (A/B ring entries)")
@@ -906,7 +907,7 @@ def plot_latency_bars(
     when every such bar is on the same GPU). A missing value (None) is an empty row that says why.
     The sources are listed once under the title; when any bar is modeled the title says so, and
     a last title line says how close the model comes to the H200's measurements
-    (:func:`pearl_moe.calibrate.trust_note`).
+    (:func:`pearl_moe.model.calibrate.trust_note`).
     """
     parts = [_bar_parts(b) for b in bars]
     # one panel per GPU: a measured H200 bar and a modeled B200 bar never share an axis
@@ -968,9 +969,9 @@ def plot_latency_bars(
         named = [s for s in sources if "modeled" not in s]
         check = ""
         if any_model:
-            from .calibrate import decode_prefill_errors, trust_note
+            from ..model.calibrate import decode_prefill_errors, trust_note
 
-            named.append("model: pearl_moe.perfmodel, not a measurement")
+            named.append("model: pearl_moe.model.perfmodel, not a measurement")
             check = trust_note(decode_prefill_errors())
         heading = "\n".join(filter(None, [title, "; ".join(named), check]))
         if heading:
@@ -991,7 +992,7 @@ def plot_recorded_vs_tokens(
 ):
     """Latency against tokens per GPU of recorded (or live) runs, the source said once.
 
-    :func:`pearl_moe.plots.plot_latency_vs_tokens` with short legend entries ("stage 2", the legend
+    :func:`pearl_moe.course.plots.plot_latency_vs_tokens` with short legend entries ("stage 2", the legend
     titled "measured on H200") and the long source ("replayed from results/... (measured <date> on <GPU>)") as a
     second title line, so the legend stays inside the plot and the axes keep their width.
     """
@@ -1039,12 +1040,12 @@ def plot_stage_budgets(stages, configs: Mapping | None = None):
     """Budget model of some stages' ladder configurations on both GPUs, side by side.
 
     Top: stacked shared-memory bars per CTA, B200 (sm_100a) left and H200 (sm_90a) right, one bar
-    per stage (:func:`pearl_moe.plots.plot_smem_budget`). Below: the TMEM column map of each
-    stage's B200 configuration (:func:`pearl_moe.plots.plot_tmem_map`). ``configs`` maps ``(arch,
+    per stage (:func:`pearl_moe.course.plots.plot_smem_budget`). Below: the TMEM column map of each
+    stage's B200 configuration (:func:`pearl_moe.course.plots.plot_tmem_map`). ``configs`` maps ``(arch,
     stage)`` to a configuration to draw instead of the ladder's
     (:func:`pearl_moe.kernels.ladder.stage_config`, deepest ring that fits).
     """
-    from .kernels.ladder import stage_config
+    from ..kernels.ladder import stage_config
 
     stages = list(stages)
     configs = dict(configs or {})
@@ -1107,7 +1108,7 @@ def plot_stage_occupancy(configs: Mapping, problems: Sequence, gpu="B200"):
     ``configs`` maps a row label to a :class:`~pearl_moe.config.GemmConfig` (its tile and
     ``cta_group``); ``problems`` are :class:`~pearl_moe.workloads.GroupedProblem` (columns). A
     persistent CTA takes tiles ``c, c + SMs, ...``, so column ``r`` of a map is the ``r``-th round
-    of tiles: the wave model of :mod:`pearl_moe.occupancy`, titled as a model. The maps of one
+    of tiles: the wave model of :mod:`pearl_moe.model.occupancy`, titled as a model. The maps of one
     problem (a column) share one time axis.
     """
     gpu = get_gpu(gpu)
@@ -1149,7 +1150,7 @@ def plot_ablation_step(step: Mapping | None):
     """A measured step, shape by shape: the paired ratio stage N / stage N - 1 (dot) and the range of
     its per-round ratios (bar), one colour per model, tokens per GPU along x; 1 = no change.
 
-    ``step`` is :func:`~pearl_moe.course.results.ablation_step`; its source is the second title
+    ``step`` is :func:`~pearl_moe.course.measurements.ablation_step`; its source is the second title
     line. Without a step the axes say there is no recorded measurement.
     """
     with style():

@@ -2,7 +2,7 @@
 
 For each committed H200 record of the course's kernels (implementations ``pearl-s1`` ... ``pearl-s7``
 and their variants, in every result kind: ``stages``, ``stage_sweep``, ``ablation`` ...) it prints the
-measured median, the modeled time (:func:`pearl_moe.perfmodel.predict` with that run's own measured
+measured median, the modeled time (:func:`pearl_moe.model.perfmodel.predict` with that run's own measured
 ceilings), and the error, then exits non-zero unless the largest error is at most 10 % and the
 Spearman rank correlation of measured and modeled times is at least 0.9.
 
@@ -12,7 +12,7 @@ what a model can reach that gives one time per kernel and problem: where two run
 factor ``r`` it misses one of them by at least ``(r - 1) / (r + 1)`` (:func:`error_floor`). The
 report prints that floor beside the largest error (runs before 2026-12-01 did not record their
 kernel code, so part of a spread there may be changes of the code). ``--fit`` refits the model's
-calibrated parameters (:data:`pearl_moe.perfmodel.FITTED`) on all records -- minimizing the
+calibrated parameters (:data:`pearl_moe.model.perfmodel.FITTED`) on all records -- minimizing the
 8-norm of the log errors, a smooth stand-in for the largest error -- and reports the new values, so
 the calibration can be redone in one command when new runs land. Records are excluded only when the
 model cannot express them (no recorded configuration, or a configuration field this version of the
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import GemmConfig, retired_variant
-from .hardware import get_gpu
+from ..config import GemmConfig, retired_variant
+from ..hardware import get_gpu
+from ..results import SCHEDULER_CUTOVER, problem_from_entry, run_scheduler, runs
 from .perfmodel import ASSUMED, CALIBRATED, CALIBRATED_ON, FITTED, ModelParams, predict
-from .replay import SCHEDULER_CUTOVER, problem_from_entry, run_scheduler, runs
 
 __all__ = [
     "Record",
@@ -59,7 +59,7 @@ __all__ = [
     "MIN_SPEARMAN",
 ]
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 #: What ``calibrate`` holds the model to on the committed records: what those records support.
 #: One configuration timed in different runs differs by up to 13.5% (:func:`error_floor`), so a
 #: 10% bound on every record is out of reach for any model that gives one time per kernel and
@@ -102,7 +102,7 @@ class Record:
 
 def load_records(gpu: str = "H200", root: str | Path | None = None, impl=None, files=None):
     """``(records, excluded)``: every ok record of a ``pearl-s*`` implementation in the result files
-    of ``results/<gpu>/`` (``*.json`` and ``*.json.gz``, read by :func:`pearl_moe.replay.runs`);
+    of ``results/<gpu>/`` (``*.json`` and ``*.json.gz``, read by :func:`pearl_moe.results.runs`);
     ``excluded`` lists ``(kind, impl, problem, reason)``.
 
     ``impl`` (a compiled regex with one group, the stage) selects other implementations: the
@@ -414,7 +414,7 @@ def report(records, excluded, params: ModelParams, out=print, fitted_on=CALIBRAT
     rows = evaluate(records, params)
     s = summary(rows)
     s["rows"] = rows
-    out("Calibration of pearl_moe.perfmodel on the committed H200 runs")
+    out("Calibration of pearl_moe.model.perfmodel on the committed H200 runs")
     out(
         "measured: CUDA-graph medians from results/H200/*.json(.gz); modeled: perfmodel.predict with"
     )

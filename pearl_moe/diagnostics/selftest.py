@@ -14,7 +14,7 @@ each writes its log, and its data where it has some, under ``--out``):
 ``environment``  GPU, SM count, clocks, driver, torch / DSL versions, date: ``environment.json``
 ``tests``        ``pytest -m gpu``: every GPU test of the package, this architecture's kernels
 ``descriptors``  the per-expert TMA store descriptors patched on the device
-                 (:mod:`pearl_moe.kernels.descriptor_check`): bytes and clipped stores
+                 (:mod:`pearl_moe.diagnostics.descriptor_check`): bytes and clipped stores
 ``sanitizers``   compute-sanitizer memcheck, racecheck and synccheck on the cases most likely to
                  break first (:data:`CASES`): stage 3 with experts of 1, 15, 16 and 200 rows;
                  stage 7 with fewer K tiles than ring entries and ``n`` not a multiple of 512;
@@ -45,7 +45,7 @@ __all__ = ["CASES", "PHASES", "Phase", "cases_for", "main", "plan", "run_cases",
 
 PHASES = ("environment", "tests", "descriptors", "sanitizers", "tune", "ablation", "compare")
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The sanitizer cases: (name, course stage, config changes per kernel family ("*": every family;
 #: a family not named skips the case), expert row counts, n, k). Every case has zero-row experts;
@@ -70,7 +70,7 @@ CASES = (
 
 def cases_for(family: str, cases=CASES):
     """``(name, stage, config, counts, n, k)`` of the cases that apply to ``family``."""
-    from .kernels.ladder import stage_config
+    from ..kernels.ladder import stage_config
 
     out = []
     for name, stage, changes, counts, n, k in cases:
@@ -145,7 +145,7 @@ def plan(args, gpu: str, out: Path, sanitizer: str | None) -> list[Phase]:
             continue
         if name == "environment":
             steps.append(
-                Phase(name, [py, "-m", "pearl_moe.selftest", "--environment", str(out)], "environment.log",
+                Phase(name, [py, "-m", "pearl_moe.diagnostics.selftest", "--environment", str(out)], "environment.log",
                       files=["environment.json"], timeout_s=120)
             )  # fmt: skip
         elif name == "tests":
@@ -155,7 +155,7 @@ def plan(args, gpu: str, out: Path, sanitizer: str | None) -> list[Phase]:
             )  # fmt: skip
         elif name == "descriptors":
             steps.append(
-                Phase(name, [py, "-m", "pearl_moe.selftest", "--descriptors", str(out)],
+                Phase(name, [py, "-m", "pearl_moe.diagnostics.selftest", "--descriptors", str(out)],
                       "descriptors.log", files=["descriptors.json"], timeout_s=600)
             )  # fmt: skip
         elif name == "sanitizers":
@@ -164,7 +164,7 @@ def plan(args, gpu: str, out: Path, sanitizer: str | None) -> list[Phase]:
                 if tool == "memcheck":
                     cmd += ["--report-api-errors", "no"]
                 steps.append(
-                    Phase(f"sanitizers:{tool}", cmd + [py, "-m", "pearl_moe.selftest", "--cases"],
+                    Phase(f"sanitizers:{tool}", cmd + [py, "-m", "pearl_moe.diagnostics.selftest", "--cases"],
                           f"{tool}.log", timeout_s=1800)
                 )  # fmt: skip
         elif name == "tune":
@@ -276,8 +276,8 @@ def summary(phases: list[Phase], out: Path, gpu: str) -> str:
 def run_cases(family: str, cases=CASES) -> bool:
     """Run the :data:`CASES` of ``family``, each against the float32 reference on a NaN-poisoned
     output. What the sanitizers wrap (and a GPU test). Returns True when every case is right."""
-    from .kernels import grouped_gemm
-    from .kernels.verify import random_inputs, run_checked
+    from ..bench.verify import random_inputs, run_checked
+    from ..kernels import grouped_gemm
 
     ok = True
     for seed, (name, stage, config, counts, n, k) in enumerate(cases_for(family, cases)):
@@ -295,7 +295,7 @@ def run_cases(family: str, cases=CASES) -> bool:
 
 
 def _environment(out: Path) -> int:
-    from .bench.records import environment
+    from ..results import environment
 
     env = environment("python -m pearl_moe selftest")
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
@@ -308,7 +308,7 @@ def _environment(out: Path) -> int:
 
 
 def _descriptors(out: Path) -> int:
-    from .kernels.descriptor_check import check_descriptors, format_report
+    from .descriptor_check import check_descriptors, format_report
 
     report = check_descriptors()
     (out / "descriptors.json").write_text(json.dumps(report, indent=1))
@@ -332,8 +332,8 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    from .kernels.autotune import gpu_name
-    from .kernels.targets import gpu_target
+    from ..kernels.autotune import gpu_name
+    from ..kernels.targets import gpu_target
 
     try:
         family, target = gpu_target(torch.device("cuda"))
