@@ -9,7 +9,7 @@ through nbclient). A ``%%cute_compile`` cell is compiled as the magic would
 (:func:`pearl_moe.course.scratch.cute_compile`); other ``%`` and ``!`` lines are skipped. Exits
 non-zero on the first failing cell, naming the notebook and the cell.
 
-    python scripts/exec_notebooks.py notebooks/02_plain_gemm.ipynb notebooks/03_grouped_gemm.ipynb
+    python scripts/exec_notebooks.py notebooks/01a_stage1_kernel.ipynb notebooks/02_grouped_gemm.ipynb
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 CHROMIUM_PACKAGE = "@sparticuz/chromium@143.0.4"  # Chromium 143; 153+ needs Node >= 22.17
 REQUIRE_ENV = "PEARL_MOE_REQUIRE_BROWSER"
 #: Notebooks whose widget must be found and moved; so must any notebook whose code makes a widget.
-WIDGET_NOTEBOOKS = ("01_why_grouped_gemm",)
+WIDGET_NOTEBOOKS = ("00b_why_grouped_gemm",)
 NOTEBOOK_TIMEOUT_S = 600
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -380,14 +380,14 @@ def test_latency_bars_mark_missing_and_modeled():
 @pytest.mark.parametrize(
     "name",
     [
-        "02_plain_gemm",
-        "03_grouped_gemm",
-        "04_persistent_kernel",
-        "04b_bytes_in_flight",
-        "05_direct_store",
-        "06_64_row_tiles",
-        "07_wide_b_loads",
-        "08_epilogue_overlap",
+        "01a_stage1_kernel",
+        "02_grouped_gemm",
+        "03a_persistent_schedule",
+        "03c_bytes_in_flight",
+        "04_direct_store",
+        "05_64_row_tiles",
+        "06_wide_b_loads",
+        "07a_split_accumulator_blackwell",
     ],
 )
 def test_stage_notebooks_define_no_kernel_and_label_b200_as_modeled(name):
@@ -408,7 +408,7 @@ def test_stage_notebooks_define_no_kernel_and_label_b200_as_modeled(name):
         "**Where this runs:** the sm_90a kernels are run, verified and measured on the H200; "
         "the sm_100a kernels are compile-verified only and have never run anywhere. "
         "On a B200 this notebook tries them live; every B200 latency here is modeled. "
-        "[More in notebook 00.](00_setup_and_tour.ipynb#Where-the-kernels-run)"
+        "[More in notebook 00.](00a_setup_and_tour.ipynb#Where-the-kernels-run)"
     )
     assert where in " ".join(text.split())
     assert "so on a real B200 `grouped_gemm` launches them" not in text

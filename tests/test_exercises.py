@@ -36,7 +36,7 @@ def test_the_checker_reports_each_check_and_target_and_never_raises():
 
     ex = Exercise(
         "xx-demo",
-        "02_plain_gemm",
+        "01a_stage1_kernel",
         "demo",
         (
             Check("two TMA loads", lambda r: r.families["UTMALDG (TMA load)"] == 2),

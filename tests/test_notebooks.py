@@ -70,7 +70,7 @@ WHERE_THIS_RUNS = (
     "**Where this runs:** the sm_90a kernels are run, verified and measured on the H200; "
     "the sm_100a kernels are compile-verified only and have never run anywhere. "
     "On a B200 this notebook tries them live; every B200 latency here is modeled. "
-    "[More in notebook 00.](00_setup_and_tour.ipynb#Where-the-kernels-run)"
+    "[More in notebook 00.](00a_setup_and_tour.ipynb#Where-the-kernels-run)"
 )
 WHERE_SECTION = "## Where the kernels run"
 
@@ -80,14 +80,14 @@ OLD_WHERE_PARAGRAPH = "stage modules implement `compile_kernel` + `launch`, so o
 
 #: The two notebooks of kernel stage 3: the persistent, warp-specialized kernel, then the bytes it
 #: keeps in flight (ring depth, Little's law, the latency model).
-STAGE_3_NOTEBOOKS = ["04_persistent_kernel", "04b_bytes_in_flight"]
+STAGE_3_NOTEBOOKS = ["03a_persistent_schedule", "03c_bytes_in_flight"]
 
 #: The stage notebooks of kernel stages 4-7 (the post's four optimizations).
 STAGE_NOTEBOOKS = [
-    "05_direct_store",
-    "06_64_row_tiles",
-    "07_wide_b_loads",
-    "08_epilogue_overlap",
+    "04_direct_store",
+    "05_64_row_tiles",
+    "06_wide_b_loads",
+    "07a_split_accumulator_blackwell",
 ]
 
 
@@ -97,7 +97,7 @@ def _markdown(name: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["02_plain_gemm", "03_grouped_gemm", *STAGE_3_NOTEBOOKS, *STAGE_NOTEBOOKS]
+    "name", ["01a_stage1_kernel", "02_grouped_gemm", *STAGE_3_NOTEBOOKS, *STAGE_NOTEBOOKS]
 )
 def test_notebooks_say_where_kernels_run(name):
     """Each notebook that runs kernel stages says where in one line, linking to notebook 00."""
@@ -108,7 +108,7 @@ def test_notebooks_say_where_kernels_run(name):
 
 def test_notebook_00_says_where_the_kernels_run():
     """The one full account: both targets, the three machines, and what "modeled" means."""
-    nb = nbformat.read(NOTEBOOKS_DIR / "00_setup_and_tour.ipynb", as_version=4)
+    nb = nbformat.read(NOTEBOOKS_DIR / "00a_setup_and_tour.ipynb", as_version=4)
     # its heading is the anchor the one-line form links to: #Where-the-kernels-run
     cells = [c.source for c in nb.cells if c.source.startswith(WHERE_SECTION + "\n")]
     assert len(cells) == 1, f"notebook 00 needs exactly one {WHERE_SECTION!r} cell"
@@ -131,7 +131,7 @@ def test_notebook_00_says_where_the_kernels_run():
 
 
 def test_notebook_09_says_where_kernels_run():
-    assert WHERE_IT_RUNS in _markdown("09_benchmarks")
+    assert WHERE_IT_RUNS in _markdown("08a_benchmarks")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -160,13 +160,13 @@ RING_AS_STAGE = re.compile(
 @pytest.mark.parametrize(
     "name",
     [
-        "00_setup_and_tour",
-        "01b_cute_primer",
-        "02_plain_gemm",
-        "03_grouped_gemm",
+        "00a_setup_and_tour",
+        "00c_cute_primer",
+        "01a_stage1_kernel",
+        "02_grouped_gemm",
         *STAGE_3_NOTEBOOKS,
         *STAGE_NOTEBOOKS,
-        "09_benchmarks",
+        "08a_benchmarks",
     ],
 )
 def test_one_vocabulary_stage_means_kernel_stage(name):
@@ -178,12 +178,12 @@ def test_one_vocabulary_stage_means_kernel_stage(name):
 @pytest.mark.parametrize(
     "name",
     [
-        "01b_cute_primer",
-        "02_plain_gemm",
-        "03_grouped_gemm",
+        "00c_cute_primer",
+        "01a_stage1_kernel",
+        "02_grouped_gemm",
         *STAGE_3_NOTEBOOKS,
         *STAGE_NOTEBOOKS,
-        "09_benchmarks",
+        "08a_benchmarks",
     ],
 )
 def test_at_least_three_exercises_derive_and_check_a_number(name):
@@ -306,8 +306,8 @@ def test_stage_3_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch
     """Notebooks 04 and 04b on a fake GPU: each checks stage 3 live; 04b then times its ring-depth
     sweep on a Hopper GPU (every depth that fits, two tile heights) and only checks on a B200."""
     _, checked, timed, timed_alone = _run_with_a_fake_gpu(name, mode, monkeypatch)
-    assert checked == ["pearl stage 3"] and timed == ([3] if name == "04_persistent_kernel" else [])
-    if name == "04b_bytes_in_flight" and mode == "hopper":
+    assert checked == ["pearl stage 3"] and timed == ([3] if name == "03a_persistent_schedule" else [])
+    if name == "03c_bytes_in_flight" and mode == "hopper":
         # ring 2-6 at 128 x 128, ring 2-8 at 64 x 128
         assert timed_alone == ["pearl stage 3"] * (5 + 7)
     else:
@@ -315,7 +315,7 @@ def test_stage_3_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch
 
 
 def test_benchmarks_notebook_replays_measured_runs_and_labels_b200_as_modeled():
-    nb = nbformat.read(NOTEBOOKS_DIR / "09_benchmarks.ipynb", as_version=4)
+    nb = nbformat.read(NOTEBOOKS_DIR / "08a_benchmarks.ipynb", as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert 'results.load_run("H200", "compare")' in code and "detect_machine()" in code

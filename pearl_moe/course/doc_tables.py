@@ -27,26 +27,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class Stage:
-    number: int | str  # 0-10, or "01b", "04b" for a notebook inserted between two numbers
+    """One notebook of the course: its file, what it teaches and the kernel stage it builds.
+
+    The notebook's number is the kernel stage it teaches (``01a``/``01b`` both teach stage 1);
+    ``00a``-``00d`` come before the first kernel, ``08a``/``08b`` and ``09`` after the last,
+    ``A1``/``A2`` are appendices."""
+
+    label: str  # the notebook's prefix: "00a", "01b", "04", "A1"
     notebook: str
     title: str
-    idea: str
+    idea: str  # what the learner leaves with, in one line
     kernel_stage: int | None = None  # kernel stage (pearl_moe.kernels.ladder.KERNEL_STAGES)
-
-    @property
-    def label(self) -> str:
-        """The notebook's number as the table shows it: ``"02"``, ``"01b"``, ``"04b"``."""
-        return f"{self.number:02d}" if isinstance(self.number, int) else self.number
+    minutes: int = 60  # for a reader who knows CUDA and PyTorch but not CuTe DSL
+    runs_on: str = "CPU"  # what runs live where: "CPU", "CPU · Hopper", "CPU · Hopper · Blackwell"
 
     @property
     def taught_stage(self) -> int | None:
-        """The kernel stage the notebook teaches: ``kernel_stage``, else by the course's numbering
-        (notebook 0N teaches kernel stage N - 1, for notebooks 02-08)."""
-        if self.kernel_stage is not None:
-            return self.kernel_stage
-        if isinstance(self.number, int) and 2 <= self.number <= 8:
-            return self.number - 1
-        return None
+        """The kernel stage the notebook teaches (None for the notebooks around the ladder)."""
+        return self.kernel_stage
 
     @property
     def notebook_path(self) -> Path:
@@ -69,75 +67,31 @@ class Stage:
         ).is_file()
 
 
+_ALL = "CPU · Hopper · Blackwell"
+_HOPPER = "CPU · Hopper"
+
 STAGES: tuple[Stage, ...] = (
-    Stage(0, "00_setup_and_tour", "Setup and tour", "what this machine can run; the baselines"),
-    Stage(1, "01_why_grouped_gemm", "Why grouped GEMM", "one launch for all experts fills the GPU"),
-    Stage(
-        "01b",
-        "01b_cute_primer",
-        "CuTe primer",
-        "layouts, TMA, mbarriers, wgmma / tcgen05; compile a cell for both targets",
-    ),
-    Stage(2, "02_plain_gemm", "Plain GEMM", "TMA ring + tensor cores + TMA-store epilogue", 1),
-    Stage(
-        3, "03_grouped_gemm", "Grouped GEMM", "CTA (x, y, z) computes tile (x, y) of expert z", 2
-    ),
-    Stage(
-        4,
-        "04_persistent_kernel",
-        "Persistent, warp-specialized kernel",
-        "one CTA per SM walks the tile list; TMA, MMA and epilogue warps meet at mbarriers",
-        3,
-    ),
-    Stage(
-        "04b",
-        "04b_bytes_in_flight",
-        "Bytes in flight",
-        "ring depth and tile shape; Little's law; a latency model and how far to trust it",
-        3,
-    ),
-    Stage(
-        5,
-        "05_direct_store",
-        "Direct register-to-global store",
-        "no 24 KB epilogue buffer: one more ring entry (6 -> 7); 256-bit stores",
-        4,
-    ),
-    Stage(
-        6,
-        "06_64_row_tiles",
-        "64-row tiles",
-        "1-CTA tile_m = 64: 8 KB A ring entries, 9 ring entries",
-        5,
-    ),
-    Stage(
-        7,
-        "07_wide_b_loads",
-        "Wide B loads",
-        "one B ring entry spans two K tiles: 256 B per weight row per request",
-        6,
-    ),
-    Stage(
-        8,
-        "08_epilogue_overlap",
-        "Epilogue overlap",
-        "two accumulator slots in TMEM (2-CTA 256 x 512); Hopper: ping-pong",
-        7,
-    ),
-    Stage(9, "09_benchmarks", "Benchmarks", "every stage against the baselines"),
-    Stage(
-        10,
-        "10_measuring_honestly",
-        "Appendix: measuring honestly",
-        "interleaved rounds, the power cap, drift between runs, what Nsight Compute shows",
-    ),
-    Stage(
-        11,
-        "11_moe_layer",
-        "The whole MoE layer",
-        "routing on the device, gather, gate+up, activation, down, combine; the activation fused",
-    ),
-)
+    Stage("00a", "00a_setup_and_tour", "Setup and tour", "what this machine can run; how far the baselines sit from the floor", None, 30, _HOPPER),
+    Stage("00b", "00b_why_grouped_gemm", "Why grouped GEMM", "a per-expert loop leaves the GPU idle; one launch fills it", None, 55),
+    Stage("00c", "00c_cute_primer", "CuTe primer", "layouts, swizzles, TMA boxes, mbarrier rings, wgmma and tcgen05", None, 60),
+    Stage("00d", "00d_dsl_rules", "CuTe DSL rules", "trace time and run time, Constexpr, loops, branches, partitions, pipelines", None, 60),
+    Stage("01a", "01a_stage1_kernel", "Stage 1: the GEMM kernel", "TMA ring, tensor cores, TMA-store epilogue; write the producer", 1, 60, _ALL),
+    Stage("01b", "01b_per_expert_loop", "Stage 1: the per-expert loop", "budgets, occupancy and the cost of one launch per expert", 1, 50, _ALL),
+    Stage("02", "02_grouped_gemm", "Stage 2: grouped GEMM", "CTA (x, y, z) computes tile (x, y) of expert z", 2, 60, _ALL),
+    Stage("03a", "03a_persistent_schedule", "Stage 3: the persistent schedule", "one CTA per SM walks only the real tiles", 3, 60, _ALL),
+    Stage("03b", "03b_warp_roles", "Stage 3: warp roles", "TMA, MMA and epilogue warps meet at mbarriers", 3, 45, _ALL),
+    Stage("03c", "03c_bytes_in_flight", "Stage 3: bytes in flight", "Little's law: what ring depth and tile height buy", 3, 55, _ALL),
+    Stage("04", "04_direct_store", "Stage 4: direct store", "no 24 KB epilogue buffer: one more ring entry; 256-bit stores", 4, 60, _ALL),
+    Stage("05", "05_64_row_tiles", "Stage 5: 64-row tiles", "1-CTA tile_m = 64: 8 KB A ring entries, 9 ring entries", 5, 60, _ALL),
+    Stage("06", "06_wide_b_loads", "Stage 6: wide B loads", "one B ring entry spans two K tiles: 256 B per weight row", 6, 60, _ALL),
+    Stage("07a", "07a_split_accumulator_blackwell", "Stage 7: split accumulator (Blackwell)", "two TMEM slots of a 256 x 512 tile, released apart", 7, 60, "CPU · Blackwell"),
+    Stage("07b", "07b_split_accumulator_hopper", "Stage 7: split accumulator (Hopper)", "two consumer warpgroups take turns", 7, 45, _HOPPER),
+    Stage("08a", "08a_benchmarks", "Benchmarks", "the default call against every baseline; what each stage bought", None, 55, _HOPPER),
+    Stage("08b", "08b_default_call", "The default call", "how grouped_gemm picks a configuration, judged on layers no one tuned", None, 50, _HOPPER),
+    Stage("09", "09_moe_layer", "The whole MoE layer", "routing, gather, gate+up with fused SwiGLU, down, combine", None, 60, _ALL),
+    Stage("A1", "A1_measuring_honestly", "Appendix: measuring honestly", "interleaved rounds, the power cap, drift, Nsight Compute", None, 50, _HOPPER),
+    Stage("A2", "A2_latency_model", "Appendix: the latency model", "what the model counts, which terms are fitted, how far to trust it", None, 50),
+)  # fmt: skip
 
 
 def _mark(ok: bool) -> str:
@@ -191,25 +145,26 @@ def _step_cell(step: dict | None) -> str:
 
 
 def render_stage_table(results_root: Path | None = None) -> str:
-    """Markdown table of the stages, marking which notebooks and kernels exist in this tree, with
+    """The course map: every notebook with what it teaches, where it runs live and its time, and
     each kernel stage's measured step on the H200 (time against the previous stage, from
-    ``results/H200``; nothing typed by hand)."""
+    ``results/H200``; nothing typed by hand), shown on the stage's first notebook."""
     from ..results import run_path
 
     root = results_root or ROOT / "results"
     steps = measured_steps(results_root)
     rows = [
-        "| # | notebook | idea | notebook exists | sm_100a kernel | sm_90a kernel "
+        "| # | notebook | you'll learn | runs on | minutes "
         "| measured step on the H200: time / previous stage |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
+    shown = set()  # a stage's step once, on its first notebook
     for s in STAGES:
-        name = f"[{s.notebook}](notebooks/{s.notebook}.ipynb)" if s.has_notebook() else s.notebook
-        rows.append(
-            f"| {s.label} | {name} — {s.title} | {s.idea} | {_mark(s.has_notebook())} | "
-            f"{_mark(s.has_kernel('sm_100a'))} | {_mark(s.has_kernel('sm_90a'))} | "
-            f"{_step_cell(steps.get(s.taught_stage)) if s.taught_stage else '-'} |"
-        )
+        name = f"[{s.title}](notebooks/{s.notebook}.ipynb)" if s.has_notebook() else s.title
+        step = "-"
+        if s.taught_stage and s.taught_stage not in shown:
+            shown.add(s.taught_stage)
+            step = _step_cell(steps.get(s.taught_stage))
+        rows.append(f"| {s.label} | {name} | {s.idea} | {s.runs_on} | {s.minutes} | {step} |")
     notes = []
     for kind, method in STEP_SOURCES:
         mine = {n: st for n, st in steps.items() if st["kind"] == kind}

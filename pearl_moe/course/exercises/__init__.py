@@ -11,7 +11,7 @@ per check and target and returns an :class:`ExerciseResult` (it never raises on 
 a notebook runs top to bottom with the starter unsolved). The solution is a module of its own,
 ``pearl_moe/course/exercises/solutions/<key>.py``, shown only when asked: ``show_solution(key)``.
 
-Each notebook's exercises live in a module of this package (``nb02.py`` ...) that calls
+Each notebook's exercises live in a module of this package (``nb01a.py`` ...) that calls
 :func:`register`; importing the package loads them all. ``tests/test_exercises.py`` compiles every
 solution (the checker must pass) and every notebook's starter cell (the checker must fail), so an
 exercise whose checker cannot fail, or whose solution no longer compiles, fails the suite.

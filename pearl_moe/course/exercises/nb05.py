@@ -1,107 +1,92 @@
-"""Notebook 05's exercise: the direct store on sm_100a (TMEM -> registers -> 256-bit stores).
+"""Notebook 06's exercise: the 16-lane TMEM load of a 64-row accumulator on sm_100a.
 
-The starter (notebook cell ``exercise-05-direct-store``) is a whole kernel: it allocates tensor
-memory, fills a 128 x 128 fp32 accumulator (standing in for the MMA), reads it back one
-32-column subtile at a time with ``tcgen05.ld.32x32b`` (one row per thread) and converts it to
-bf16. Its store writes one bf16 at a time, to every row of the tile. The checks read the global
-stores of the SASS: all 256 bits wide, and all conditional, since rows past the expert's end are
-the next expert's. sm_100a only: tensor memory and 256-bit stores exist only on Blackwell.
+The starter (notebook cell ``exercise-06-sixteen-lane-load``) is the store kernel of notebook 05
+for a 64 x 128 tile, with two things left for the learner: where an M = 64 MMA leaves its rows in
+tensor memory (the starter assumes row r in lane r, the 128-row rule) and which ``tcgen05.ld``
+reads them (the starter has ``16x256b``, what CUTLASS's ``get_tmem_load_op`` picks for M = 64).
+Its store takes the widest vector the registers allow, so the load decides the store width.
+
+The checks read the load's shape from the SASS, the lanes each warp's loads reach from the PTX
+(:func:`pearl_moe.diagnostics.tmem_lanes.tmem_load_lanes`, a data-flow evaluation of the
+address operand: a wrong layout sends warps 2 and 3 to lanes outside their quarter), and the
+stores. sm_100a only: tensor memory exists only on Blackwell (a Hopper wgmma has 64 rows per
+warpgroup already, and stage 5 there is a configuration).
 """
 
 from __future__ import annotations
 
-import re
-
 from . import Check, Exercise, register
 
 SM100 = ("sm_100a",)
-#: 256-bit stores per thread: a 128-column bf16 row is 256 bytes, 8 stores of 32 bytes.
-STORES_PER_ROW = 128 * 2 // 32
-
-_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
-_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")
-_GUARD = re.compile(r"^@!?U?P[0-6]\s+")  # a predicate other than PT (always true)
-_TARGET = re.compile(r"`\(?(\.L_x_\d+)\)?")
+#: 256-bit stores per thread: 64 x 128 bf16 = 16 KB = 512 stores of 32 B over 128 threads.
+STORES_PER_THREAD = 64 * 128 * 2 // 32 // 128
 
 
-def conditional_stores(sass: str, opcode: str = r"^STG\b") -> tuple[int, int]:
-    """``(stores, conditional)``: SASS instructions whose opcode matches ``opcode``, and how many
-    of them may be skipped: predicated (``@P0 STG``), or between a predicated forward branch
-    (``@P0 BRA `(.L_x_7)``) and its target label. Enough for the straight-line code of an
-    unrolled store loop; a loop's back edge is not a guard."""
-    seen, open_targets = set(), set()
-    stores = guarded = 0
-    for line in sass.splitlines():
-        label = _LABEL.match(line)
-        if label:
-            seen.add(label.group(1))
-            open_targets.discard(label.group(1))
-            continue
-        instr = _INSTR.search(line)
-        if not instr:
-            continue
-        text = " ".join(instr.group(1).split())
-        pred = _GUARD.match(text)
-        op = text[pred.end() :] if pred else text
-        if pred and op.startswith("BRA"):
-            target = _TARGET.search(op)
-            if target and target.group(1) not in seen:
-                open_targets.add(target.group(1))
-        if re.search(opcode, op):
-            stores += 1
-            guarded += bool(pred or open_targets)
-    return stores, guarded
+def load_lanes(report) -> list[dict]:
+    """Every ``tcgen05.ld`` of the PTX with its datapaths and, per epilogue warp, its first lanes."""
+    from ...diagnostics.tmem_lanes import tmem_load_lanes
+
+    return tmem_load_lanes(report.ptx)
 
 
-def _all_256_bit(report) -> bool:
+def _rows_only(report) -> bool:
+    """Each load is a 16-lane form and warp w's start at lane 32 w: the 16 lanes of its quarter
+    that hold accumulator rows, nothing else."""
+    loads = load_lanes(report)
+    return bool(loads) and all(
+        load["datapaths"] == 16 and all(lanes == [32 * w] for w, lanes in load["lanes"].items())
+        for load in loads
+    )
+
+
+def _stores(report) -> bool:
     fams = report.families
     return (
-        fams.get("STG.E.ENL2.256", 0) == STORES_PER_ROW
+        fams.get("STG.E.ENL2.256", 0) == STORES_PER_THREAD
         and fams.get("STG.E.128", 0) == 0
         and fams.get("STG (other)", 0) == 0
     )
 
 
-def _straight_from_registers(report) -> bool:
-    return not any(
-        report.families.get(f, 0)
-        for f in ("STSM (stmatrix)", "UTMASTG (TMA store)", "STL/LDL (spills)")
+def _halves(report) -> bool:
+    return bool(report.sass_lines(r"^LDTM\.16dp32bit_t0_t15")) and bool(
+        report.sass_lines(r"^LDTM\.16dp32bit_t16_t31")
     )
-
-
-def _all_guarded(report) -> bool:
-    stores, guarded = conditional_stores(report.sass)
-    return stores > 0 and guarded == stores
 
 
 register(
     Exercise(
-        key="05-direct-store",
-        notebook="05_direct_store",
+        key="05-sixteen-lane-load",
+        notebook="05_64_row_tiles",
         task=(
-            "Store each thread's converted subtile (16 contiguous bf16 of one row per 256 bits) "
-            "with 256-bit global stores, and skip the rows at or past m, the next expert's; a "
-            "256-bit store needs an address the compiler can prove 32-byte aligned. sm_100a only: "
-            "tensor memory and 256-bit global stores exist only on Blackwell (Hopper's widest "
-            "store is 128 bits)."
+            "Read a 64-row accumulator out of tensor memory: give it the layout an M = 64 MMA "
+            "leaves (16 rows in lanes 0-15 of each 32-lane quarter) and drain it with the "
+            "16-lane tcgen05.ld that hands each thread a run of one row's columns, so that each "
+            "thread's 16 bf16 go out in one 256-bit store. sm_100a only: tensor memory exists "
+            "only on Blackwell."
         ),
         checks=(
             Check(
-                f"every global store is 256 bits: {STORES_PER_ROW} STG.E.ENL2.256 per thread "
-                "(a 128-column bf16 row = 256 B = 8 x 32 B), no STG.E.128 or narrower",
-                _all_256_bit,
+                "the load is tcgen05.ld.16x32bx2: LDTM.16dp32bit_t0_t15 and _t16_t31 (threads "
+                "0-15 and 16-31 each take half of a subtile's columns of one row)",
+                _halves,
                 SM100,
             ),
             Check(
-                "every store can be skipped (predicated, or under a branch): rows >= m are the "
-                "next expert's",
-                _all_guarded,
+                "warp w reads lanes 32 w to 32 w + 15 only, where the MMA left its 16 rows "
+                "(load addresses evaluated from the PTX)",
+                _rows_only,
                 SM100,
             ),
             Check(
-                "straight from registers: no shared-memory staging (STSM) and no TMA store "
-                "(UTMASTG), no register spills (STL/LDL)",
-                _straight_from_registers,
+                f"{STORES_PER_THREAD} STG.E.ENL2.256 per thread (64 x 128 bf16 = 512 stores of "
+                "32 B over 128 threads), no narrower global store",
+                _stores,
+                SM100,
+            ),
+            Check(
+                "no register spills (STL/LDL)",
+                lambda r: r.families.get("STL/LDL (spills)", 0) == 0,
                 SM100,
             ),
         ),

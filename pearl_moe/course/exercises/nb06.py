@@ -1,95 +1,50 @@
-"""Notebook 06's exercise: the 16-lane TMEM load of a 64-row accumulator on sm_100a.
-
-The starter (notebook cell ``exercise-06-sixteen-lane-load``) is the store kernel of notebook 05
-for a 64 x 128 tile, with two things left for the learner: where an M = 64 MMA leaves its rows in
-tensor memory (the starter assumes row r in lane r, the 128-row rule) and which ``tcgen05.ld``
-reads them (the starter has ``16x256b``, what CUTLASS's ``get_tmem_load_op`` picks for M = 64).
-Its store takes the widest vector the registers allow, so the load decides the store width.
-
-The checks read the load's shape from the SASS, the lanes each warp's loads reach from the PTX
-(:func:`pearl_moe.diagnostics.tmem_lanes.tmem_load_lanes`, a data-flow evaluation of the
-address operand: a wrong layout sends warps 2 and 3 to lanes outside their quarter), and the
-stores. sm_100a only: tensor memory exists only on Blackwell (a Hopper wgmma has 64 rows per
-warpgroup already, and stage 5 there is a configuration).
-"""
+"""Notebook 07's exercise: the two-box B load (one B ring entry spans two K tiles)."""
 
 from __future__ import annotations
 
+import re
+
 from . import Check, Exercise, register
 
-SM100 = ("sm_100a",)
-#: 256-bit stores per thread: 64 x 128 bf16 = 16 KB = 512 stores of 32 B over 128 threads.
-STORES_PER_THREAD = 64 * 128 * 2 // 32 // 128
+#: One B entry of the exercise's kernel: 128 weight rows x two K tiles of 64 bf16.
+ENTRY_BYTES = 128 * 2 * 64 * 2
 
 
-def load_lanes(report) -> list[dict]:
-    """Every ``tcgen05.ld`` of the PTX with its datapaths and, per epilogue warp, its first lanes."""
-    from ...diagnostics.tmem_lanes import tmem_load_lanes
-
-    return tmem_load_lanes(report.ptx)
+def _armed_with_both_boxes(report) -> bool:
+    """Every full barrier is armed with the whole entry's bytes (both boxes)."""
+    return bool(report.expect_tx) and set(report.expect_tx) == {ENTRY_BYTES}
 
 
-def _rows_only(report) -> bool:
-    """Each load is a 16-lane form and warp w's start at lane 32 w: the 16 lanes of its quarter
-    that hold accumulator rows, nothing else."""
-    loads = load_lanes(report)
-    return bool(loads) and all(
-        load["datapaths"] == 16 and all(lanes == [32 * w] for w, lanes in load["lanes"].items())
-        for load in loads
-    )
+def tma_boxes(report) -> int:
+    """TMA box loads in the PTX (``cp.async.bulk.tensor``): one per box, before ptxas, which may
+    duplicate a load in the SASS on a divergent path."""
+    return len(re.findall(r"cp\.async\.bulk\.tensor", report.ptx))
 
 
-def _stores(report) -> bool:
-    fams = report.families
-    return (
-        fams.get("STG.E.ENL2.256", 0) == STORES_PER_THREAD
-        and fams.get("STG.E.128", 0) == 0
-        and fams.get("STG (other)", 0) == 0
-    )
-
-
-def _halves(report) -> bool:
-    return bool(report.sass_lines(r"^LDTM\.16dp32bit_t0_t15")) and bool(
-        report.sass_lines(r"^LDTM\.16dp32bit_t16_t31")
-    )
+def _two_boxes_per_arm(report) -> bool:
+    return bool(report.expect_tx) and tma_boxes(report) == 2 * len(report.expect_tx)
 
 
 register(
     Exercise(
-        key="06-sixteen-lane-load",
-        notebook="06_64_row_tiles",
+        key="06-two-box-b",
+        notebook="06_wide_b_loads",
         task=(
-            "Read a 64-row accumulator out of tensor memory: give it the layout an M = 64 MMA "
-            "leaves (16 rows in lanes 0-15 of each 32-lane quarter) and drain it with the "
-            "16-lane tcgen05.ld that hands each thread a run of one row's columns, so that each "
-            "thread's 16 bf16 go out in one 256-bit store. sm_100a only: tensor memory exists "
-            "only on Blackwell."
+            "Make one B ring entry span two K tiles (128 weight rows x 128 bf16: 256 bytes of "
+            "each row): two 128 x 64 swizzled blocks side by side, filled by one copy that the "
+            "TMA issues as two 128-byte-wide boxes, both completing on the entry's one full "
+            "barrier, armed with both boxes' bytes."
         ),
         checks=(
             Check(
-                "the load is tcgen05.ld.16x32bx2: LDTM.16dp32bit_t0_t15 and _t16_t31 (threads "
-                "0-15 and 16-31 each take half of a subtile's columns of one row)",
-                _halves,
-                SM100,
+                f"every full barrier armed with both boxes' bytes, 2 x 128 x 64 x 2 = "
+                f"{ENTRY_BYTES} B (expect_tx)",
+                _armed_with_both_boxes,
             ),
             Check(
-                "warp w reads lanes 32 w to 32 w + 15 only, where the MMA left its 16 rows "
-                "(load addresses evaluated from the PTX)",
-                _rows_only,
-                SM100,
-            ),
-            Check(
-                f"{STORES_PER_THREAD} STG.E.ENL2.256 per thread (64 x 128 bf16 = 512 stores of "
-                "32 B over 128 threads), no narrower global store",
-                _stores,
-                SM100,
-            ),
-            Check(
-                "no register spills (STL/LDL)",
-                lambda r: r.families.get("STL/LDL (spills)", 0) == 0,
-                SM100,
+                "two TMA boxes per armed barrier (cp.async.bulk.tensor in the PTX = 2 x expect_tx)",
+                _two_boxes_per_arm,
             ),
         ),
-        archs=SM100,
     )
 )

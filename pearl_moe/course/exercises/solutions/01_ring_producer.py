@@ -1,4 +1,4 @@
-"""Solution of 02-ring-producer: the TMA producer's K loop over a ring of full/empty mbarriers.
+"""Solution of 01-ring-producer: the TMA producer's K loop over a ring of full/empty mbarriers.
 
 One CTA streams every K tile of its 128 rows of A and of B through a ring of ``RING`` entries.
 Warp 4 is the producer (one lane arms each barrier, one lane issues each TMA copy); warps 0-3 are

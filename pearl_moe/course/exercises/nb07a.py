@@ -24,8 +24,8 @@ def _released_before_last_read(report) -> bool:
 
 register(
     Exercise(
-        key="08-split-slots",
-        notebook="08_epilogue_overlap",
+        key="07-split-slots",
+        notebook="07a_split_accumulator_blackwell",
         task=(
             "Split the 512-column accumulator of a 128 x 512 tile into two 256-column slots, one "
             "per UMMA atom, each with its own full/empty barrier pair: the MMA warp acquires slot "

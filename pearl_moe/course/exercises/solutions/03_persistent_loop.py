@@ -1,4 +1,4 @@
-"""Solution of 04-persistent-loop: persistent CTAs walk the ragged tile list, and the ring runs on
+"""Solution of 03-persistent-loop: persistent CTAs walk the ragged tile list, and the ring runs on
 from one tile into the next.
 
 The grid is one CTA per SM. The tiles are numbered expert by expert (an expert with ``m_e`` rows

@@ -1,4 +1,4 @@
-"""Solution of 03-expert-tile: which rows CTA (m tile, expert) owns, clamped at the expert's end.
+"""Solution of 02-expert-tile: which rows CTA (m tile, expert) owns, clamped at the expert's end.
 
 The grid is stage 2's: ``x`` runs over as many m tiles as the *total* row count needs (no expert
 can have more), ``z`` over the experts. Each CTA loads one ``BM x BK`` box of A from its tile's
