@@ -70,7 +70,7 @@ WHERE_THIS_RUNS = (
     "**Where this runs:** the sm_90a kernels are run, verified and measured on the H200; "
     "the sm_100a kernels are compile-verified only and have never run anywhere. "
     "On a B200 this notebook tries them live; every B200 latency here is modeled. "
-    "[More in notebook 00.](00a_setup_and_tour.ipynb#Where-the-kernels-run)"
+    "[More in notebook 00a.](00a_setup_and_tour.ipynb#Where-the-kernels-run)"
 )
 WHERE_SECTION = "## Where the kernels run"
 
