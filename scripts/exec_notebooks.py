@@ -15,6 +15,7 @@ non-zero on the first failing cell, naming the notebook and the cell.
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import sys
 import time
@@ -123,7 +124,11 @@ def run(path: Path) -> float:
                 cute_compile(lines[0][len("%%cute_compile") :], "\n".join(lines[1:]), namespace)
                 continue
             source = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
-            exec(compile(source, f"{path.name}[cell {i}]", "exec"), namespace)
+            filename = f"{path.name}[cell {i}]"
+            # CuTe DSL reads a @cute.jit function's source (inspect.getsource), as IPython
+            # allows by keeping every cell in linecache: do the same for each cell here.
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            exec(compile(source, filename, "exec"), namespace)
         except Exception:
             traceback.print_exc()
             raise SystemExit(f"FAILED {path.name}: code cell {i} of {len(cells)}") from None
