@@ -1,6 +1,6 @@
-"""Notebook 02's write-it-yourself exercise: the TMA producer's K loop over the ring.
+"""Notebook 01a's write-it-yourself exercise: the TMA producer's K loop over the ring.
 
-The starter (notebook cell ``exercise-02-ring-producer``) is a whole kernel but for the producer's
+The starter (notebook cell ``exercise-01-ring-producer``) is a whole kernel but for the producer's
 loop body: the consumers already wait on ``full[s]`` and release ``empty[s]``. Its checks read what
 the compiler made of the producer: the two TMA loads of a ring entry, the ``expect_tx`` byte count
 its *full* barrier is armed with, the one lane that arms it (the whole warp runs the loop), and the
