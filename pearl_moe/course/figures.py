@@ -405,6 +405,107 @@ def compare_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
     return _save(fig, out_dir, "bench_compare_h200", dpi=BENCH_DPI, house_style=False)
 
 
+# ---------------------------------------------------------------------------- stages 1-3 (01b-03c)
+#: The lines of the stage-ratio figure: bench name -> legend entry.
+RATIO_LABELS = {
+    "pearl-s2": "stage 2 (one grouped launch)",
+    "pearl-s3": "stage 3 (persistent)",
+    "loop": "cuBLAS per-expert loop",
+}
+
+
+def stage_ratio_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Stages 2 and 3 and the cuBLAS loop, each as a multiple of our stage-1 per-expert loop's
+    time, against tokens per GPU, per model (balanced routing), from the stages run measured on the
+    H200: one launch wins at decode and loses at prefill, where stage 3 wins it back."""
+    from matplotlib.figure import Figure
+
+    from .plots import OKABE_ITO
+
+    rs = results.rows(BENCH_GPU, kind="stages", routing="balanced", root=root)
+    if not rs:
+        raise FileNotFoundError(f"no stages run under results/{BENCH_GPU}")
+    models = [m for m in MODELS if any(r["model"] == m for r in rs)]
+    with style():
+        fig = Figure(figsize=(10.0, 3.3), layout="constrained")
+        axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+        for ax, model in zip(axes, models, strict=True):
+            mine = [r for r in rs if r["model"] == model]
+            loop = {r["tokens_per_gpu"]: r["median_us"] for r in mine if r["impl"] == "pearl-s1"}
+            ax.axhline(1.0, color="#555555", ls="--", lw=1, label="stage 1 (our per-expert loop)")
+            for i, (impl, label) in enumerate(RATIO_LABELS.items()):
+                pts = sorted(
+                    (r["tokens_per_gpu"], r["median_us"] / loop[r["tokens_per_gpu"]])
+                    for r in mine
+                    if r["impl"] == impl and r["tokens_per_gpu"] in loop
+                )
+                if pts:
+                    t, y = zip(*pts, strict=True)
+                    ax.plot(t, y, "-o", ms=3.5, color=OKABE_ITO[i], label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+            ticks = sorted(loop)
+            ax.set_xticks(ticks, labels=[str(t) for t in ticks], fontsize=7)
+            ax.set_yticks([0.5, 0.7, 1, 1.4, 2], labels=["0.5", "0.7", "1", "1.4", "2"])
+            ax.minorticks_off()
+            ax.set_title(model, fontsize=9)
+            ax.set_xlabel("tokens per GPU")
+        axes[0].set_ylabel("time / stage-1 loop time")
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=7)
+        fig.suptitle(
+            f"Time relative to our stage-1 loop (below 1: faster), measured on {_measured_on(rs)}",
+            fontsize=9,
+        )
+    return _save(fig, out_dir, "stage_ratios_h200")
+
+
+def plot_ring_sweep(series, floor_s: float | None, gpu: str, source: str, title: str = ""):
+    """Measured latency against ring depth, one line per tile shape (``series[label] = [(ring
+    depth, seconds), ...]``), with the floor dashed; ``gpu`` and ``source`` come from the data."""
+    from matplotlib.figure import Figure
+
+    from .plots import OKABE_ITO
+
+    with style():
+        fig = Figure(figsize=(6.4, 3.4), layout="constrained")
+        ax = fig.add_subplot()
+        for i, (label, pts) in enumerate(series.items()):
+            d, t = zip(*sorted(pts), strict=True)
+            ax.plot(d, [s * 1e6 for s in t], "-o", ms=4, color=OKABE_ITO[i], label=label)
+        if floor_s:
+            ax.axhline(floor_s * 1e6, color="#555555", ls="--", label="floor (run's read ceiling)")
+        ax.set_xlabel("ring depth (A/B entries per SM)")
+        ax.set_ylabel("latency (us)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, title=f"measured on {gpu}", title_fontsize=7)
+        ax.set_title(f"{title}\n{source}" if title else source, fontsize=8)
+    return fig
+
+
+def stage_sweep_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """Stage 3 at every ring depth that fits, 128- and 64-row tiles, GLM 5.3 at 64 tokens per
+    GPU, measured on the H200 (the ring-depth sweep run), against the floor of that run's read
+    ceiling (raised to the fastest read a kernel in the run demonstrated)."""
+    from .measurements import describe_run, stage_sweep
+
+    run = results.load_run(BENCH_GPU, "stage_sweep", root)
+    series = {}
+    floor = None
+    for tile_m in (128, 64):
+        rows = stage_sweep(run, tile_m)
+        if rows:
+            series[f"tile {tile_m}x{rows[0]['tile_n']}"] = [
+                (r["ring_depth"], r["seconds"]) for r in rows
+            ]
+            floor = rows[0]["floor_seconds"]
+    fig = plot_ring_sweep(
+        series, floor, (run.get("env") or {}).get("gpu", "an unnamed GPU").removeprefix("NVIDIA "), describe_run(run).split(";")[0],
+        title="Stage 3, GLM 5.3 gate+up at 64 tokens/GPU (EP=8): latency against ring depth",
+    )  # fmt: skip
+    return _save(fig, out_dir, "stage_sweep_h200")
+
+
 def _latency_fn(model: str) -> Callable[[Path], list[Path]]:
     def fn(out_dir: Path) -> list[Path]:
         return latency_vs_tokens(model, out_dir)
@@ -418,6 +519,8 @@ BENCH_FIGURES["bench_pct_of_floor"] = pct_of_floor
 BENCH_FIGURES["stages_latency_h200"] = stages_latency
 BENCH_FIGURES["ablation_h200"] = ablation_figure
 BENCH_FIGURES["bench_compare_h200"] = compare_figure
+BENCH_FIGURES["stage_ratios_h200"] = stage_ratio_figure
+BENCH_FIGURES["stage_sweep_h200"] = stage_sweep_figure
 
 
 def _merge(*parts: dict[str, FigureFn]) -> dict[str, FigureFn]:

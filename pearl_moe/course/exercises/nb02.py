@@ -1,4 +1,4 @@
-"""Notebook 03's write-it-yourself exercise: CTA (m tile, expert) -> the rows it owns.
+"""Notebook 02's write-it-yourself exercise: CTA (m tile, expert) -> the rows it owns.
 
 The learner writes ``expert_tile(mOffs, expert, m_tile, rows) -> (row0, valid)``, the index math of
 stage 2's grid (``pearl_moe.kernels.scheduler.expert_rows`` plus the tile's first row and its
