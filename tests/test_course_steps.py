@@ -124,12 +124,28 @@ def test_step_latency_bars_put_each_gpu_on_its_own_floor(tmp_path):
     assert b4[3] != h4[3]  # the B200 bar has the B200 floor
     missing = bars[4]  # Kimi K3 was not in the run: an empty bar that says why
     assert missing[1] is None and missing[2].startswith("not measured")
+    # a live row gets bars of its own, labeled with the live GPU's name, after the replayed ones
     live = {("GLM 5.3", 64): {"prev_us": 70.0, "this_us": 60.0, "floor_us": 50.0}}
+    where = "live on NVIDIA H100 80GB HBM3"
     bars = step_latency_bars(ablation_step(data, 5), [("GLM 5.3", 64)], live=live,
-                             live_source="live on H200X")  # fmt: skip
-    assert bars[0][1] == pytest.approx(70e-6) and bars[0][2] == "live on H200X"
+                             live_source=where)  # fmt: skip
+    assert len(bars) == 6 and bars[0][:3] == h4[:3]
+    assert bars[2][0] == "H100 stage 4: GLM 5.3 64 tok (live)" and bars[3][0].startswith("H100")
+    assert bars[2][1] == pytest.approx(70e-6) and bars[2][2] == where
+    assert not [b for b in bars if b[0].startswith("H200") and b[2] == where]
     with pytest.raises(ValueError):
         step_latency_bars(None)
+
+
+def test_step_latency_bars_take_the_gpu_from_the_run(tmp_path):
+    from pearl_moe.course.measurements import gpu_label
+
+    data = _ablation(tmp_path, {(64, "pearl-s4"): [90.0] * 5, (64, "pearl-s5"): [80.0] * 5})
+    data["env"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    step = ablation_step(data, 5)
+    assert step["gpu"] == "H100" and gpu_label(data) == "H100"
+    assert step_latency_bars(step)[0][0] == "H100 stage 4: GLM 5.3 64 tok"
+    assert gpu_label({"env": {}}) == "an unnamed GPU" and gpu_label("NVIDIA RTX 9000") == "RTX 9000"
 
 
 def test_gpu_check_lines_find_a_stage(tmp_path):

@@ -9,9 +9,10 @@ the one reader of ``results/``;
 a label: "live on ...", "replayed from ... (measured <date> on <GPU>)" or "no recorded
 measurement yet". :func:`baseline` replays one baseline time.
 
-The stage notebooks 05-08 read one step of the ablation (stage N against stage N - 1, timed in
+The stage notebooks 04-07b read one step of the ablation (stage N against stage N - 1, timed in
 interleaved rounds on the same problems): :func:`ablation_step` and :func:`format_ablation_step`;
-:func:`step_latency_bars` puts that step's H200 measurement beside the B200 model, and
+:func:`step_latency_bars` puts that step's measurement (labeled with the GPU the data names,
+:func:`gpu_label`) beside the B200 model, and
 :func:`gpu_check_lines` finds a stage's sanitizer lines in ``results/H200/gpu_checks.txt`` and
 :func:`gpu_check_summary` says in a sentence what those runs checked and found.
 """
@@ -36,6 +37,7 @@ __all__ = [
     "measured_date",
     "current_names",
     "describe_run",
+    "gpu_label",
     "measurement_source",
     "kernel_rows",
     "stage_series",
@@ -144,6 +146,28 @@ def describe_run(run: Mapping | None) -> str:
             f"bf16 {ceilings['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s"
         )
     return "; ".join(parts)
+
+
+def gpu_label(source) -> str:
+    """The short name of the GPU a number was measured on, from the data itself: a recorded run
+    (``run["env"]["gpu"]``), a step of :func:`ablation_step` (its ``gpu``), a live
+    :class:`~pearl_moe.course.machine.Machine` (``gpu_name``) or a device name. "NVIDIA H100 80GB
+    HBM3" gives "H100" (the hardware catalogue's name), a GPU the catalogue lacks its name without
+    "NVIDIA", and a source that records no GPU "an unnamed GPU"."""
+    from ..hardware import get_gpu
+
+    if isinstance(source, Machine):
+        name = source.gpu_name
+    elif isinstance(source, Mapping):
+        name = source.get("gpu") if "gpu" in source else (source.get("env") or {}).get("gpu")
+    else:
+        name = source
+    if not name:
+        return "an unnamed GPU"
+    try:
+        return get_gpu(str(name)).name
+    except ValueError:
+        return " ".join(str(name).replace("NVIDIA", "").split())
 
 
 def measurement_source(
@@ -444,7 +468,8 @@ def ablation_step(
       tokens per GPU) and ``prefill`` shapes (:func:`pearl_moe.bench.compare.step_geomeans`, the
       one the bench's step summary uses), each ``{"shapes", "geomean", ...}`` with the shapes
       ``faster`` and ``slower`` in every round (:func:`step_verdict`);
-    * ``source``: where it comes from (:func:`measurement_source`), ``timing``: how it was timed.
+    * ``source``: where it comes from (:func:`measurement_source`), ``gpu``: the GPU it was
+      measured on, as the run records it (:func:`gpu_label`), ``timing``: how it was timed.
     """
     from ..bench.compare import ablation_summary, step_geomeans
 
@@ -465,6 +490,7 @@ def ablation_step(
         "geomean": step_geomeans(rows, decode_max_tokens, verdict=itemgetter("verdict")),
         "decode_max_tokens": decode_max_tokens,
         "source": measurement_source(data),
+        "gpu": gpu_label(data),
         "timing": ((data.get("method") or {}).get("timing") or "not recorded"),
     }
 
@@ -523,12 +549,18 @@ def step_latency_bars(
     gpu_model: str = "B200",
     live: Mapping | None = None,
     live_source: str | None = None,
+    live_gpu: str | None = None,
 ) -> list[tuple]:
     """Bars for :func:`~pearl_moe.course.plots.plot_latency_bars`: per problem, stage N - 1 and N
-    measured on the H200 (replayed from ``step``, or ``live[(model, tokens)]``, a row of
-    :func:`~pearl_moe.course.live.time_step_live`) and modeled on ``gpu_model`` (each stage's
-    ladder configuration, :func:`pearl_moe.model.perfmodel.predict`), each with its own floor.
+    as the recorded run measured them (replayed from ``step``), as this GPU measured them live
+    (``live[(model, tokens)]``, a row of :func:`~pearl_moe.course.live.time_step_live`), and as
+    the model predicts them on ``gpu_model`` (each stage's ladder configuration,
+    :func:`pearl_moe.model.perfmodel.predict`), each with its own floor.
 
+    Every label starts with the GPU of its number, taken from the data: the run's recorded GPU
+    (``step["gpu"]``), the live GPU (``live_gpu``, else read from ``live_source``, "live on
+    <GPU>"), the model's GPU. A live row gets bars of its own, after the replayed ones, and never
+    takes their place, so a live H100 is labeled H100 and sits in its own panel.
     A missing measurement is a bar without a value that says why.
     """
     from ..hardware import get_gpu
@@ -540,23 +572,29 @@ def step_latency_bars(
     stage = step["stage"] if step else None
     if stage is None:
         raise ValueError("step_latency_bars needs a step (ablation_step) to know the stage")
+    recorded_gpu = step.get("gpu") or gpu_label(_gpu_in_source(step.get("source")))
+    if live and not live_gpu:
+        live_gpu = gpu_label(_gpu_in_source(live_source))
     by_problem = {(r["model"], r["tokens"]): r for r in step["rows"]}
     bars = []
     for model, tokens in problems:
-        row = (live or {}).get((model, tokens)) or by_problem.get((model, tokens))
-        source = live_source if live and (model, tokens) in live else step["source"]
         short = f"{model} {tokens} tok"
-        for side, s in (("prev", stage - 1), ("this", stage)):
-            us = row.get(f"{side}_us") if row else None
-            floor = row.get("floor_us") if row else None
-            bars.append(
-                (
-                    f"H200 stage {s}: {short}",
-                    us * 1e-6 if us else None,
-                    source if us else f"not measured ({source})",
-                    floor * 1e-6 if floor else None,
+        measured = [(recorded_gpu, by_problem.get((model, tokens)), step["source"], "")]
+        if live and (model, tokens) in live:
+            where = live_source or f"live on {live_gpu}"
+            measured.append((live_gpu, live[(model, tokens)], where, " (live)"))
+        for label_gpu, row, source, suffix in measured:
+            for side, s in (("prev", stage - 1), ("this", stage)):
+                us = row.get(f"{side}_us") if row else None
+                floor = row.get("floor_us") if row else None
+                bars.append(
+                    (
+                        f"{label_gpu} stage {s}: {short}{suffix}",
+                        us * 1e-6 if us else None,
+                        source if us else f"not measured ({source})",
+                        floor * 1e-6 if floor else None,
+                    )
                 )
-            )
         problem = make_problem(model, tokens)
         for s in (stage - 1, stage):
             p = predict(problem, stage_config(gpu.arch, s), gpu, stage=s)
@@ -564,6 +602,14 @@ def step_latency_bars(
                 (f"{gpu.name} stage {s} (model): {short}", p.seconds, "modeled", p.floor_seconds)
             )
     return bars
+
+
+def _gpu_in_source(source: str | None) -> str | None:
+    """The GPU a source label names: "live on <GPU>" or "... (measured <date> on <GPU>)"."""
+    if not source:
+        return None
+    match = re.search(r"live on ([^(]+)", source) or re.search(r" on ([^()]+)\)\s*$", source)
+    return match.group(1).strip() if match else None
 
 
 def gpu_check_lines(stage: int, gpu: str = "H200", root: Path | None = None) -> list[str]:

@@ -1,6 +1,6 @@
-"""Notebook 05's exercise: the direct store on sm_100a (TMEM -> registers -> 256-bit stores).
+"""Notebook 04's exercise: the direct store on sm_100a (TMEM -> registers -> 256-bit stores).
 
-The starter (notebook cell ``exercise-05-direct-store``) is a whole kernel: it allocates tensor
+The starter (notebook cell ``exercise-04-direct-store``) is a whole kernel: it allocates tensor
 memory, fills a 128 x 128 fp32 accumulator (standing in for the MMA), reads it back one
 32-column subtile at a time with ``tcgen05.ld.32x32b`` (one row per thread) and converts it to
 bf16. Its store writes one bf16 at a time, to every row of the tile. The checks read the global
