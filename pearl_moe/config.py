@@ -77,6 +77,7 @@ __all__ = [
     "RETIRED_VALUES",
     "WALKS",
     "retired_variant",
+    "unknown_activation",
     "MBARRIER_BYTES",
     "BOOKKEEPING_BYTES",
     "SmemBudget",
@@ -111,6 +112,14 @@ LEGACY_FIELD_NAMES = {
 RETIRED_FIELDS = {"schedule": "static"}
 #: Values of a field that recorded measurements used and the kernels no longer implement.
 RETIRED_VALUES = {"walk": ("hybrid",)}
+
+
+def unknown_activation(activation) -> str | None:
+    """Why ``activation`` names no gated activation the epilogue can fuse (None: it names one, or
+    is None). A config's field and the public call's ``activation`` argument are checked here."""
+    if activation is not None and activation not in ACTIVATIONS:
+        return f"activation must be None or one of {ACTIVATIONS}, got {activation!r}"
+    return None
 
 
 def retired_variant(fields: dict) -> str | None:
@@ -190,9 +199,16 @@ class GemmConfig:
                 yield f"epi_buffers must be at least 1, got {self.epi_buffers}"
         if self.acc_slots not in (1, 2):
             yield f"acc_slots must be 1 or 2, got {self.acc_slots}"
+        elif self.acc_slots == 2 and self.epilogue != "direct_store":
+            yield (
+                "acc_slots=2 (the split accumulator) stores from the direct-store epilogue: on "
+                "sm_100a each slot is released from it, on sm_90a the two consumer warpgroups "
+                "would otherwise share one shared-memory epilogue buffer; it needs "
+                "epilogue='direct_store'"
+            )
         if self.activation is not None:
-            if self.activation not in ACTIVATIONS:
-                yield f"activation must be None or one of {ACTIVATIONS}, got {self.activation!r}"
+            if problem := unknown_activation(self.activation):
+                yield problem
             if self.epilogue != "direct_store":
                 yield (
                     "the fused activation pairs gate and up columns in the registers: it needs "
@@ -327,11 +343,11 @@ class GemmConfig:
                 yield "swap_ab has one consumer warpgroup (acc_slots=1)"
             if self.activation is not None:
                 yield "the fused activation needs the tokens as rows: not with swap_ab"
-        if self.activation is not None and self.tile_n % 32:
+        if self.epilogue == "direct_store" and not self.swap_ab and self.tile_n % 32:
             yield (
-                "the direct store takes tile_n in multiples of 32 (fused: blocks of 32 outputs, "
-                "then up to two 8-column groups 4 bytes a thread): tile_n must be a multiple of "
-                f"32, got {self.tile_n}"
+                "the direct store writes 32-column groups (a quad transpose per 4 x 8 columns; "
+                "fused: blocks of 32 outputs, then up to two 8-column groups 4 bytes a thread): "
+                f"tile_n must be a multiple of 32, got {self.tile_n}"
             )
         if self.gather_a:
             yield from self._gather_a_problems()

@@ -33,6 +33,7 @@ __all__ = [
     "offsets_to_counts",
     "check_offsets",
     "check_dims",
+    "dim_problems",
     "TMA_ALIGN_ELEMS",
 ]
 
@@ -249,18 +250,28 @@ def offsets_to_counts(end_offsets: Sequence[int]) -> list[int]:
     return [b - a for a, b in zip([0, *offs[:-1]], offs, strict=True)]
 
 
-def check_dims(k: int, n: int) -> None:
-    """Raise ``ValueError`` for dimensions TMA cannot address (16-byte strides, 32-bit extents)."""
+def dim_problems(k: int, n: int) -> list[str]:
+    """What TMA cannot address in ``k`` and ``n`` (16-byte strides, 32-bit extents); empty: both
+    are fine. The kernels' ``can_implement`` and :func:`check_dims` ask this one rule."""
+    problems = []
     for name, value in (("k", k), ("n", n)):
         if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
-        if value % TMA_ALIGN_ELEMS:
-            raise ValueError(
+            problems.append(f"{name} must be positive, got {value}")
+        elif value % TMA_ALIGN_ELEMS:
+            problems.append(
                 f"{name}={value} is not a multiple of {TMA_ALIGN_ELEMS}: TMA needs 16-byte aligned "
                 "row strides for bf16 tensors"
             )
-        if value > TMA_MAX_DIM:
-            raise ValueError(f"{name}={value} exceeds TMA's 32-bit dimension limit")
+        elif value > TMA_MAX_DIM:
+            problems.append(f"{name}={value} exceeds TMA's 32-bit dimension limit")
+    return problems
+
+
+def check_dims(k: int, n: int) -> None:
+    """Raise ``ValueError`` for dimensions TMA cannot address (:func:`dim_problems`)."""
+    problems = dim_problems(k, n)
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 # ---------------------------------------------------------------------------- routing

@@ -539,7 +539,7 @@ def test_candidates_are_pruned_runnable_and_include_the_defaults(shape, top_k, t
     assert stage_config("sm_90a", 3).resolved() in configs
     for stage, c in cands:
         assert c.ring_depth is not None and stage == autotune.stage_for(c, n, k)
-        assert not api.can_implement("sm_90a", stage, c, n, k)
+        assert not api.can_implement(c, stage, n, k)
         if c.tile_n == 192 and rows / experts <= autotune.PREFILL_ROWS:
             assert n % 192 == 0  # below prefill, 192-wide tiles only where they divide n
     if tokens <= 64:
@@ -675,7 +675,7 @@ def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
         p = make_problem(model, int(tokens), ep=int(ep[2:]), routing=routing, projection=projection)
         choice = autotune.pick("sm_90a", p.n, p.k, p.experts, p.rows, gpu="H200")
         assert choice.source.startswith("table H200")
-        assert not api.can_implement("sm_90a", choice.stage, choice.config, p.n, p.k)
+        assert not api.can_implement(choice.config, choice.stage, p.n, p.k)
         if choice.config.describe() == r["config"]["config"]:
             assert choice.stage == r["config"]["stage"]
             continue
@@ -761,7 +761,7 @@ def test_the_192_row_pingpong_tile_is_tried_where_it_pads_an_experts_rows_less()
     n, k = kimi_problem.n, kimi_problem.k
     for c in autotune._rows192_candidates(base, 146, n):  # what the kernel accepts, unfiltered
         c = c.resolved()
-        assert not api.can_implement("sm_90a", autotune.stage_for(c, n, k), c, n, k)
+        assert not api.can_implement(c, autotune.stage_for(c, n, k), n, k)
     offered = [r for r in range(1, 1025) if autotune._rows192_candidates(base, r, 4096)]
     assert offered == [*range(129, 193), *range(513, 577), *range(897, 961)]
     assert len(autotune._rows192_candidates(base, 146, 128)) == 1  # no second n tile to pair
@@ -800,7 +800,7 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
         assert all(c.tile_n >= c.tile_m for c in clustered if c.cluster_m == 2)
         assert {c.cluster_m for c in clustered} == {1, 2}
         for c in clustered + tall:
-            assert not api.can_implement("sm_90a", autotune.stage_for(c, p.n, p.k), c, p.n, p.k)
+            assert not api.can_implement(c, autotune.stage_for(c, p.n, p.k), p.n, p.k)
     blackwell = autotune.candidates("sm_100a", 4096, 6144, 32, 32 * 1024, 60)
     assert all(c.cluster_n == c.cluster_m == 1 for _, c in blackwell)
 

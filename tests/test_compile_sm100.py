@@ -245,9 +245,9 @@ def test_lane_check_catches_a_folded_epilogue():
 
 
 def test_two_cta_128x512_split_slots_is_rejected_with_a_reason():
-    from pearl_moe.kernels.sm100.common import check_config
+    from pearl_moe.kernels.api import can_implement
 
-    problems = check_config(course(7, tile_m=128), 7)
+    problems = can_implement(course(7, tile_m=128), 7)
     assert any("spills registers" in p for p in problems), problems
 
 

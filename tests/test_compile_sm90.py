@@ -308,13 +308,14 @@ def test_direct_store_adds_a_ring_entry(reports):
 @pytest.mark.parametrize("tile_n", [48, 80, 112])
 def test_direct_store_refuses_tiles_it_would_not_fill(tile_n):
     """The direct store writes 32 columns per quad transpose: a tile_n of 16 more would leave its
-    last 16 columns unwritten, so the kernel refuses it (the tuner's widths are 96-256)."""
-    from pearl_moe.kernels.sm90.common import can_implement
+    last 16 columns unwritten, so a configuration with it is refused (the tuner's widths are
+    96-256); the TMA store takes such a tile."""
+    from pearl_moe.kernels.api import can_implement
 
-    cfg = stage_config("sm_90a", 4).with_(tile_m=64, tile_n=tile_n)
-    assert any("multiple of 32" in why for why in can_implement(cfg, 4096, 4096, 4))
-    tma = cfg.with_(epilogue="tma_store", epi_tile_n=16, ring_depth=None)
-    assert not any("multiple of 32" in why for why in can_implement(tma, 4096, 4096, 3))
+    tma = stage_config("sm_90a", 3).with_(tile_m=64, tile_n=tile_n, epi_tile_n=16)
+    assert can_implement(tma, 3, 4096, 4096) == []
+    with pytest.raises(ValueError, match="multiple of 32"):
+        tma.with_(epilogue="direct_store")
 
 
 def test_the_static_schedule_needs_no_global_atomics_or_strong_accesses(reports):

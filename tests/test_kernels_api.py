@@ -147,35 +147,41 @@ def _one_problem(problems, pattern):
 
 
 def test_can_implement_sm90():
-    assert can_implement(GemmConfig(arch="sm_90a"), 4096, 6144) == []
+    assert can_implement(GemmConfig(arch="sm_90a"), 3, 4096, 6144) == []
     # 256-row tiles: two cooperative warpgroups of 128 rows, tile_n registers a thread
-    assert can_implement(GemmConfig(arch="sm_90a", tile_m=256), 4096, 6144) == []
+    assert can_implement(GemmConfig(arch="sm_90a", tile_m=256), 3, 4096, 6144) == []
     wide = GemmConfig(arch="sm_90a", tile_m=256, tile_n=256, epilogue="direct_store")
-    _one_problem(can_implement(wide, 4096, 6144, stage=4), "at most 192")
+    _one_problem(can_implement(wide, 4, 4096, 6144), "at most 192")
     wide_b = GemmConfig(arch="sm_90a", tile_m=256, epilogue="direct_store", b_k_tiles=2)
-    assert any("cooperative" in p for p in can_implement(wide_b, 4096, 6144, stage=6))
+    assert any("cooperative" in p for p in can_implement(wide_b, 6, 4096, 6144))
     # clusters run in the persistent kernel (stage 3 on)
     clustered = GemmConfig(arch="sm_90a", cluster_n=2)
-    assert can_implement(clustered, 4096, 6144, stage=3) == []
-    _one_problem(can_implement(clustered, 4096, 6144, stage=2), "multicast")
+    assert can_implement(clustered, 3, 4096, 6144) == []
+    _one_problem(can_implement(clustered, 2, 4096, 6144), "multicast")
     direct = GemmConfig(arch="sm_90a", epilogue="direct_store")
-    _one_problem(can_implement(direct, 4096, 6144), "direct register-to-global store arrives")
-    assert can_implement(direct, 4096, 6144, stage=4) == []
-    _one_problem(can_implement(GemmConfig(arch="sm_90a"), 4100, 6144), "multiples of 8")
-    _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_k=32), 4096, 6144), "swizzle")
+    _one_problem(can_implement(direct, 3, 4096, 6144), "direct register-to-global store arrives")
+    assert can_implement(direct, 4, 4096, 6144) == []
     _one_problem(
-        can_implement(GemmConfig(arch="sm_90a", ring_depth=7), 4096, 6144), "shared memory"
+        can_implement(GemmConfig(arch="sm_90a"), 3, 4100, 6144), "n=4100 is not a multiple of 8"
+    )
+    _one_problem(can_implement(GemmConfig(arch="sm_90a"), 3, 4096, 0), "k must be positive")
+    _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_k=32), 3, 4096, 6144), "swizzle")
+    _one_problem(
+        can_implement(GemmConfig(arch="sm_90a", ring_depth=7), 3, 4096, 6144), "shared memory"
     )
     # direct_store does not validate epi_tile_n: a reason, not a ZeroDivisionError
     direct = GemmConfig(arch="sm_90a", epilogue="direct_store", epi_tile_n=0)
-    _one_problem(can_implement(direct, 4096, 6144, stage=4), "epi_tile_n")
+    _one_problem(can_implement(direct, 4, 4096, 6144), "epi_tile_n")
+    # without a shape: the rules of the configuration alone
+    assert can_implement(GemmConfig(arch="sm_90a"), 3) == []
+    _one_problem(can_implement(GemmConfig(arch="sm_90a", tile_k=32), 3), "swizzle")
 
 
 @pytest.mark.parametrize(
     "stage, kwargs, pattern",
     [
-        (1, dict(tile_m=256, tile_n=128, cta_group=2), "cta_group=2 arrives in stage 3"),
-        (2, dict(tile_m=256, tile_n=128, cta_group=2), "cta_group=2 arrives in stage 3"),
+        (1, dict(tile_m=256, tile_n=128, cta_group=2), "(cta_group=2) arrives in stage 3"),
+        (2, dict(tile_m=256, tile_n=128, cta_group=2), "(cta_group=2) arrives in stage 3"),
         (3, dict(tile_n=512, tile_m=256, cta_group=2), "two MMA atoms"),
         (3, dict(epilogue="direct_store"), "direct register-to-global store arrives in stage 4"),
         (3, dict(b_k_tiles=2), "B ring entry spanning several K tiles arrives in stage 6"),
@@ -183,7 +189,7 @@ def test_can_implement_sm90():
     ],
 )
 def test_can_implement_sm100_rejects(stage, kwargs, pattern):
-    _one_problem(api.can_implement("sm_100a", stage, GemmConfig(**kwargs), 4096, 6144), pattern)
+    _one_problem(api.can_implement(GemmConfig(**kwargs), stage, 4096, 6144), pattern)
 
 
 def test_can_implement_sm100_accepts_what_the_stages_compile():
@@ -191,11 +197,12 @@ def test_can_implement_sm100_accepts_what_the_stages_compile():
     default = api.default_config("sm_100a")
     assert default.acc_buffers == 2
     for stage in (1, 2, 3):
-        assert api.can_implement("sm_100a", stage, default, 4096, 6144) == []
+        assert api.can_implement(default, stage, 4096, 6144) == []
     pair = GemmConfig(tile_m=256, tile_n=256, cta_group=2).resolved()
-    assert api.can_implement("sm_100a", 3, pair, 4096, 6144) == []
-    _one_problem(api.can_implement("sm_100a", 3, default, 4100, 6144), "multiples of 8")
-    _one_problem(api.can_implement("sm_90a", 3, default, 4096, 6144), "GPU is sm_90a")
+    assert api.can_implement(pair, 3, 4096, 6144) == []
+    _one_problem(api.can_implement(default, 3, 4100, 6144), "n=4100 is not a multiple of 8")
+    # each architecture's rules refuse the other's configurations
+    _one_problem(can_implement(default, 3, 4096, 6144), "the config is for sm_100a")
 
 
 @pytest.fixture
@@ -495,3 +502,35 @@ def test_grouped_gemm_gathers_with_a_gather_config(fake_gpu):
     with pytest.raises(ValueError, match="no a_index"):
         grouped_gemm(*_inputs(), config=cfg)
     assert len(fake_gpu.calls["launched"]) == launched
+
+
+def test_can_implement_is_one_function_that_asks_the_configs_architecture():
+    """``api.can_implement(config, stage, n, k)`` is the dispatcher's, and it answers with the
+    rules of ``config.arch``: the same reasons as that architecture's own ``can_implement``."""
+    from pearl_moe.kernels import dispatch
+    from pearl_moe.kernels.sm100.common import can_implement as sm100_can_implement
+
+    assert api.can_implement is dispatch.can_implement
+    hopper = GemmConfig(arch="sm_90a", tile_k=32)
+    blackwell = GemmConfig(tile_n=24, epi_tile_n=8)
+    assert api.can_implement(hopper, 3, 4096, 6144) == can_implement(hopper, 3, 4096, 6144)
+    assert api.can_implement(blackwell, 3, 4096, 6144) == sm100_can_implement(
+        blackwell, 3, 4096, 6144
+    )
+    _one_problem(sm100_can_implement(hopper, 3, 4096, 6144), "the config is for sm_90a")
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_the_shared_rules_name_the_shape_they_refuse(arch):
+    """n and k that TMA cannot address, and a fused activation's n that holds no whole blocks of
+    gate and up, are refused with the value in the reason, on both architectures; without a
+    shape the configuration alone is judged."""
+    fused = stage_config(arch, 4).with_(activation="swiglu").resolved()
+    (why,) = [p for p in api.can_implement(fused, 4, 4104, 6144) if "gate and up" in p]
+    assert "4104 rows" in why and "multiple of 16" in why and "swiglu" in why
+    assert api.can_implement(fused, 4, 4096, 6144) == []
+    assert api.can_implement(fused, 4) == []
+    _one_problem(api.can_implement(fused, 4, 4096, 6150), "k=6150 is not a multiple of 8")
+    assert any(
+        "fused gated activation" in p and "arrives" in p for p in api.can_implement(fused, 3)
+    )

@@ -318,11 +318,11 @@ def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> l
     reqs = [_make_request(*r) for r in requests]
     results: list[KernelReport | None] = [None] * len(reqs)
     todo: dict[str, list[int]] = {}
-    from ..kernels.ladder import stage_problems
+    from ..kernels.api import can_implement
 
     for i, (req, request) in enumerate(zip(reqs, requests, strict=True)):
         stage_module_name(req["stage"], req["arch"])  # fail early, in this process
-        problems = stage_problems(request[1], req["stage"])
+        problems = can_implement(request[1], req["stage"], req["n"], req["k"])
         if problems:
             raise ValueError(f"{request[1].describe()}: " + "; ".join(problems))
         out = cache_dir() / _request_key(req, fingerprint)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from ..config import GemmConfig
+from ..config import GemmConfig, unknown_activation
 from ..workloads import check_dims, check_offsets
 from . import autotune, compile_cache
-from .dispatch import KERNEL_FAMILIES, StageKernel, stage_module
+from .dispatch import KERNEL_FAMILIES, StageKernel, can_implement, stage_module
+from .gated_layout import gate_up_rows_problem
 from .ladder import KERNEL_STAGES, LAST_STAGE, stage_config
 from .targets import gpu_target, persistent_ctas
 
@@ -43,27 +44,6 @@ def arch_of(device) -> str:
     the kernels have no target for, or a ``CUTE_DSL_ARCH`` that names another target than the
     GPU's (:func:`pearl_moe.kernels.targets.gpu_target`)."""
     return gpu_target(device)[0]
-
-
-def can_implement(arch: str, stage: int, config: GemmConfig, n: int, k: int) -> list[str]:
-    """Reasons stage ``stage`` of ``arch`` cannot run ``config`` at ``(n, k)`` (empty: it can).
-
-    The host-side check :func:`grouped_gemm` makes before compiling or launching anything, for both
-    architectures: sm_90a asks :func:`pearl_moe.kernels.sm90.common.can_implement`, sm_100a
-    :func:`pearl_moe.kernels.sm100.stage1_gemm.can_implement` (with the one accumulator that the
-    API pins for stages 1 and 2).
-    """
-    if stage not in STAGE_NAMES:
-        return [f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}"]
-    if config.arch != arch:
-        return [f"config is for {config.arch} but the GPU is {arch}"]
-    if arch == "sm_90a":
-        from .sm90.common import can_implement as sm90_can_implement
-
-        return sm90_can_implement(config, n, k, stage)
-    from .sm100.stage1_gemm import can_implement as sm100_can_implement
-
-    return sm100_can_implement(config, stage, n, k)
 
 
 def _overlap(a, b) -> bool:
@@ -139,16 +119,10 @@ def validate(
             f"expected {experts} end offsets or {experts + 1} cu_seqlens for W's {experts} "
             f"experts, got shape {tuple(offsets.shape)}"
         )
-    if activation is not None:
-        from ..config import ACTIVATIONS
-
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be None or one of {ACTIVATIONS}, got {activation!r}")
-        if n % 16:
-            raise ValueError(
-                f"a fused {activation} needs W's n = 2 x intermediate with 8-row gate and up "
-                f"blocks (interleave_gate_up): n must be a multiple of 16, got {n}"
-            )
+    if problem := unknown_activation(activation):
+        raise ValueError(problem)
+    if activation is not None and (problem := gate_up_rows_problem(n, "W")):
+        raise ValueError(f"a fused {activation}: {problem}")
     n_out = n // 2 if activation is not None else n
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16:
@@ -278,8 +252,6 @@ def with_gather(config: GemmConfig, n: int, k: int, stage: int | None = None) ->
     and 3913 us with the pick's 128 x 256 tile (``results/H200/moe_layer.json.gz``), 0.977x the
     same layer on the gathered copy. A 64-row pick is not kept: Kimi K3's 1024-token layer, whose
     fused pick is a 64 x 256 ping-pong tile, took 1.36x the copy's time on the fallback tile."""
-    from .sm90.common import can_implement as sm90_can_implement
-
     at = LAST_STAGE if stage is None else stage
     tries = [dict(gather_a=True)]
     if config.tile_m >= 128:
@@ -290,7 +262,7 @@ def with_gather(config: GemmConfig, n: int, k: int, stage: int | None = None) ->
             candidate = config.with_(**changes).resolved()
         except ValueError:
             continue
-        if not sm90_can_implement(candidate, n, k, at):
+        if not can_implement(candidate, at, n, k):
             return candidate
     epilogue = "tma_store" if at == 3 and config.activation is None else "direct_store"
     return GemmConfig(
@@ -417,7 +389,7 @@ def grouped_gemm(
         config = with_gather(config, n, k, stage_given)
         if stage_given is None:
             stage = autotune.stage_for(config, n, k)
-    problems = can_implement(arch, stage, config, n, k)
+    problems = can_implement(config, stage, n, k)
     if problems:
         raise ValueError(
             f"{config.describe()} cannot run as {arch} stage {stage}: " + "; ".join(problems)

@@ -38,15 +38,9 @@ import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..config import GemmConfig
-from .ladder import (
-    KERNEL_PACKAGES,
-    KERNEL_STAGES,
-    LAST_STAGE,
-    kernel_module_name,
-    stage_config,
-    stage_problems,
-)
+from ..config import ACTIVATIONS, GemmConfig
+from .dispatch import can_implement
+from .ladder import KERNEL_PACKAGES, KERNEL_STAGES, LAST_STAGE, kernel_module_name, stage_config
 
 __all__ = [
     "Choice",
@@ -155,33 +149,21 @@ def stage_available(arch: str, stage: int) -> bool:
         return False
 
 
-def _kernel_problems(arch: str, stage: int, config: GemmConfig, n, k) -> list[str]:
-    """Reasons the kernel cannot run ``config`` as ``stage`` (empty: it can); n, k None: any."""
-    if not stage_available(arch, stage):
-        return [f"stage {stage} has no {arch} kernel here"]
-    if config.arch != arch:
-        return [f"config is for {config.arch}, not {arch}"]
-    # the same per-arch checks as pearl_moe.kernels.api.can_implement (which imports this module)
-    if arch == "sm_90a":
-        from .sm90.common import can_implement
-    else:
-        from .sm100.stage1_gemm import can_implement as sm100_can_implement
-
-        def can_implement(config, n, k, stage):
-            return sm100_can_implement(config, stage, n, k)
-
-    return can_implement(config, n or 64, k or 64, stage)
+def _refusals(config: GemmConfig, stage: int, n: int | None, k: int | None) -> list[str]:
+    """Why ``stage`` cannot run ``config`` here (empty: it can): its kernel module is missing
+    (:func:`stage_available`), or the kernel refuses it at ``(n, k)``
+    (:func:`pearl_moe.kernels.dispatch.can_implement`; ``n``, ``k`` None: at any shape)."""
+    if not stage_available(config.arch, stage):
+        return [f"stage {stage} has no {config.arch} kernel here"]
+    return can_implement(config, stage, n, k)
 
 
 def stage_for(config: GemmConfig, n: int | None = None, k: int | None = None) -> int:
-    """The first course stage from 3 on that may run ``config`` (:func:`ladder.stage_problems`)
-    and whose kernel exists here and accepts it. ``ValueError`` with every stage's reasons if none.
-    """
+    """The first course stage from 3 on that runs ``config`` here (:func:`_refusals`).
+    ``ValueError`` with every stage's reasons if none."""
     reasons = []
     for stage in range(3, LAST_STAGE + 1):
-        problems = stage_problems(config, stage) or _kernel_problems(
-            config.arch, stage, config, n, k
-        )
+        problems = _refusals(config, stage, n, k)
         if not problems:
             return stage
         reasons.append(f"stage {stage}: {'; '.join(problems)}")
@@ -200,7 +182,7 @@ def heuristic(arch: str, n: int, k: int, experts: int, rows: int) -> Choice:
         else:
             tile, why = (128, 128), "> 64 rows per expert"
         config = stage_config(arch, 3).with_(tile_m=tile[0], tile_n=min(tile[1], max(n, 64)))
-        if _kernel_problems(arch, 3, config.resolved(), n, k):
+        if _refusals(config.resolved(), 3, n, k):
             config, why = stage_config(arch, 3), "course stage 3 (the tile above does not fit)"
     else:  # sm_100a: not measured yet; the course's stage-3 configuration
         config, why = stage_config(arch, 3), "course stage 3 (no sm_100a measurements yet)"
@@ -312,10 +294,10 @@ def _entry_choice(entry: dict, arch: str, n: int, k: int, gpu: str) -> Choice | 
     except (TypeError, ValueError):
         return None
     stage = int(entry["stage"])
-    if config.arch != arch or stage_problems(config, stage):
+    if config.arch != arch:
         return None
     config = config.resolved()
-    if _kernel_problems(arch, stage, config, n, k):
+    if _refusals(config, stage, n, k):
         return None
     where = entry.get("measured_at") or f"{entry['bucket']}"
     return Choice(stage, config, f"table {gpu}: {where}")
@@ -466,9 +448,7 @@ def _runnable_label(label: str, arch: str, n: int, k: int) -> tuple[int, GemmCon
         config = GemmConfig.from_label(described).resolved()
     except ValueError:
         return None
-    if config.arch != arch or stage_problems(config, stage):
-        return None
-    if _kernel_problems(arch, stage, config, n, k):
+    if config.arch != arch or _refusals(config, stage, n, k):
         return None
     return stage, config
 
@@ -512,7 +492,7 @@ def _wave_twins(entry: dict, arch: str, n: int, k: int, width: int, sms: int) ->
             stage = stage_for(config, n, k)
         except ValueError:
             continue
-        if not _kernel_problems(arch, stage, config, n, k):
+        if not _refusals(config, stage, n, k):
             twins[f"s{stage} {config.describe()}"] = (label, found[1], (stage, config))
     return twins
 
@@ -611,11 +591,14 @@ def fused_tile_multiple(arch: str) -> int:
 
 def activation_ready(config: GemmConfig) -> bool:
     """Whether a fused gated activation runs on ``config`` with nothing else changed
-    (:func:`pearl_moe.kernels.api.with_activation` changes the rest): the direct store, tokens as
-    rows (no ``swap_ab``) and a tile width the fused epilogue takes (:func:`fused_tile_multiple`:
-    on sm_90a 96 among them)."""
-    width = fused_tile_multiple(config.arch)
-    return config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % width == 0
+    (:func:`pearl_moe.kernels.api.with_activation` changes the rest): the configuration takes
+    one (``GemmConfig``'s rules: the direct store, tokens as rows, ...) at a tile width the fused
+    epilogue takes (:func:`fused_tile_multiple`: on sm_90a 96 among them)."""
+    try:
+        config.with_(activation=ACTIVATIONS[0])
+    except ValueError:
+        return False
+    return config.tile_n % fused_tile_multiple(config.arch) == 0
 
 
 def _fastest_ready(rel: dict[str, float], arch, n, k) -> tuple[tuple, float] | None:

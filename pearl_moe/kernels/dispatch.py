@@ -5,7 +5,8 @@ options (:data:`pearl_moe.kernels.ladder.KERNEL_STAGES`). :data:`KERNEL_FAMILIES
 architecture to its modules with written-out imports, so the import graph shows which code an
 architecture runs; the imports run on first use, because CuTe DSL picks its compile target when
 it is imported. :func:`stage_module` gives a stage's :class:`StageKernel`, which the public call,
-the compile cache's workers and the CPU inspection all use.
+the compile cache's workers and the CPU inspection all use; :func:`can_implement` says whether a
+stage runs a configuration at a shape.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from types import ModuleType
 from ..config import GemmConfig
 from .ladder import kernel_module_name
 
-__all__ = ["KERNEL_FAMILIES", "StageKernel", "stage_module"]
+__all__ = ["KERNEL_FAMILIES", "StageKernel", "can_implement", "stage_module"]
 
 
 def _sm90_kernels() -> dict[str, ModuleType]:
@@ -74,6 +75,23 @@ class StageKernel:
             self.module.launch(compiled, A, W, end_offsets, out, host_offsets, stream)
         else:
             self.module.launch(compiled, A, W, end_offsets, out, host_offsets, stream, a_index)
+
+
+def can_implement(
+    config: GemmConfig, stage: int, n: int | None = None, k: int | None = None
+) -> list[str]:
+    """Reasons stage ``stage`` cannot run ``config`` at ``(n, k)`` (empty list: it can; ``n`` and
+    ``k`` None: at any shape): the one answer, asked of the configuration's architecture
+    (:func:`pearl_moe.kernels.sm90.common.can_implement` or
+    :func:`pearl_moe.kernels.sm100.common.can_implement`).
+
+    :func:`pearl_moe.kernels.grouped_gemm` asks it before it compiles or launches anything (as
+    ``api.can_implement``); the runtime pick, the tuner's candidates and the course ask the same."""
+    if config.arch == "sm_90a":
+        from .sm90.common import can_implement as rules
+    else:
+        from .sm100.common import can_implement as rules
+    return rules(config, stage, n, k)
 
 
 def stage_module(arch: str, stage: int) -> StageKernel:

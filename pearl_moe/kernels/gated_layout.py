@@ -13,21 +13,32 @@ gate block and its up block: the same layout serves both epilogues.
 
 from __future__ import annotations
 
-__all__ = ["GATE_UP_BLOCK", "interleave_gate_up", "deinterleave_gate_up"]
+__all__ = ["GATE_UP_BLOCK", "gate_up_rows_problem", "interleave_gate_up", "deinterleave_gate_up"]
 
 #: Rows of gate, then of up, per block of the interleaved layout.
 GATE_UP_BLOCK = 8
+
+
+def gate_up_rows_problem(rows: int, what: str = "w") -> str | None:
+    """Why ``rows`` weight rows cannot hold gate and up in interleaved blocks (None: they can).
+
+    The one rule a fused gated activation asks of ``n``: the kernels' ``can_implement``, the
+    public call's validation and :func:`interleave_gate_up` all ask it here."""
+    if rows % (2 * GATE_UP_BLOCK):
+        return (
+            f"{what} has {rows} rows: gate and up in blocks of {GATE_UP_BLOCK} "
+            f"(interleave_gate_up) need a multiple of {2 * GATE_UP_BLOCK}"
+        )
+    return None
 
 
 def _check(w, what: str):
     if w.dim() not in (2, 3):
         raise ValueError(f"{what} must be (2 x intermediate, hidden) or (experts, ..., hidden)")
     rows = w.shape[-2]
-    if rows % (2 * GATE_UP_BLOCK):
-        raise ValueError(
-            f"{what} has {rows} rows: gate and up in blocks of {GATE_UP_BLOCK} need a multiple "
-            f"of {2 * GATE_UP_BLOCK}"
-        )
+    problem = gate_up_rows_problem(rows, what)
+    if problem:
+        raise ValueError(problem)
     return rows // 2
 
 

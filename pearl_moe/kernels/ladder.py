@@ -140,6 +140,8 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
         later(5, "the 1-CTA 64-row tile")
     if config.arch == "sm_90a" and config.tile_m == 256:
         later(3, "the 256-row tile (two warpgroups of 128 rows, in the persistent kernel)")
+    if config.cta_group == 2:
+        later(3, "the 2-CTA MMA (cta_group=2)")
     if config.cluster_n > 1 or config.cluster_m > 1:
         later(3, "clusters of CTAs that share A or B by multicast (in the persistent kernel)")
     if config.gather_a:

@@ -12,8 +12,8 @@ needs, one method per piece, and the stage kernels call those pieces from their 
 * device side: ``allocate_smem`` (data buffers, then the barrier block, so the total equals the
   budget model), ``make_pipelines``, ``mma_fragments``, ``tma_partition_ab``, ``load_k_tiles``,
   ``mma_k_loop``, ``epilogue_begin``, ``epilogue_tile``, ``epilogue_end``;
-* checks: :func:`check_config`, :func:`can_implement` (what ``grouped_gemm`` asks before it compiles
-  anything), :func:`resolve_for_stage`.
+* checks: :func:`can_implement` (what ``grouped_gemm`` asks before it compiles anything),
+  :func:`resolve_for_stage`.
 
 Stage 1 (:mod:`.stage1_gemm`) adds the one-tile-per-CTA kernel around these pieces, stage 2 the
 grouped grid, stage 3 the persistent tile loops; stages 4-7 are options of the stage-3 kernel.
@@ -27,8 +27,8 @@ from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
-from ...config import MAX_MMA_N, GemmConfig, smem_budget, tmem_columns
-from ..ladder import stage_problems
+from ...config import MAX_MMA_N, GemmConfig, tmem_columns
+from ..rules import shared_problems
 
 __all__ = [
     "BOOKKEEPING_WORDS",
@@ -37,7 +37,6 @@ __all__ = [
     "KernelBase",
     "TMA_WARP",
     "can_implement",
-    "check_config",
     "one_accumulator",
     "resolve_for_stage",
 ]
@@ -55,26 +54,6 @@ TMEM_ALLOC_BARRIER = 2
 #: Bytes of bookkeeping after the mbarriers: the 2-CTA TMEM-release mbarrier (8 B), the TMEM base
 #: address (4 B) and padding to the 64 B that ``pearl_moe.config.BOOKKEEPING_BYTES`` models.
 BOOKKEEPING_WORDS = 13  # 32-bit padding words after the 12 bytes above: 12 + 13 x 4 = 64
-
-
-def check_config(config: GemmConfig, stage: int) -> list[str]:
-    """Reasons ``config`` cannot run as stage ``stage`` of the sm_100a kernels (empty if it can)."""
-    problems = []
-    if config.arch != "sm_100a":
-        problems.append(f"the sm100 kernels compile for sm_100a, config says {config.arch}")
-    if stage < 3 and config.cta_group != 1:
-        problems.append(f"stage {stage} is a 1-CTA kernel; cta_group=2 arrives in stage 3")
-    if stage < 3 and config.acc_buffers not in (None, 1):
-        problems.append(
-            f"stage {stage} computes one tile per CTA and keeps one accumulator "
-            f"(acc_buffers=1), config has {config.acc_buffers}"
-        )
-    # Options of later stages (direct store, wide B entries, split accumulator, 512-wide tiles)
-    # are gated in one place, pearl_moe.kernels.ladder.stage_problems.
-    problems += stage_problems(config, stage)
-    if config.arch == "sm_100a":
-        problems += _kernel_problems(config)
-    return problems
 
 
 def _kernel_problems(config: GemmConfig) -> list[str]:
@@ -122,17 +101,11 @@ def _kernel_problems(config: GemmConfig) -> list[str]:
         )
     if config.epilogue == "direct_store":
         problems += _direct_store_problems(config)
-    if config.acc_slots == 2:
-        if config.epilogue != "direct_store":
-            problems.append(
-                "acc_slots=2 releases each accumulator slot from the direct-store epilogue; "
-                "it needs epilogue='direct_store'"
-            )
-        if config.b_k_tiles != 1:
-            problems.append(
-                "acc_slots=2 holds A/B ring entries across two atoms; with b_k_tiles > 1 the "
-                "B entries live in their own ring, which the split mainloop does not walk"
-            )
+    if config.acc_slots == 2 and config.b_k_tiles != 1:
+        problems.append(
+            "acc_slots=2 holds A/B ring entries across two atoms; with b_k_tiles > 1 the "
+            "B entries live in their own ring, which the split mainloop does not walk"
+        )
     return problems
 
 
@@ -187,52 +160,47 @@ def fused_store_elems(config: GemmConfig) -> int:
 
 
 def resolve_for_stage(config: GemmConfig, stage: int) -> GemmConfig:
-    """``config`` with the defaults a stage implies filled in, then resolved for the B200.
-
-    Stages 1 and 2 hold exactly one accumulator (``acc_buffers=1``); stage 3 keeps what the config
-    asks for (or as many as fit). ``ring_depth=None`` becomes the deepest ring that fits.
-    """
-    if stage < 3 and config.acc_buffers is None:
-        config = config.with_(acc_buffers=1)
-    problems = check_config(config, stage)
+    """``config`` as stage ``stage`` compiles it, resolved for the B200: stages 1 and 2 hold
+    exactly one accumulator (:func:`one_accumulator`); stage 3 keeps what the config asks for (or
+    as many as fit). ``ring_depth=None`` becomes the deepest ring that fits. ``ValueError`` with
+    :func:`can_implement`'s reasons if the stage cannot run it."""
+    problems = can_implement(config, stage)
     if problems:
         raise ValueError(
             f"{config.describe()} cannot run as sm_100a stage {stage}: " + "; ".join(problems)
         )
-    return config.resolved()
+    return (one_accumulator(config) if stage < 3 else config).resolved()
 
 
 def one_accumulator(config: GemmConfig) -> GemmConfig:
-    """``config`` with ``acc_buffers=1``, the only value stages 1 and 2 take.
-
-    :func:`pearl_moe.kernels.grouped_gemm` resolves every config first, and resolving turns
-    ``acc_buffers=None`` into "as many as fit" (2 at 128 x 128), a stage-3 knob. ``build`` rejects
-    that (a teaching error for ``inspect``); the API path pins it back to the one accumulator.
-    """
-    return config if config.acc_buffers in (None, 1) else config.with_(acc_buffers=1)
+    """``config`` with ``acc_buffers=1``, the only value stages 1 and 2 take (each CTA computes
+    one tile). :func:`pearl_moe.kernels.grouped_gemm` resolves every config first, and resolving
+    turns ``acc_buffers=None`` into "as many as fit" (2 at 128 x 128), a stage-3 knob: the
+    stage-1 and stage-2 kernels pin it back."""
+    return config if config.acc_buffers == 1 else config.with_(acc_buffers=1)
 
 
-def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
-    """Reasons sm_100a stage ``stage`` cannot run ``config`` at ``(n, k)`` (empty list: it can).
-
-    What :func:`pearl_moe.kernels.api.grouped_gemm` checks before compiling anything. Stages 1
-    and 2 are checked with the one accumulator their ``compile_kernel`` pins
-    (:func:`one_accumulator`); the ring must fit the B200's shared memory.
-    """
-    if stage < 3:
+def can_implement(
+    config: GemmConfig, stage: int, n: int | None = None, k: int | None = None
+) -> list[str]:
+    """Reasons sm_100a stage ``stage`` cannot run ``config`` at ``(n, k)`` (empty list: it can;
+    ``n`` and ``k`` None: at any shape). The rules every architecture shares
+    (:func:`pearl_moe.kernels.rules.shared_problems`), then those of these kernels. Stages 1 and
+    2 are checked with the one accumulator they compile with (:func:`one_accumulator`)."""
+    if stage < 3 and config.arch == "sm_100a":
         config = one_accumulator(config)
-    problems = check_config(config, stage)
-    if n <= 0 or k <= 0 or n % 8 or k % 8:
-        problems.append(
-            f"n={n} and k={k} must be positive multiples of 8 (16-byte TMA row strides)"
-        )
-    elif config.activation is not None:
+    problems = shared_problems("sm_100a", config, stage, n, k)
+    if config.arch != "sm_100a":
+        return problems  # the rules below read sm_100a fields
+    problems += _kernel_problems(config)
+    if n is None or n % 8:
+        return problems  # no shape, or one TMA cannot address (a shared problem)
+    if config.activation is not None:
         outputs = fused_run_outputs(config)
-        if n % 16 or (n // 2) % outputs:
+        if (n // 2) % outputs:
             problems.append(
-                f"n={n}: the fused activation needs 8-row gate and up blocks (n % 16 == 0), and "
-                f"a thread stores its run of {outputs} outputs whole (guarded by its first "
-                f"column), so n / 2 must be a multiple of {outputs} (epi_tile_n="
+                f"n={n}: a thread stores its run of {outputs} fused outputs whole (guarded by its "
+                f"first column), so n / 2 must be a multiple of {outputs} (epi_tile_n="
                 f"{config.epi_tile_n}; a smaller epi_tile_n makes shorter runs)"
             )
     elif config.epilogue == "direct_store" and n % (config.direct_store_bits // 16):
@@ -241,10 +209,6 @@ def can_implement(config: GemmConfig, stage: int, n: int, k: int) -> list[str]:
             f"{config.direct_store_bits // 8}-byte aligned, i.e. n % "
             f"{config.direct_store_bits // 16} == 0 (store_bits=128 needs n % 8 == 0)"
         )
-    try:
-        smem_budget(config.resolved())
-    except ValueError as err:
-        problems.append(str(err))
     return problems
 
 
@@ -742,13 +706,3 @@ class KernelBase:
             c_pipeline.producer_tail()
         tmem.relinquish_alloc_permit()
         tmem.free(tmem_ptr)
-
-    # ------------------------------------------------------------------ checks
-    @classmethod
-    def can_implement(cls, config: GemmConfig, m: int, n: int, k: int) -> bool:
-        """True when this stage (``cls.stage``) can run ``m`` rows of ``(m, k) @ (n, k)^T``.
-
-        ``m`` must be positive (a launch with no rows has an empty grid); the reasons behind a
-        ``False`` come from the module-level :func:`can_implement`.
-        """
-        return m > 0 and not can_implement(config, cls.stage, n, k)

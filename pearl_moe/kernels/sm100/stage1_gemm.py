@@ -44,18 +44,15 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ...config import GemmConfig
 from ..host import launch_per_expert, placeholder_ptr
-from .common import KernelBase, can_implement, check_config, one_accumulator
+from .common import KernelBase
 
 __all__ = [
     "DenseGemmKernel",
     "build",
-    "can_implement",
-    "check_config",
     "compile_fake",
     "compile_kernel",
     "fake_arguments",
     "launch",
-    "one_accumulator",
     "placeholder_ptr",
 ]
 
@@ -259,7 +256,7 @@ def compile_kernel(config: GemmConfig, n: int, k: int, experts: int = 1, sms: in
     The compiled function takes ``(a_ptr, w_ptr, out_ptr, rows, stream)``: one expert's GEMM.
     """
     del experts, sms  # one expert per launch; one tile per CTA, not persistent
-    kernel = build(one_accumulator(config))
+    kernel = build(config)  # one accumulator (KernelBase pins it for stages 1 and 2)
     return cute.compile(kernel, *fake_arguments(kernel, n, k))
 
 

@@ -34,7 +34,6 @@ from cutlass.tensor_utils import LayoutEnum
 from ...config import GemmConfig
 from .. import scheduler
 from ..host import placeholder_ptr
-from .common import one_accumulator
 from .stage1_gemm import DenseGemmKernel
 from .tma_descriptors import (
     TMA_DESCRIPTOR_BYTES,
@@ -259,7 +258,7 @@ def compile_kernel(config: GemmConfig, n: int, k: int, experts: int, sms: int | 
     (:func:`workspace_for`), which :func:`launch` supplies.
     """
     del sms  # one CTA per (m tile, n tile, expert), not persistent
-    kernel = build(one_accumulator(config))
+    kernel = build(config)  # one accumulator (KernelBase pins it for stages 1 and 2)
     return cute.compile(kernel, *fake_arguments(kernel, n, k, experts))
 
 

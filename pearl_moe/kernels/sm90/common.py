@@ -52,7 +52,7 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
 from ...config import GemmConfig, smem_budget
-from ..ladder import stage_problems
+from ..rules import shared_problems
 
 __all__ = ["KernelBase", "can_implement", "epilogue_slice_copies", "WARPGROUP_THREADS"]
 
@@ -88,21 +88,20 @@ def epilogue_slice_copies(s: int, v_n: int, m_n: int, j_n: int, per_m: int) -> l
     ]
 
 
-def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[str]:
-    """Reasons ``config`` cannot run as sm_90a stage ``stage`` (empty list: it can)."""
-    problems = stage_problems(config, stage)
+def can_implement(
+    config: GemmConfig, stage: int, n: int | None = None, k: int | None = None
+) -> list[str]:
+    """Reasons sm_90a stage ``stage`` cannot run ``config`` at ``(n, k)`` (empty list: it can; ``n``
+    and ``k`` None: at any shape). The rules every architecture shares
+    (:func:`pearl_moe.kernels.rules.shared_problems`), then those of these kernels."""
+    problems = shared_problems("sm_90a", config, stage, n, k)
     if config.arch != "sm_90a":
-        problems.append(f"sm90 kernels need arch='sm_90a', got {config.arch!r}")
-    if config.tile_m not in (8, 16, 32, 64, 128, 192, 256):
-        problems.append(
-            "sm90 kernels use 1 or 2 consumer warpgroups: tile_m 64, 128 or 256, 192 in "
-            f"ping-pong (or 8, 16, 32 rows of A under a 64-row wgmma), got {config.tile_m}"
-        )
+        return problems  # the rules below read sm_90a fields
     if config.tile_m == 256:
-        if config.acc_slots != 1 or config.swap_ab or config.b_k_tiles != 1:
+        if config.acc_slots != 1 or config.b_k_tiles != 1:
             problems.append(
-                "a 256-row tile is cooperative (two warpgroups of 128 rows): not with ping-pong, "
-                "swap_ab or wide B entries"
+                "a 256-row tile is cooperative (two warpgroups of 128 rows): not with the split "
+                "accumulator or wide B entries"
             )
         if config.tile_n > MAX_256_ROW_TILE_N:
             problems.append(
@@ -114,35 +113,14 @@ def can_implement(config: GemmConfig, n: int, k: int, stage: int = 3) -> list[st
         problems.append(
             f"tile_k must be a multiple of 64 (one 128-byte swizzle row), got {config.tile_k}"
         )
-    if config.tile_n % 16 or config.tile_n > 256:
-        problems.append(f"tile_n must be a multiple of 16 up to 256, got {config.tile_n}")
+    if config.tile_n % 16:
+        problems.append(f"tile_n must be a multiple of 16, got {config.tile_n}")
     if config.b_k_tiles not in (1, 2):
         problems.append(
             f"sm90 B ring entries span 1 or 2 K tiles, got b_k_tiles={config.b_k_tiles}"
         )
-    if config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % 32:
-        problems.append(
-            "the direct store writes 32-column groups (a quad transpose per 4 x 8 columns): "
-            f"tile_n must be a multiple of 32, got {config.tile_n}"
-        )
-    if config.acc_slots == 2 and config.epilogue != "direct_store":
-        problems.append(
-            "the ping-pong consumers (acc_slots=2) store directly from registers: the two "
-            "warpgroups would otherwise share one SMEM epilogue buffer (use epilogue='direct_store')"
-        )
     if config.epi_tile_n <= 0 or config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
         problems.append(f"epi_tile_n={config.epi_tile_n} must be a multiple of 8 dividing tile_n")
-    if n % 8 or k % 8:
-        problems.append("n and k must be multiples of 8 (16-byte TMA strides)")
-    if config.activation is not None and n % 16:
-        problems.append(
-            f"the fused activation pairs 8-row gate and up blocks: n must be a multiple of 16, "
-            f"got {n}"
-        )
-    try:
-        smem_budget(config.resolved())
-    except ValueError as err:
-        problems.append(str(err))
     return problems
 
 
@@ -155,7 +133,7 @@ class KernelBase:
 
     def __init__(self, config: GemmConfig):
         config = config.resolved()
-        problems = can_implement(config, 16, 16, self.max_stage)  # shape-free checks
+        problems = can_implement(config, self.max_stage)  # the rules of any shape
         if problems:
             raise ValueError("; ".join(problems))
         self.config = config
