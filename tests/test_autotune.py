@@ -539,7 +539,7 @@ def test_candidates_are_pruned_runnable_and_include_the_defaults(shape, top_k, t
     assert stage_config("sm_90a", 3).resolved() in configs
     for stage, c in cands:
         assert c.ring_depth is not None and stage == autotune.stage_for(c, n, k)
-        assert not api.can_implement(c, stage, n, k)
+        assert not api.can_implement("sm_90a", stage, c, n, k)
         if c.tile_n == 192 and rows / experts <= autotune.PREFILL_ROWS:
             assert n % 192 == 0  # below prefill, 192-wide tiles only where they divide n
     if tokens <= 64:
@@ -651,8 +651,8 @@ def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
     """The default call on an H200 is what results/H200/compare.json.gz measured as ``pearl``, except
     at the shapes named below, whose table entries a later tuning run of the table's own record
     measured again with the run's pick among their candidates: there the pick is that entry's
-    fastest candidate, and the README's compare block lists the change (``Picks changed since this
-    run``) until ``bench --resume --remeasure-changed`` times them again. A pick changed by
+    fastest candidate, and docs/performance.md's compare block lists the change (``Picks changed
+    since this run``) until ``bench --resume --remeasure-changed`` times them again. A pick changed by
     anything else (the picker's rule, an entry edited without a new tuning) fails here."""
     from pathlib import Path
 
@@ -661,8 +661,8 @@ def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
     root = Path(__file__).resolve().parent.parent
     run = read_run(root / "results" / "H200" / "compare.json.gz")
     table = autotune.load_table("H200")  # the table pick reads
-    readme = (root / "README.md").read_text()
-    readme = readme.split("<!-- compare:begin -->")[1].split("<!-- compare:end -->")[0]
+    page = (root / "docs" / "performance.md").read_text()
+    block = page.split("<!-- compare:begin -->")[1].split("<!-- compare:end -->")[0]
     tuning_runs = {table["env"]["date"], *(r["env"]["date"] for r in table["earlier_runs"])}
     # the course's gate+up entries at 4096 tokens, tuned again on 2026-12-02 over the current
     # prefill candidates (48 a shape; they had held 3-5)
@@ -675,7 +675,7 @@ def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
         p = make_problem(model, int(tokens), ep=int(ep[2:]), routing=routing, projection=projection)
         choice = autotune.pick("sm_90a", p.n, p.k, p.experts, p.rows, gpu="H200")
         assert choice.source.startswith("table H200")
-        assert not api.can_implement(choice.config, choice.stage, p.n, p.k)
+        assert not api.can_implement("sm_90a", choice.stage, choice.config, p.n, p.k)
         if choice.config.describe() == r["config"]["config"]:
             assert choice.stage == r["config"]["stage"]
             continue
@@ -691,7 +691,7 @@ def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
         assert choice.source == f"table H200: {entry['measured_at']}"  # the entry, not a vote
         timed = f"s{r['config']['stage']} {r['config']['config']}"
         assert timed in entry["candidates"], (r["problem"], timed)
-        assert f"{r['problem']}: {r['config']['config']} -> {choice.config.describe()}" in readme
+        assert f"{r['problem']}: {r['config']['config']} -> {choice.config.describe()}" in block
     assert changed == retuned
 
 
@@ -761,7 +761,7 @@ def test_the_192_row_pingpong_tile_is_tried_where_it_pads_an_experts_rows_less()
     n, k = kimi_problem.n, kimi_problem.k
     for c in autotune._rows192_candidates(base, 146, n):  # what the kernel accepts, unfiltered
         c = c.resolved()
-        assert not api.can_implement(c, autotune.stage_for(c, n, k), n, k)
+        assert not api.can_implement("sm_90a", autotune.stage_for(c, n, k), c, n, k)
     offered = [r for r in range(1, 1025) if autotune._rows192_candidates(base, r, 4096)]
     assert offered == [*range(129, 193), *range(513, 577), *range(897, 961)]
     assert len(autotune._rows192_candidates(base, 146, 128)) == 1  # no second n tile to pair
@@ -800,7 +800,7 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
         assert all(c.tile_n >= c.tile_m for c in clustered if c.cluster_m == 2)
         assert {c.cluster_m for c in clustered} == {1, 2}
         for c in clustered + tall:
-            assert not api.can_implement(c, autotune.stage_for(c, p.n, p.k), p.n, p.k)
+            assert not api.can_implement("sm_90a", autotune.stage_for(c, p.n, p.k), c, p.n, p.k)
     blackwell = autotune.candidates("sm_100a", 4096, 6144, 32, 32 * 1024, 60)
     assert all(c.cluster_n == c.cluster_m == 1 for _, c in blackwell)
 

@@ -1,4 +1,4 @@
-"""The held-out comparison as the README and notebook 09 report it: grouped by tokens per GPU,
+"""The held-out comparison as docs/tuning.md and notebook 08b report it: grouped by tokens per GPU,
 with the shapes whose pick changed since the run (CPU, from the committed H200 run)."""
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ def test_a_pick_that_moved_since_the_run_is_named(run):
         assert c["now"] == pick.config.describe() != c["timed"]
 
 
-def test_the_readme_shows_the_held_out_run_beside_the_course():
+def test_the_tuning_page_shows_the_held_out_run_beside_the_course():
     block = render_general_table()
-    assert block in (ROOT / "README.md").read_text()
+    assert block in (ROOT / "docs" / "tuning.md").read_text()
     assert "| held-out | 1 |" in block and "| course |" in block
     assert "results/H200/compare_general.json.gz" in block
 
@@ -173,8 +173,8 @@ def _rows(path: Path) -> dict[str, dict]:
     return {r["problem"]: r for r in compare_summary(read_run(path))["rows"]}
 
 
-def test_the_h100s_run_with_its_own_decode_entries_as_the_readme_quotes_it():
-    """The H100's run after its table took the whole tuning set (109 entries): the README's block,
+def test_the_h100s_run_with_its_own_decode_entries_as_the_tuning_page_quotes_it():
+    """The H100's run after its table took the whole tuning set (109 entries): docs/tuning.md's block,
     and its paragraph's figures. The 41 held-out layers whose pick moved were timed again; their
     ratio to the best baseline moved by a geomean of 1.000 from the run before (kept in
     results/H100/earlier/): 1.011 at 16 tokens (19), 1.013 at 1 token (5), 0.980 at 512 (9),
@@ -184,7 +184,7 @@ def test_the_h100s_run_with_its_own_decode_entries_as_the_readme_quotes_it():
     to the H200's entries for those shapes, and three held-out 1-token picks to their wave-fitted
     width (the vote's wave twins)."""
     block = render_general_table(gpu="H100")
-    assert block in (ROOT / "README.md").read_text()
+    assert block in (ROOT / "docs" / "tuning.md").read_text()
     path = ROOT / "results" / "H100" / "compare_general.json.gz"
     run = read_run(path)
     assert run["env"]["gpu"] == "NVIDIA H100 80GB HBM3"

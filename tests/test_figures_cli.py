@@ -83,16 +83,30 @@ def test_module_cli_entry_point(tmp_path):
     assert (tmp_path / "smem_budget_blog_configs.png").exists()
 
 
-def test_readme_figure_block_lists_existing_figures(tmp_path):
+def test_figures_page_lists_existing_figures(tmp_path):
+    """The figure list of docs/figures.md: each drawn figure, linked from the page's folder."""
     fig_dir = tmp_path / "figures"
     assert figures.main(["--out", str(fig_dir), "--only", "tmem_maps"]) == 0
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- figures:begin -->\nstale\n<!-- figures:end -->\noutro\n")
-    assert figures.update_readme_figures(readme, figures.FIGURES, fig_dir) is True
-    text = readme.read_text()
-    assert "stale" not in text and "![tmem_maps](figures/tmem_maps.png)" in text
+    page = tmp_path / "docs" / "figures.md"
+    page.parent.mkdir()
+    page.write_text("intro\n<!-- figures:begin -->\nstale\n<!-- figures:end -->\noutro\n")
+    assert figures.update_figures_page(page, figures.FIGURES, fig_dir) is True
+    text = page.read_text()
+    assert "stale" not in text and "![tmem_maps](../figures/tmem_maps.png)" in text
     assert "occupancy_glm_decode" not in text  # not drawn, so not listed
-    assert figures.update_readme_figures(readme, figures.FIGURES, fig_dir) is False
+    assert figures.update_figures_page(page, figures.FIGURES, fig_dir) is False
+    page.write_text("no block here\n")
+    with pytest.raises(ValueError, match="figures:begin"):
+        figures.update_figures_page(page, figures.FIGURES, fig_dir)
+
+
+def test_the_committed_figures_page_is_up_to_date():
+    repo = Path(figures.__file__).resolve().parents[2]
+    page = repo / figures.FIGURES_PAGE
+    expected = figures.render_figures_block(figures.FIGURES, repo / "figures", page.parent)
+    assert f"<!-- figures:begin -->\n{expected}<!-- figures:end -->" in page.read_text(), (
+        "docs/figures.md is stale: run `python -m pearl_moe figures`"
+    )
 
 
 def test_writing_elsewhere_leaves_the_readme_alone(tmp_path, capsys):

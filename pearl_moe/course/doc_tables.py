@@ -1,8 +1,11 @@
-"""The course's stage table: one row per notebook, with what exists and where it was verified.
+"""The generated tables of the README and of ``docs/``: the course map, the headline speed table,
+the default call against every baseline, the held-out runs, the tuned tables' options, the layer.
 
-The README's stage table is rendered from here (``python -m pearl_moe figures`` rewrites it between
-the ``stages:begin`` / ``stages:end`` markers), so it never drifts from the repository: a stage is
-marked as present only when its notebook or kernel modules are actually in the tree.
+Each is rendered from the committed runs in ``results/`` and the tuned tables, never typed by hand;
+``python -m pearl_moe figures`` rewrites each page's blocks between their ``<!-- NAME:begin -->``
+and ``<!-- NAME:end -->`` markers (:data:`DOC_BLOCKS` says which page holds which block, and
+:func:`update_docs` rewrites them). The course map (:data:`STAGES`) links a notebook only when it
+is in the tree.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ __all__ = [
     "render_stage_table",
     "render_speed_table",
     "render_compare_table",
-    "update_readme",
+    "render_general_table",
+    "render_layer_table",
+    "render_headline_table",
+    "render_options_table",
+    "DOC_BLOCKS",
+    "block_text",
+    "update_doc",
+    "update_docs",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +157,8 @@ def _step_cell(step: dict | None) -> str:
 def render_stage_table(results_root: Path | None = None) -> str:
     """The course map: every notebook with what it teaches, where it runs live and its time, and
     each kernel stage's measured step on the H200 (time against the previous stage, from
-    ``results/H200``; nothing typed by hand), shown on the stage's first notebook."""
+    ``results/H200``; nothing typed by hand), shown on the stage's first notebook that runs on
+    Hopper (the steps were measured with the sm_90a kernels)."""
     from ..results import run_path
 
     root = results_root or ROOT / "results"
@@ -157,12 +168,15 @@ def render_stage_table(results_root: Path | None = None) -> str:
         "| measured step on the H200: time / previous stage |",
         "|---|---|---|---|---|---|",
     ]
-    shown = set()  # a stage's step once, on its first notebook
+    # a stage's step once, on its first notebook that runs on Hopper (the steps are sm_90a's)
+    step_row = {}
+    for s in STAGES:
+        if s.taught_stage and "Hopper" in s.runs_on:
+            step_row.setdefault(s.taught_stage, s.label)
     for s in STAGES:
         name = f"[{s.title}](notebooks/{s.notebook}.ipynb)" if s.has_notebook() else s.title
         step = "-"
-        if s.taught_stage and s.taught_stage not in shown:
-            shown.add(s.taught_stage)
+        if s.taught_stage and step_row.get(s.taught_stage) == s.label:
             step = _step_cell(steps.get(s.taught_stage))
         rows.append(f"| {s.label} | {name} | {s.idea} | {s.runs_on} | {s.minutes} | {step} |")
     notes = []
@@ -611,23 +625,203 @@ def _sonic_lines(run: dict, sonic: dict, ours: str, path: Path) -> list[str]:
     return lines
 
 
-_BLOCKS = {
-    "stages": render_stage_table,
-    "compare": render_compare_table,
-    "general": render_general_table,
-    "general-h100": lambda: render_general_table(gpu="H100"),
-    "layer": render_layer_table,
-    "speed": render_speed_table,
+#: The headline's rows: (which layers, tokens per GPU in words, the set of the run's rows, a test
+#: on a row). Plain words only: the configurations are in docs/tuning.md.
+HEADLINE_GROUPS = (
+    ("the course's three models", "1-256 (decode)", "course",
+     lambda r: r["tokens"] <= 256 and r["routing"] == "balanced"),
+    ("the course's three models", "64, skewed routing", "course",
+     lambda r: r["routing"] == "skewed"),
+    ("the course's three models", "1024", "course", lambda r: r["tokens"] == 1024),
+    ("the course's three models", "4096 (prefill)", "course", lambda r: r["tokens"] == 4096),
+    ("{models} models no one tuned for", "1-16 (decode)", "held-out",
+     lambda r: r["tokens"] <= 256),
+    ("{models} models no one tuned for", "512", "held-out", lambda r: r["tokens"] == 512),
+    ("{models} models no one tuned for", "4096 (prefill)", "held-out",
+     lambda r: r["tokens"] == 4096),
+)  # fmt: skip
+
+#: Baselines in words, for the headline.
+BASELINE_WORDS = {
+    "triton": "Triton",
+    "grouped_mm": "torch `grouped_mm`",
+    "loop": "a cuBLAS loop",
+    "quack": "quack's default",
+    "quack-tuned": "quack tuned",
+    "flashinfer": "FlashInfer",
 }
 
 
-def update_readme(path: Path | None = None) -> bool:
-    """Rewrite the README's generated blocks (:data:`_BLOCKS`: stage, compare, held-out (H200 and
-    H100), layer and speed tables); True when it changed."""
-    path = path or ROOT / "README.md"
+def _pct(values: list[float]) -> str:
+    from ..bench.compare import geomean
+
+    return f"{100 * geomean([v / 100 for v in values]):.0f}%"
+
+
+def render_headline_table(results_root: Path | None = None, gpu: str = "H200") -> str:
+    """The README's speed table, in plain words: the default call against the fastest tuned
+    baseline on each shape, grouped by tokens per GPU, on the course's models and on models no one
+    tuned for, all from one run (``compare_general``; without it, the course's ``compare`` run),
+    then the whole layer in one sentence. Geomeans over each group's shapes; nothing typed by
+    hand."""
+    from ..bench.compare import compare_summary, geomean
+    from ..results import load_run, run_path
+
+    root = results_root or ROOT / "results"
+    run = kind = None
+    for kind in ("compare_general", "compare"):
+        try:
+            run = load_run(gpu, kind, root)
+            break
+        except FileNotFoundError:
+            continue
+    if run is None:
+        return f"_No `compare` run recorded for {gpu} yet (`python -m pearl_moe bench --kind compare`)._"
+    s = compare_summary(run)
+    gpu_name = run["env"].get("gpu", gpu).replace("NVIDIA ", "")
+    baselines = [BASELINE_WORDS.get(b, b) for b in s["baselines"]]
+    lines = [
+        f"Measured on the {gpu_name} in one run (`results/{gpu}/{run_path(gpu, kind, root).name}`"
+        "; CUDA graphs, interleaved rounds): the default call against the fastest of "
+        + ", ".join(baselines[:-1])
+        + f" and {baselines[-1]} on each shape. % of floor: the floor (the time the run's "
+        "measured read and compute ceilings allow) over the time; 100% is the floor. Ratio: "
+        "default call / fastest baseline, geomean over the shapes, in brackets the worst shape "
+        "(below 1: ours is faster).",
+        "",
+        "| layers | tokens per GPU | shapes | default call, % of floor | fastest baseline, "
+        "% of floor | ratio (worst) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for label, tokens, part, test in HEADLINE_GROUPS:
+        every = [r for r in s["rows"] if r.get("set", "course") == part]
+        rows = [r for r in every if "ratio" in r and test(r)]
+        if not rows:
+            continue
+        lines.append(
+            f"| {label.format(models=len({r['model'] for r in every}))} | {tokens} | {len(rows)} | "
+            f"{_pct([r['ours_pct_floor'] for r in rows])} | "
+            f"{_pct([r['best_pct_floor'] for r in rows])} | "
+            f"{geomean([r['ratio'] for r in rows]):.2f} ({max(r['ratio'] for r in rows):.2f}) |"
+        )
+    try:
+        from ..bench import layer
+
+        layer_run = layer.load_layer_run(gpu, root)
+        goals = layer.layer_summary(layer_run)["goals"] if layer_run is not None else {}
+    except Exception:  # noqa: BLE001 - the layer's sentence is optional
+        goals = {}
+    if goals.get("quack_geomean") and goals.get("decode_speedup_over_torch"):
+        lines += [
+            "",
+            f"The whole MoE layer (routing to combine, the course's models) takes "
+            f"{goals['quack_geomean']:.2f}x the time of the same layer on quack's GEMMs (geomean "
+            f"over {goals['quack_shapes']} problems) and is "
+            f"{goals['decode_speedup_over_torch']:.2f}x faster than the torch composition at "
+            f"decode (`results/{gpu}/{run_path(gpu, 'moe_layer', root).name}`).",
+        ]
+    return "\n".join(lines)
+
+
+#: The options the tuner offers, as the tuned tables use them: (what it is, in words; the
+#: configuration code of ``GemmConfig.describe``; a test on an entry's configuration).
+TABLE_OPTIONS = (
+    ("tiles of 8-32 rows (below the post's 64)", "8x…, 16x…, 32x…", lambda c: c["tile_m"] < 64),
+    ("64-row tiles (stage 5)", "64x…", lambda c: c["tile_m"] == 64),
+    ("128-row tiles", "128x…", lambda c: c["tile_m"] == 128),
+    ("256-row tiles (two consumer warpgroups of 128 rows)", "256x…", lambda c: c["tile_m"] == 256),
+    ("direct store from registers (stage 4)", "direct",
+     lambda c: c["epilogue"] == "direct_store"),
+    ("TMA-store epilogue", "tma", lambda c: c["epilogue"] != "direct_store"),
+    ("B ring entries of two K tiles (stage 6)", "B2", lambda c: c.get("b_k_tiles", 1) == 2),
+    ("two accumulators, consumer warpgroups taking turns (stage 7)", "pingpong",
+     lambda c: c.get("acc_slots", 1) == 2),
+    ("A boxes kept inside A", "shiftA", lambda c: c.get("shift_a_box")),
+    ("swapped operands", "swapAB", lambda c: c.get("swap_ab")),
+    ("the scheduler's serial walk", "serialwalk",
+     lambda c: c.get("walk", "warp-parallel") != "warp-parallel"),
+    ("clusters of two CTAs along N (A shared by multicast)", "clusterN2",
+     lambda c: c.get("cluster_n", 1) == 2),
+    ("clusters of two CTAs along M (B shared by multicast)", "clusterM2",
+     lambda c: c.get("cluster_m", 1) == 2),
+    ("grouped tile order", "ng…", lambda c: c.get("n_group")),
+)  # fmt: skip
+
+
+def _entry_tokens(entry: dict) -> int | None:
+    m = re.search(r"(\d+) tokens", str(entry.get("measured_at", "")))
+    return int(m.group(1)) if m else None
+
+
+def render_options_table(tables: dict[str, dict] | None = None) -> str:
+    """How often each option the tuner offers is the pick of a tuned table's entries (each GPU's
+    ``pearl_moe/tuning/<GPU>.json``), at decode (up to 256 tokens per GPU) and beyond: the counts
+    docs/tuning.md quotes, never typed by hand."""
+    import json
+
+    if tables is None:  # the committed files, whatever $PEARL_MOE_TUNING says
+        tables = {}
+        for gpu in ("H200", "H100"):
+            path = Path(__file__).resolve().parents[1] / "tuning" / f"{gpu}.json"
+            if path.is_file():
+                tables[gpu] = json.loads(path.read_text())
+    if not tables:
+        return "_No tuned table committed._"
+    split = {}
+    for gpu, table in tables.items():
+        entries = table["entries"]
+        decode = [e for e in entries if (_entry_tokens(e) or 0) <= 256]
+        split[gpu] = (decode, [e for e in entries if e not in decode])
+    head = "| option | code |" + "".join(
+        f" {gpu}: decode ({len(d)}) | {gpu}: 512 tokens and more ({len(p)}) |"
+        for gpu, (d, p) in split.items()
+    )
+    lines = [
+        "Entries of each GPU's tuned table (`pearl_moe/tuning/<GPU>.json`) whose pick uses the "
+        "option, at decode (up to 256 tokens per GPU) and beyond (in the header: how many "
+        "entries each part has). A pick uses several options at once.",
+        "",
+        head,
+        "|---|---|" + "---:|---:|" * len(split),
+    ]
+    for words, code, test in TABLE_OPTIONS:
+        cells = [str(sum(1 for e in part if test(e["config"]))) for d, p in split.values()
+                 for part in (d, p)]  # fmt: skip
+        lines.append(f"| {words} | `{code}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: The generated blocks of each page, by the page's path in the repository: ``python -m pearl_moe
+#: figures`` rewrites each between its ``<!-- NAME:begin -->`` / ``<!-- NAME:end -->`` markers
+#: (the figure list of ``docs/figures.md`` is :mod:`pearl_moe.course.figures`' own block).
+DOC_BLOCKS: dict[str, dict] = {
+    "README.md": {"stages": render_stage_table, "headline": render_headline_table},
+    "docs/performance.md": {"compare": render_compare_table, "speed": render_speed_table},
+    "docs/tuning.md": {
+        "general": render_general_table,
+        "general-h100": lambda: render_general_table(gpu="H100"),
+        "options": render_options_table,
+    },
+    "docs/moe_layer.md": {"layer": render_layer_table},
+}
+
+
+def block_text(text: str, name: str) -> str | None:
+    """The body of ``text``'s ``<!-- name:begin -->`` ... ``<!-- name:end -->`` block, or None."""
+    m = re.search(
+        rf"<!-- {re.escape(name)}:begin -->\n(.*?)<!-- {re.escape(name)}:end -->", text, re.S
+    )
+    return m.group(1) if m else None
+
+
+def update_doc(path: Path, blocks: dict) -> bool:
+    """Rewrite the generated ``blocks`` (``{marker: renderer}``) of the page at ``path``; True when
+    it changed. A page without one of the markers is an error (the block would silently rot)."""
     text = new = path.read_text()
-    for name, render in _BLOCKS.items():
-        block = re.compile(rf"(<!-- {name}:begin -->\n)(.*?)(<!-- {name}:end -->)", re.S)
+    for name, render in blocks.items():
+        block = re.compile(
+            rf"(<!-- {re.escape(name)}:begin -->\n)(.*?)(<!-- {re.escape(name)}:end -->)", re.S
+        )
         if not block.search(new):
             raise ValueError(f"{path} has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
         body = render()
@@ -635,6 +829,12 @@ def update_readme(path: Path | None = None) -> bool:
     if new != text:
         path.write_text(new)
     return new != text
+
+
+def update_docs(root: Path | None = None) -> list[Path]:
+    """Rewrite every page's generated blocks (:data:`DOC_BLOCKS`); the pages that changed."""
+    root = root or ROOT
+    return [root / page for page, blocks in DOC_BLOCKS.items() if update_doc(root / page, blocks)]
 
 
 def dsl_available() -> bool:

@@ -1,5 +1,5 @@
-"""``python -m pearl_moe figures``: regenerate every committed figure from code, and the README's
-generated blocks.
+"""``python -m pearl_moe figures``: regenerate every committed figure from code, and the generated
+blocks of the README and of ``docs/``.
 
 Figures are registered by name in :data:`FIGURES`: the course's figures drawn from the models
 (:data:`COURSE_FIGURES`), then the benchmark's, drawn from the runs committed in ``results/``
@@ -7,14 +7,16 @@ Figures are registered by name in :data:`FIGURES`: the course's figures drawn fr
 The data is read here (through :mod:`pearl_moe.results` and the models) and drawn by
 :mod:`pearl_moe.course.plots`; this module only shapes it and saves the PNGs, small (100 dpi for the
 course's figures in the house style, 90 dpi for the benchmark's) so the repository stays light.
-Writing into the repository's own ``figures/`` also refreshes the README's stage table
-(:func:`pearl_moe.course.doc_tables.update_readme`) and its figure list, whose captions are the first
-paragraphs of the registered functions' docstrings.
+Writing into the repository's own ``figures/`` also refreshes the generated tables of the README and
+the ``docs/`` pages (:func:`pearl_moe.course.doc_tables.update_docs`) and the figure list of
+``docs/figures.md``, whose captions are the first paragraphs of the registered functions'
+docstrings.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -58,6 +60,9 @@ __all__ = [
     "compare_rows",
     "compare_figure",
     "registry",
+    "FIGURES_PAGE",
+    "render_figures_block",
+    "update_figures_page",
     "main",
 ]
 
@@ -533,7 +538,7 @@ def _merge(*parts: dict[str, FigureFn]) -> dict[str, FigureFn]:
     return merged
 
 
-#: Every figure, in the order the README lists them.
+#: Every figure, in the order docs/figures.md lists them.
 FIGURES: dict[str, FigureFn] = _merge(COURSE_FIGURES, BENCH_FIGURES)
 
 
@@ -542,13 +547,17 @@ def registry() -> dict[str, FigureFn]:
     return dict(FIGURES)
 
 
-# ---------------------------------------------------------------------------- README, CLI
+# ---------------------------------------------------------------------------- docs, CLI
 _FIGURES_BLOCK = re.compile(r"(<!-- figures:begin -->\n)(.*?)(<!-- figures:end -->)", re.S)
+
+#: The page that lists every figure, relative to the repository.
+FIGURES_PAGE = "docs/figures.md"
 
 
 def render_figures_block(figures: dict[str, FigureFn], fig_dir: Path, base: Path) -> str:
-    """Markdown for the README: each existing figure with the first paragraph of its function's
-    docstring (joined into one line, so a caption that wraps in the source is not cut)."""
+    """Markdown for a page in the folder ``base``: each existing figure with the first paragraph of
+    its function's docstring (joined into one line, so a caption that wraps in the source is not
+    cut), linked relative to ``base``."""
     lines = []
     for name, fn in figures.items():
         path = fig_dir / f"{name}.png"
@@ -556,19 +565,20 @@ def render_figures_block(figures: dict[str, FigureFn], fig_dir: Path, base: Path
             continue
         paragraph = (fn.__doc__ or name).strip().split("\n\n")[0]
         caption = " ".join(line.strip() for line in paragraph.splitlines())
-        lines.append(f"**{name}**: {caption}\n\n![{name}]({path.relative_to(base).as_posix()})\n")
+        link = Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
+        lines.append(f"**{name}**: {caption}\n\n![{name}]({link})\n")
     return "\n".join(lines)
 
 
-def update_readme_figures(readme: Path, figures: dict[str, FigureFn], fig_dir: Path) -> bool:
-    """Rewrite the README's ``figures:begin`` / ``figures:end`` block; True when it changed."""
-    text = readme.read_text()
+def update_figures_page(page: Path, figures: dict[str, FigureFn], fig_dir: Path) -> bool:
+    """Rewrite the ``figures:begin`` / ``figures:end`` block of ``page``; True when it changed."""
+    text = page.read_text()
     if not _FIGURES_BLOCK.search(text):
-        return False
-    body = render_figures_block(figures, fig_dir, readme.parent)
+        raise ValueError(f"{page} has no <!-- figures:begin --> ... <!-- figures:end --> block")
+    body = render_figures_block(figures, fig_dir, page.parent)
     new = _FIGURES_BLOCK.sub(lambda m: m.group(1) + body + m.group(3), text)
     if new != text:
-        readme.write_text(new)
+        page.write_text(new)
     return new != text
 
 
@@ -589,10 +599,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these figures")
     parser.add_argument("--list", action="store_true", help="list figure names and exit")
     parser.add_argument(
+        "--no-docs",
         "--no-readme",
+        dest="no_readme",
         action="store_true",
-        help="do not refresh README.md's stage table and figure list (they are refreshed only "
-        "when writing to the repository's own figures/)",
+        help="do not refresh the generated blocks of README.md and docs/ (they are refreshed "
+        "only when writing to the repository's own figures/)",
     )
     args = parser.parse_args(argv)
     if args.list:
@@ -607,11 +619,16 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for path in figures[name](out_dir):
             print(f"{path}  ({path.stat().st_size / 1024:.0f} KB)")
-    readme = _default_out().parent / "README.md"
-    if not args.no_readme and out_dir.resolve() == _default_out().resolve() and readme.exists():
-        from .doc_tables import update_readme
+    repo = _default_out().parent
+    page = repo / FIGURES_PAGE
+    if not args.no_readme and out_dir.resolve() == _default_out().resolve() and page.exists():
+        from .doc_tables import update_docs
 
-        changed = update_readme(readme)
-        changed = update_readme_figures(readme, figures, out_dir) or changed
-        print(f"{readme}: {'refreshed' if changed else 'up to date'}")
+        changed = update_docs(repo)
+        if update_figures_page(page, figures, out_dir):
+            changed.append(page)
+        for path in changed:
+            print(f"{path.relative_to(repo)}: refreshed")
+        if not changed:
+            print("README.md and docs/: up to date")
     return 0
