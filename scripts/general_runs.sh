@@ -19,7 +19,7 @@
 # along N too; --limit 49 leaves one slot for a serial-walk twin) at 1024 and 4096 tokens; it
 # re-times all 14 each time (211 s on the H200 with 48 candidates), so give it a call of its own
 # or a deadline that lets it finish. `midsize` re-times the course's and the tuning set's shapes
-# with more than 64 and at most 256 rows per expert (autotune.CLUSTER_ROWS: from there on the
+# with more than 64 and at most 256 rows per expert (candidates.CLUSTER_ROWS: from there on the
 # space also holds the 128 x 192 ping-pong tile and the 2-CTA clusters; the course's 1024-token
 # layers are there), 49 candidates a shape, the entries they had replaced: 3 + 18 shapes, the
 # course's first (about 15 s a shape on the H200); it continues where a call cut short stopped

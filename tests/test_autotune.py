@@ -12,6 +12,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
+from pearl_moe.bench import candidates, table_studies
 from pearl_moe.config import GemmConfig
 from pearl_moe.kernels import api, autotune
 from pearl_moe.kernels.ladder import stage_config
@@ -403,7 +404,7 @@ def test_the_vote_beats_the_heuristic_on_models_it_has_not_seen():
     import math
 
     table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
-    rows = autotune.leave_one_model_out(table)
+    rows = table_studies.leave_one_model_out(table)
     from pearl_moe.bench import shape_sets
 
     course = {"GLM 5.3", "DeepSeek V4 Pro", "Kimi K3"}
@@ -441,12 +442,12 @@ def test_transfer_regret_looks_the_borrowed_pick_up_in_the_own_rounds():
         ],
         gpu="H100",
     )
-    rows = autotune.transfer_regret(own, borrowed)
+    rows = table_studies.transfer_regret(own, borrowed)
     assert [r["borrowed"] for r in rows] == [A, A, A]
     assert [r["how"] for r in rows] == ["entry", "vote of 2", "vote of 2"]
     assert [r["regret"] for r in rows] == [pytest.approx(1.1), pytest.approx(1.2), None]
     with pytest.raises(ValueError, match="two architectures"):
-        autotune.transfer_regret(own, {**borrowed, "arch": "sm_100a"})
+        table_studies.transfer_regret(own, {**borrowed, "arch": "sm_100a"})
 
 
 def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
@@ -460,13 +461,13 @@ def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
 
     own = json.loads((autotune.TABLE_DIR / "H100.json").read_text())
     borrowed = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
-    rows = autotune.transfer_regret(own, borrowed)
+    rows = table_studies.transfer_regret(own, borrowed)
     assert len(rows) == 109 and all(r["regret"] for r in rows)
     assert all(r["how"] == "entry" for r in rows)
     assert geomean([r["regret"] for r in rows]) == pytest.approx(1.022, abs=5e-4)
     assert max(r["regret"] for r in rows) == pytest.approx(1.129, abs=5e-4)
     # the vote's pick was timed at all but one entry (in the entry's order)
-    hidden = autotune.leave_one_model_out(own)
+    hidden = table_studies.leave_one_model_out(own)
     paired = [(r["regret"], h["regret"]) for r, h in zip(rows, hidden, strict=True) if h["regret"]]
     assert len(paired) == 108
     assert geomean([h for _, h in paired]) == pytest.approx(1.029, abs=5e-4)
@@ -521,7 +522,7 @@ def test_missing_stage_modules_are_skipped(monkeypatch):
         autotune.stage_for(direct)
     autotune.use_table(_table([_entry(4, direct, stage=4)]))
     assert autotune.pick("sm_90a", *GLM, rows=512).source.startswith("heuristic")
-    cands = autotune.candidates("sm_90a", *GLM, rows=512)
+    cands = candidates.candidates("sm_90a", *GLM, rows=512)
     assert cands and {s for s, _ in cands} == {3}
     assert all(c.epilogue == "tma_store" and c.b_k_tiles == 1 for _, c in cands)
 
@@ -531,7 +532,7 @@ def test_missing_stage_modules_are_skipped(monkeypatch):
 def test_candidates_are_pruned_runnable_and_include_the_defaults(shape, top_k, tokens):
     n, k, experts = shape
     rows = tokens * top_k
-    cands = autotune.candidates("sm_90a", n, k, experts, rows, limit=16)
+    cands = candidates.candidates("sm_90a", n, k, experts, rows, limit=16)
     assert 3 <= len(cands) <= 16
     configs = [c for _, c in cands]
     assert len({tuple(sorted(asdict(c).items())) for c in configs}) == len(configs)
@@ -539,8 +540,8 @@ def test_candidates_are_pruned_runnable_and_include_the_defaults(shape, top_k, t
     assert stage_config("sm_90a", 3).resolved() in configs
     for stage, c in cands:
         assert c.ring_depth is not None and stage == autotune.stage_for(c, n, k)
-        assert not api.can_implement("sm_90a", stage, c, n, k)
-        if c.tile_n == 192 and rows / experts <= autotune.PREFILL_ROWS:
+        assert not api.can_implement(c, stage, n, k)
+        if c.tile_n == 192 and rows / experts <= candidates.PREFILL_ROWS:
             assert n % 192 == 0  # below prefill, 192-wide tiles only where they divide n
     if tokens <= 64:
         assert configs[0].tile_m == 64  # decode: the heuristic's 64-row tile first
@@ -553,13 +554,13 @@ def test_serial_walk_twins_fill_the_free_slots_at_prefill_only(model):
     for tokens in (1, 64, 256, 1024, 4096):
         p = make_problem(model, tokens, ep=8)
         # a limit above the prefill space (48 configurations) leaves slots for twins
-        cands = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=60)
+        cands = candidates.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=60)
         twins = [c for _, c in cands if c.walk == "serial"]
         base = [c for _, c in cands if c.walk != "serial"]
         assert len(cands) <= 60
-        full = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=len(base))
+        full = candidates.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=len(base))
         assert [c for _, c in full] == base  # twins only take slots the space leaves free
-        if p.rows / p.experts < autotune.SERIAL_WALK_ROWS:
+        if p.rows / p.experts < candidates.SERIAL_WALK_ROWS:
             assert not twins
             continue
         assert twins and all(c.acc_slots == 1 for c in twins)
@@ -573,8 +574,8 @@ def test_grouped_order_twins_come_only_when_asked_and_only_at_prefill():
     from pearl_moe.workloads import make_problem
 
     p = make_problem("GLM 5.3", 4096, ep=8)
-    plain = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=48)
-    asked = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=48, group_twins=6)
+    plain = candidates.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=48)
+    asked = candidates.candidates("sm_90a", p.n, p.k, p.experts, p.rows, limit=48, group_twins=6)
     assert asked[: len(plain)] == plain and not any(c.n_group for _, c in plain)
     twins = asked[len(plain) :]
     assert len(twins) == 6 and all(c.n_group == 8 and c.tile_m >= 128 for _, c in twins)
@@ -583,8 +584,8 @@ def test_grouped_order_twins_come_only_when_asked_and_only_at_prefill():
         assert twin.with_(n_group=0) in [c for _, c in plain]
         assert stage == autotune.stage_for(twin, p.n, p.k)
     d = make_problem("GLM 5.3", 16, ep=8)
-    decode = autotune.candidates("sm_90a", d.n, d.k, d.experts, d.rows, limit=28, group_twins=6)
-    assert decode == autotune.candidates("sm_90a", d.n, d.k, d.experts, d.rows, limit=28)
+    decode = candidates.candidates("sm_90a", d.n, d.k, d.experts, d.rows, limit=28, group_twins=6)
+    assert decode == candidates.candidates("sm_90a", d.n, d.k, d.experts, d.rows, limit=28)
 
 
 @pytest.fixture
@@ -701,7 +702,7 @@ def test_decode_candidates_include_the_width_that_fills_the_waves():
     assert autotune.wave_width(1536, 16) == 192
     assert autotune.wave_width(1536, 8) == 96  # 128 tiles instead of 96
     assert autotune.wave_width(4096, 32) == 256  # 512 tiles: 3.9 waves at any width
-    widths = {c.tile_n for _, c in autotune.candidates("sm_90a", 1536, 2048, 16, 128, limit=40)}
+    widths = {c.tile_n for _, c in candidates.candidates("sm_90a", 1536, 2048, 16, 128, limit=40)}
     assert 192 in widths
 
 
@@ -714,9 +715,9 @@ def test_between_64_and_256_rows_per_expert_the_space_has_quacks_clustered_tiles
     from pearl_moe.workloads import make_problem
 
     p = make_problem("Kimi K3", 1024, ep=8)
-    assert autotune.CLUSTER_ROWS < p.rows / p.experts <= autotune.PREFILL_ROWS
+    assert candidates.CLUSTER_ROWS < p.rows / p.experts <= candidates.PREFILL_ROWS
     space = {
-        c.describe() for _, c in autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, 49)
+        c.describe() for _, c in candidates.candidates("sm_90a", p.n, p.k, p.experts, p.rows, 49)
     }
     assert "sm_90a 128x192x64 1cta r5 clusterM2 direct pingpong" in space
     assert {
@@ -726,10 +727,10 @@ def test_between_64_and_256_rows_per_expert_the_space_has_quacks_clustered_tiles
     assert not [c for c in space if " 256x" in c]
     v4 = make_problem("DeepSeek V4 Pro", 1024, ep=8)
     assert v4.rows / v4.experts == 128
-    v4_space = autotune.candidates("sm_90a", v4.n, v4.k, v4.experts, v4.rows, 49)
+    v4_space = candidates.candidates("sm_90a", v4.n, v4.k, v4.experts, v4.rows, 49)
     assert any((c.tile_m, c.tile_n, c.cluster_n) == (128, 256, 2) for _, c in v4_space)
-    rows = autotune.CLUSTER_ROWS * p.experts
-    at_128 = [c for _, c in autotune.candidates("sm_90a", p.n, p.k, p.experts, rows, 49)]
+    rows = candidates.CLUSTER_ROWS * p.experts
+    at_128 = [c for _, c in candidates.candidates("sm_90a", p.n, p.k, p.experts, rows, 49)]
     assert not [c for c in at_128 if c.cluster_m * c.cluster_n > 1 or c.tile_m == 256]
     assert not [c for c in at_128 if c.acc_slots == 2 and (c.tile_m, c.tile_n) == (128, 192)]
 
@@ -743,7 +744,7 @@ def test_the_192_row_pingpong_tile_is_tried_where_it_pads_an_experts_rows_less()
     from pearl_moe.workloads import make_problem
 
     def rows192(problem, limit=49):
-        space = autotune.candidates(
+        space = candidates.candidates(
             "sm_90a", problem.n, problem.k, problem.experts, problem.rows, limit
         )
         return [c for _, c in space if c.tile_m == 192]
@@ -759,12 +760,12 @@ def test_the_192_row_pingpong_tile_is_tried_where_it_pads_an_experts_rows_less()
     assert not rows192(make_problem("GLM 5.3", 1024, ep=8))
     base = autotune.stage_config("sm_90a", 3)
     n, k = kimi_problem.n, kimi_problem.k
-    for c in autotune._rows192_candidates(base, 146, n):  # what the kernel accepts, unfiltered
+    for c in candidates._rows192_candidates(base, 146, n):  # what the kernel accepts, unfiltered
         c = c.resolved()
-        assert not api.can_implement("sm_90a", autotune.stage_for(c, n, k), c, n, k)
-    offered = [r for r in range(1, 1025) if autotune._rows192_candidates(base, r, 4096)]
+        assert not api.can_implement(c, autotune.stage_for(c, n, k), n, k)
+    offered = [r for r in range(1, 1025) if candidates._rows192_candidates(base, r, 4096)]
     assert offered == [*range(129, 193), *range(513, 577), *range(897, 961)]
-    assert len(autotune._rows192_candidates(base, 146, 128)) == 1  # no second n tile to pair
+    assert len(candidates._rows192_candidates(base, 146, 128)) == 1  # no second n tile to pair
 
 
 def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
@@ -775,13 +776,13 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
 
     for tokens in (1, 64, 256, 4096):
         p = make_problem("GLM 5.3", tokens, ep=8)
-        space = [c for _, c in autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, 60)]
+        space = [c for _, c in candidates.candidates("sm_90a", p.n, p.k, p.experts, p.rows, 60)]
         clustered = [c for c in space if c.cluster_n * c.cluster_m == 2]
         tall = [c for c in space if c.tile_m == 256]
-        if p.rows / p.experts <= autotune.CLUSTER_ROWS:
+        if p.rows / p.experts <= candidates.CLUSTER_ROWS:
             assert not clustered and not tall
             continue
-        if p.rows / p.experts <= autotune.PREFILL_ROWS:  # between: clusters, no 256-row tiles
+        if p.rows / p.experts <= candidates.PREFILL_ROWS:  # between: clusters, no 256-row tiles
             assert clustered and not tall
             continue
         # at prefill 192-wide tiles are tried even where 192 does not divide n (4096 here)
@@ -800,8 +801,8 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
         assert all(c.tile_n >= c.tile_m for c in clustered if c.cluster_m == 2)
         assert {c.cluster_m for c in clustered} == {1, 2}
         for c in clustered + tall:
-            assert not api.can_implement("sm_90a", autotune.stage_for(c, p.n, p.k), c, p.n, p.k)
-    blackwell = autotune.candidates("sm_100a", 4096, 6144, 32, 32 * 1024, 60)
+            assert not api.can_implement(c, autotune.stage_for(c, p.n, p.k), p.n, p.k)
+    blackwell = candidates.candidates("sm_100a", 4096, 6144, 32, 32 * 1024, 60)
     assert all(c.cluster_n == c.cluster_m == 1 for _, c in blackwell)
 
 

@@ -219,7 +219,7 @@ def test_the_h100s_run_with_its_own_decode_entries_as_the_tuning_page_quotes_it(
         else:  # three held-out 1-token layers, now at their wave-fitted width (the wave twins)
             rpe = p["rows"] / p["experts"]
             assert "|1|" in c["problem"] and rpe <= autotune.WAVE_TWIN_ROWS
-            width = autotune.wave_width(p["n"], autotune._active_experts(p["experts"], rpe))
+            width = autotune.wave_width(p["n"], autotune.active_experts(p["experts"], rpe))
             assert pick.config.tile_n == width
 
 

@@ -182,8 +182,29 @@ def test_the_library_closure_is_small_and_holds_no_lab_module():
     closure = _closure(graph, roots)
     assert {"pearl_moe.kernels.autotune", "pearl_moe.kernels.sm90.stage3_persistent"} <= closure
     assert sorted(m for m in closure if not _is_library(m)) == []
+    # the tuner's search space and the tables' studies are the lab's: the runtime pick only reads
+    assert not closure & {"pearl_moe.bench.candidates", "pearl_moe.bench.table_studies"}
     lines = sum(len(mods[m].read_text().splitlines()) for m in closure)
     assert lines <= LIBRARY_LINES, lines
+
+
+def test_one_can_implement_per_architecture_and_one_that_dispatches():
+    """Can this run? One answer per architecture (``sm90.common``, ``sm100.common``) and one
+    function that asks the configuration's architecture (``dispatch``, which ``api`` exports):
+    no other module or class defines a ``can_implement``."""
+    homes = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "can_implement":
+                homes.append(name)
+    assert sorted(homes) == [
+        "pearl_moe.kernels.dispatch",
+        "pearl_moe.kernels.sm100.common",
+        "pearl_moe.kernels.sm90.common",
+    ]
+    from pearl_moe.kernels import api, dispatch
+
+    assert api.can_implement is dispatch.can_implement
 
 
 def test_the_kernels_import_nothing_of_the_layer():

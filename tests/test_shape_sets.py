@@ -91,7 +91,7 @@ def test_no_committed_tuning_table_holds_a_held_out_layer():
     held = {c.shape() for c in shape_sets.cases("held-out", tokens=(1,))}
     tables = sorted(TABLE_DIR.glob("*.json"))
     assert tables
-    from pearl_moe.kernels.autotune import entry_model
+    from pearl_moe.bench.table_studies import entry_model
 
     for path in tables:
         for e in json.loads(path.read_text())["entries"]:
@@ -152,11 +152,12 @@ def test_the_device_script_asks_for_what_the_commands_accept():
         args = module.parse_args(words[4:])
         problems = module.build_problems(args)
         if module is tune:
+            from pearl_moe.bench import candidates
             from pearl_moe.kernels import autotune
 
             assert problems and not tune.held_out_problems(problems)
             if args.at_most_rows_per_expert is not None:  # midsize: 128-256 rows per expert
-                band = (autotune.CLUSTER_ROWS, autotune.PREFILL_ROWS)
+                band = (candidates.CLUSTER_ROWS, candidates.PREFILL_ROWS)
                 assert (args.above_rows_per_expert, args.at_most_rows_per_expert) == band
                 assert all(band[0] < p.rows / p.experts <= band[1] for p in problems)
                 assert args.limit == 49 and not args.skip_tuned
@@ -171,7 +172,7 @@ def test_the_device_script_asks_for_what_the_commands_accept():
                 continue
             assert args.set == "tuning"
 
-            prefill = all(p.rows / p.experts > autotune.PREFILL_ROWS for p in problems)
+            prefill = all(p.rows / p.experts > candidates.PREFILL_ROWS for p in problems)
             tokens = {p.meta["tokens_per_gpu"] for p in problems}
             if args.skip_tuned and not prefill:  # the tuning set's first pass, up to 4096 tokens
                 assert len(problems) == len(shape_sets.cases("tuning", shape_sets.TUNING_TOKENS))
@@ -181,15 +182,15 @@ def test_the_device_script_asks_for_what_the_commands_accept():
                 assert args.limit == 49
                 continue
             # the prefill pass: the limit keeps each shape's committed winner and the 128 x 128
-            # ping-pong tile in the candidates (it must not lose what the first pass found)
+            # split-accumulator tile in the candidates (it must not lose what the first pass found)
             assert tokens == {1024, 4096} and prefill
             assert len(problems) == 14  # the tuning set's prefill shapes up to 4096 tokens
             table = autotune.load_table("H200")
             for p in problems:
-                timed = autotune.candidates("sm_90a", p.n, p.k, p.experts, p.rows, args.limit)
+                timed = candidates.candidates("sm_90a", p.n, p.k, p.experts, p.rows, args.limit)
                 labels = {f"s{st} {c.describe()}" for st, c in timed}
                 bucket = autotune.rows_bucket(p.rows, p.experts)
-                entry = autotune._from_table("sm_90a", p.n, p.k, p.experts, bucket, "H200")
+                entry = autotune.table_choice("sm_90a", p.n, p.k, p.experts, bucket, "H200")
                 assert entry is not None and f"s{entry.stage} {entry.config.describe()}" in labels
                 assert any("128x128x64" in lb and "pingpong" in lb for lb in labels), p.name
             assert table is not None

@@ -87,14 +87,14 @@ def test_over_the_tuning_sets_prefill_shapes_the_grouped_order_is_not_a_gain():
     """The tuner with n_group=8 twins of 12 candidates (tune --group-twins 12) on the tuning
     set's 14 prefill shapes: the grouped twins won 2 entries; each entry's best grouped candidate
     took 0.941-1.098x its best m-fastest one, geomean 1.032; twin against twin 1.014."""
-    from pearl_moe.kernels.autotune import _relative_times
+    from pearl_moe.kernels.autotune import relative_times
 
     table = json.loads(
         gzip.decompress(data("prefill_order", "tuning_group_twins.json.gz").read_bytes())
     )
     bests, pairs = [], []
     for entry in table["entries"]:
-        rel = _relative_times(entry)
+        rel = relative_times(entry)
         grouped = min(r for label, r in rel.items() if " ng8" in label)
         bests.append(grouped / min(r for label, r in rel.items() if " ng8" not in label))
         pairs += [r / rel[lb.replace(" ng8", "")] for lb, r in rel.items() if " ng8" in lb]

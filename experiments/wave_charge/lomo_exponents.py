@@ -4,7 +4,7 @@ The vote (``pearl_moe.kernels.autotune.vote``) carries each neighbour's relative
 shape asked, scaled by ``(wave_cost here / wave_cost there) ** WAVE_EXPONENT``. This script judges
 the exponent as the package judges the vote: leave every model of the committed H200 table out in
 turn, let the other models vote for its entries, and look the winner up among the times the
-hidden entry measured (``autotune.leave_one_model_out``). It writes
+hidden entry measured (``table_studies.leave_one_model_out``). It writes
 ``experiments/wave_charge/data/lomo_exponents.json``:
 
     python experiments/wave_charge/lomo_exponents.py
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pearl_moe.bench import table_studies
 from pearl_moe.bench.compare import geomean
 from pearl_moe.kernels import autotune
 
@@ -32,7 +33,7 @@ def judge(table: dict, exponent: float, twins: bool = False) -> dict:
     kept = autotune.WAVE_EXPONENT, autotune.WAVE_TWINS
     autotune.WAVE_EXPONENT, autotune.WAVE_TWINS = exponent, twins
     try:
-        rows = autotune.leave_one_model_out(table)
+        rows = table_studies.leave_one_model_out(table)
     finally:
         autotune.WAVE_EXPONENT, autotune.WAVE_TWINS = kept
     timed = [r for r in rows if r["regret"]]

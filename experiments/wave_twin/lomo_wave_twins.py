@@ -6,7 +6,7 @@ one shape is a candidate at a neighbour only where the same width happens to fit
 ``autotune.WAVE_TWINS`` the vote also scores a neighbour's wave-fitted candidates at this shape's
 wave-fitted width (the wave and m-tile terms carry the time over). This script judges the vote with
 and without it as the package judges the vote, leave-one-model-out on each committed table
-(``autotune.leave_one_model_out``), at the wave exponents ``experiments/wave_charge`` compared:
+(``table_studies.leave_one_model_out``), at the wave exponents ``experiments/wave_charge`` compared:
 
     python experiments/wave_twin/lomo_wave_twins.py     # -> data/lomo_wave_twins.json
 
@@ -19,6 +19,7 @@ import json
 import math
 from pathlib import Path
 
+from pearl_moe.bench import table_studies
 from pearl_moe.bench.compare import geomean
 from pearl_moe.kernels import autotune
 
@@ -31,7 +32,7 @@ BANDS = {"all": (0.0, math.inf), "up_to_one_row": (0.0, 1.0), "one_to_64_rows": 
 
 
 def judge(table: dict, variant: str, exponent: float) -> tuple[dict, list[dict]]:
-    """The regrets by band (and the rows of ``autotune.leave_one_model_out``)."""
+    """The regrets by band (and the rows of ``table_studies.leave_one_model_out``)."""
     kept = autotune.WAVE_TWINS, autotune.WAVE_TWIN_ROWS, autotune.WAVE_EXPONENT
     twins, rows_limit = VARIANTS[variant]
     autotune.WAVE_TWINS, autotune.WAVE_TWIN_ROWS, autotune.WAVE_EXPONENT = (
@@ -40,7 +41,7 @@ def judge(table: dict, variant: str, exponent: float) -> tuple[dict, list[dict]]
         exponent,
     )
     try:
-        rows = autotune.leave_one_model_out(table)
+        rows = table_studies.leave_one_model_out(table)
     finally:
         autotune.WAVE_TWINS, autotune.WAVE_TWIN_ROWS, autotune.WAVE_EXPONENT = kept
     out = {"variant": variant, "exponent": exponent, "entries": len(rows)}

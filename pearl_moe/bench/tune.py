@@ -8,7 +8,7 @@ table that :func:`pearl_moe.kernels.autotune.pick` reads.
     python -m pearl_moe tune --set tuning        # the public layers the default learns from
     python -m pearl_moe tune --precompile-only --arch sm_90a --sms 132   # on a CPU, no GPU
 
-For every (model, tokens) shape: the pruned candidates of :func:`autotune.candidates` (about 10-16;
+For every (model, tokens) shape: the pruned candidates of :func:`.candidates.candidates` (about 10-16;
 fewer while course stages 4-7 are missing), compiled in parallel worker processes into the disk
 cache (:func:`pearl_moe.kernels.compile_cache.precompile`; compiling needs no GPU) a few shapes
 ahead of their timing (:class:`CompileAhead`: the CPU compiles while the GPU times), then
@@ -244,6 +244,7 @@ def compile_requests(
     from ..kernels.api import default_config
     from ..kernels.ladder import LAST_STAGE
     from ..kernels.targets import persistent_ctas
+    from .candidates import candidates
 
     def request(stage, config):
         # the grid the call will launch (2-CTA: the clusters that fit), as grouped_gemm keys it
@@ -254,9 +255,7 @@ def compile_requests(
     for p in problems:
         n, k, experts, rows = _shape(p)
         if limit > 0:
-            for stage, config in autotune.candidates(
-                arch, n, k, experts, rows, limit, sms, group_twins
-            ):
+            for stage, config in candidates(arch, n, k, experts, rows, limit, sms, group_twins):
                 requests.append(request(stage, config))
         if ablation:
             for stage in range(3, LAST_STAGE + 1):
@@ -313,12 +312,13 @@ def tune_problem(problem, arch: str, args, device="cuda") -> dict:
     """Check and time every candidate of ``problem``; the table entry for its shape."""
     from ..kernels import autotune
     from . import harness
+    from .candidates import candidates
     from .compare import paired_ratio
 
     n, k, experts, rows = _shape(problem)
     sms = _sm_count(device)
     twins = getattr(args, "group_twins", 0)
-    cands = autotune.candidates(arch, n, k, experts, rows, args.limit, sms, twins)
+    cands = candidates(arch, n, k, experts, rows, args.limit, sms, twins)
     heuristic = autotune.heuristic(arch, n, k, experts, rows)
     impls = {}
     for stage, config in cands:
@@ -541,7 +541,7 @@ def new_table(gpu: str, arch: str, sms: int, env: dict) -> dict:
         "arch": arch,
         "sm_count": sms,
         "env": env,
-        "method": "candidates of pearl_moe.kernels.autotune.candidates, each checked against a "
+        "method": "candidates of pearl_moe.bench.candidates.candidates, each checked against a "
         "float32 reference, then timed together in interleaved rounds of CUDA-graph replays; "
         "the fastest by median wins",
         "entries": [],
