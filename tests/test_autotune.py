@@ -676,7 +676,7 @@ def test_committed_h200_table_gives_the_picks_of_the_committed_compare_run():
         p = make_problem(model, int(tokens), ep=int(ep[2:]), routing=routing, projection=projection)
         choice = autotune.pick("sm_90a", p.n, p.k, p.experts, p.rows, gpu="H200")
         assert choice.source.startswith("table H200")
-        assert not api.can_implement("sm_90a", choice.stage, choice.config, p.n, p.k)
+        assert not api.can_implement(choice.config, choice.stage, p.n, p.k)
         if choice.config.describe() == r["config"]["config"]:
             assert choice.stage == r["config"]["stage"]
             continue
