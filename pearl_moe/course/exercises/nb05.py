@@ -1,6 +1,6 @@
-"""Notebook 06's exercise: the 16-lane TMEM load of a 64-row accumulator on sm_100a.
+"""Notebook 05's exercise: the 16-lane TMEM load of a 64-row accumulator on sm_100a.
 
-The starter (notebook cell ``exercise-06-sixteen-lane-load``) is the store kernel of notebook 05
+The starter (notebook cell ``exercise-05-sixteen-lane-load``) is the store kernel of notebook 04
 for a 64 x 128 tile, with two things left for the learner: where an M = 64 MMA leaves its rows in
 tensor memory (the starter assumes row r in lane r, the 128-row rule) and which ``tcgen05.ld``
 reads them (the starter has ``16x256b``, what CUTLASS's ``get_tmem_load_op`` picks for M = 64).
