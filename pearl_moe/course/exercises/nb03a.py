@@ -1,6 +1,6 @@
-"""Notebook 04's write-it-yourself exercise: the persistent tile loop over a ragged tile list.
+"""Notebook 03a's write-it-yourself exercise: the persistent tile loop over a ragged tile list.
 
-The starter (notebook cell ``exercise-04-persistent-loop``) launches one CTA per SM, with a TMA
+The starter (notebook cell ``exercise-03-persistent-loop``) launches one CTA per SM, with a TMA
 producer warp and four consumer warps meeting at a ring of full/empty mbarriers, but each role
 does only its CTA's first tile, and ``seek`` (tile -> the expert that owns it) does not walk:
 every tile is taken to be expert 0's. The learner writes the walk and the loop.

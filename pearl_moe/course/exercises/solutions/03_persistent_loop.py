@@ -31,7 +31,7 @@ BYTES = BM * BK * 2  # the bytes one entry receives: one box of bf16
 @cute.jit
 def expert_rows(mOffs: cute.Tensor, expert: Int32, rows: Int32):
     """``(start, end)``: the rows of ``expert`` from the E end offsets, clamped into [0, rows]
-    (notebook 03)."""
+    (notebook 02)."""
     start = Int32(0)
     if expert > 0:
         start = cutlass.min(cutlass.max(mOffs[expert - 1], Int32(0)), rows)
