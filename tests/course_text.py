@@ -29,7 +29,6 @@ HISTORY_PHRASES = (
     r"since the run",
     r"changed since",
     r"timed again",
-    r"the course's first",
 )
 HISTORY = re.compile(r"\b(?:" + "|".join(HISTORY_PHRASES) + r")\b", re.I)
 #: A commit hash: 7-40 hex digits with at least one letter and one digit.

@@ -23,9 +23,15 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 def starter_source(ex: Exercise) -> str:
     """The notebook's starter cell (id ``exercise-<key>``) without its ``%%cute_compile`` line."""
     nb = json.loads((NOTEBOOKS / f"{ex.notebook}.ipynb").read_text())
-    (cell,) = [c for c in nb["cells"] if c.get("id") == f"exercise-{ex.key}"]
-    lines = "".join(cell["source"]).splitlines(keepends=True)
-    assert lines[0].startswith("%%cute_compile"), "the starter cell compiles with the magic"
+    cells = [c for c in nb["cells"] if c.get("id") == f"exercise-{ex.key}"]
+    assert len(cells) == 1, (
+        f"{ex.notebook}.ipynb needs one starter cell with id 'exercise-{ex.key}' "
+        f"(found {len(cells)})"
+    )
+    lines = "".join(cells[0]["source"]).splitlines(keepends=True)
+    assert lines and lines[0].startswith("%%cute_compile"), (
+        f"{ex.notebook}.ipynb: the starter of {ex.key} must start with %%cute_compile"
+    )
     return "".join(lines[1:])
 
 
@@ -60,7 +66,10 @@ def test_every_exercise_has_a_solution_file_and_a_starter_cell():
     for ex in EXERCISES.values():
         assert solution_path(ex.key).is_file(), ex.key
         assert (NOTEBOOKS / f"{ex.notebook}.ipynb").is_file(), ex.notebook
-        assert "def host" in starter_source(ex) and "def example_args" in starter_source(ex)
+        starter = starter_source(ex)
+        assert "def host" in starter and "def example_args" in starter, (
+            f"{ex.notebook}.ipynb: the starter of {ex.key} lacks def host / def example_args"
+        )
 
 
 @pytest.mark.slow

@@ -1,6 +1,10 @@
-"""Every notebook runs top to bottom headlessly, and is committed without outputs.
+"""Every notebook runs top to bottom headlessly, prints what its ``# Expected output`` blocks say,
+and is committed without outputs; and each keeps the course's contracts (first cell, length, no run
+history, the one-line "where this runs", the parts of a stage notebook).
 
-Notebooks are found by glob, so a new notebook is tested as soon as it lands in ``notebooks/``.
+Notebooks are found by glob, so a new notebook is tested as soon as it lands in ``notebooks/``. Which
+notebook teaches which kernel stage comes from the course map, ``doc_tables.STAGES``; the checks of a
+stage (its calls, its live branches) hold for the union of that stage's notebooks.
 """
 
 from __future__ import annotations
@@ -10,6 +14,16 @@ import shlex
 from pathlib import Path
 
 import pytest
+from course_text import (
+    expected_blocks,
+    first_cell_problems,
+    history_hits,
+    markdown_words,
+    printed_text,
+    unmatched_expected,
+)
+
+from pearl_moe.course.doc_tables import STAGES
 
 # The GPU machine runs `pytest -m gpu` without Jupyter installed; everywhere the README's install
 # ran, nbformat and nbclient are there (the dev extra) and these tests run.
@@ -27,6 +41,9 @@ def test_there_are_notebooks():
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_headless(path: Path):
+    """Every cell runs on a CPU, and every ``# Expected output`` block of a code cell matches what
+    that cell printed (whitespace-normalized, ``...`` a wildcard, lines in order): the numbers a
+    reader sees without running are the ones the notebook computes. One run serves both checks."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
@@ -45,6 +62,17 @@ def test_notebook_runs_headless(path: Path):
         if out.output_type == "error"
     ]
     assert not errors
+    wrong = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        printed = printed_text(cell.outputs)
+        for block in expected_blocks(cell.source):
+            missing = unmatched_expected(block, printed)
+            if missing is not None:
+                shown = "\n    ".join(printed.strip().splitlines()[:12]) or "(nothing)"
+                wrong.append(f"cell {i}: expected {missing!r}; it printed:\n    {shown}")
+    assert not wrong, f"{path.name}: expected output differs from the CPU run:\n" + "\n".join(wrong)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -57,6 +85,86 @@ def test_notebook_is_committed_without_outputs(path: Path):
         if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)
     ]
     assert not dirty, f"{path.name}: cells {dirty} have outputs or execution counts; strip them"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_first_cell_says_what_you_learn_where_it_runs_and_how_long(path: Path):
+    """An H1 title, then **You'll learn:**, **Runs on:** (CPU first), **Assumes:** and **Time:**
+    ~NN min, each on its own line; the time and the machines agree with the course map."""
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0] if nb.cells else None
+    assert first is not None and first.cell_type == "markdown", (
+        f"{path.name}: the first cell must be markdown"
+    )
+    row = COURSE_MAP.get(path.stem)
+    problems = first_cell_problems(
+        first.source, row.minutes if row else None, row.runs_on if row else None
+    )
+    assert not problems, f"{path.name}, first cell: " + "; ".join(problems)
+
+
+def test_a_first_cell_that_misses_a_lead_in_is_caught():
+    good = "# 99 · T\n\n**You'll learn:** x\n\n**Runs on:** CPU (all) · Hopper (live)\n\n" \
+        "**Assumes:** 00a\n\n**Time:** ~40 min"  # fmt: skip
+    assert first_cell_problems(good, 40, "CPU · Hopper") == []
+    assert first_cell_problems(good, 45, "CPU · Hopper · Blackwell") == [
+        "'**Runs on:**' names ['CPU', 'Hopper'], the course map (doc_tables.STAGES) says "
+        "'CPU · Hopper · Blackwell'",
+        "'**Time:** ~40 min' but the course map (doc_tables.STAGES) says 45 min",
+    ]
+    assert "needs one line starting '**Assumes:**' (found 0)" in first_cell_problems(
+        good.replace("**Assumes:**", "Assumes:")
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_one_sitting_of_markdown(path: Path):
+    """At most 2,500 words of markdown, exercises and hidden answers included."""
+    words = markdown_words(nbformat.read(path, as_version=4).cells)
+    assert words <= MAX_MARKDOWN_WORDS, (
+        f"{path.name}: {words} words of markdown, at most {MAX_MARKDOWN_WORDS}"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_no_run_history_in_the_lesson(path: Path):
+    """A lesson states what is true and why; how it was found (runs, dead ends, commits, dates)
+    lives in experiments/README.md, cited in one sentence."""
+    nb = nbformat.read(path, as_version=4)
+    hits = [
+        f"cell {i}: {hit}"
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "markdown"
+        for hit in history_hits(cell.source)
+    ]
+    assert not hits, f"{path.name}: run history in the markdown: {hits}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_expected_output_blocks_are_well_formed(path: Path):
+    """Each ``# Expected output`` block has at least one line, and the notebook shows a reader at
+    least one (the headless run compares each with what its cell prints)."""
+    nb = nbformat.read(path, as_version=4)
+    blocks = [
+        (i, block)
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for block in expected_blocks(cell.source)
+    ]
+    assert blocks, f"{path.name}: no '# Expected output' block: a reader sees no number"
+    empty = [i for i, block in blocks if not any(line.strip() for line in block)]
+    assert not empty, f"{path.name}: cells {empty} have an empty '# Expected output' block"
+
+
+def test_expected_output_is_compared_line_by_line():
+    printed = "H200: stage 1   1053 us (38%)\nsomething else\nB200 model: 412 us\n"
+    assert unmatched_expected(["H200: stage 1 1053 us ...", "B200 model: ... us"], printed) is None
+    assert unmatched_expected(["B200 model: 412 us", "H200: stage 1 ..."], printed) == (
+        "H200: stage 1 ..."  # out of order
+    )
+    assert unmatched_expected(["H200: stage 1 1054 us ..."], printed) == "H200: stage 1 1054 us ..."
+    source = "x = 1\nprint(x)\n# Expected output (CPU):\n# 1\n#\ny = 2\n"
+    assert expected_blocks(source) == [["1", ""]]
 
 
 WHERE_IT_RUNS = (
@@ -78,17 +186,27 @@ WHERE_SECTION = "## Where the kernels run"
 OLD_WHERE_PARAGRAPH = "stage modules implement `compile_kernel` + `launch`, so on a real B200"
 
 
-#: The two notebooks of kernel stage 3: the persistent, warp-specialized kernel, then the bytes it
-#: keeps in flight (ring depth, Little's law, the latency model).
-STAGE_3_NOTEBOOKS = ["03a_persistent_schedule", "03c_bytes_in_flight"]
+#: The notebooks of each kernel stage, from the course map (``01a``/``01b`` teach stage 1, ...).
+STAGE_GROUPS: dict[int, list[str]] = {}
+for _s in STAGES:
+    if _s.kernel_stage is not None:
+        STAGE_GROUPS.setdefault(_s.kernel_stage, []).append(_s.notebook)
+#: Every notebook that teaches a kernel stage (01a-07b).
+KERNEL_NOTEBOOKS = [nb for group in STAGE_GROUPS.values() for nb in group]
+#: The notebooks of kernel stage 3: the persistent schedule, the warp roles, the bytes in flight.
+STAGE_3_NOTEBOOKS = STAGE_GROUPS[3]
+#: The notebooks of kernel stages 4-7 (the post's four optimizations).
+STAGE_NOTEBOOKS = [nb for stage in (4, 5, 6, 7) for nb in STAGE_GROUPS[stage]]
+#: The course map's row of each notebook.
+COURSE_MAP = {s.notebook: s for s in STAGES}
+#: Hard limit of a notebook's markdown (the brief asks for at most 2,300 words).
+MAX_MARKDOWN_WORDS = 2500
 
-#: The stage notebooks of kernel stages 4-7 (the post's four optimizations).
-STAGE_NOTEBOOKS = [
-    "04_direct_store",
-    "05_64_row_tiles",
-    "06_wide_b_loads",
-    "07a_split_accumulator_blackwell",
-]
+
+def _existing(names):
+    """``names`` that are notebooks in the tree (a notebook the course map lists but no one has
+    written yet is reported by test_stages, not here)."""
+    return [n for n in names if (NOTEBOOKS_DIR / f"{n}.ipynb").exists()]
 
 
 def _markdown(name: str) -> str:
@@ -96,11 +214,9 @@ def _markdown(name: str) -> str:
     return " ".join(c.source.replace("\n", " ") for c in nb.cells if c.cell_type == "markdown")
 
 
-@pytest.mark.parametrize(
-    "name", ["01a_stage1_kernel", "02_grouped_gemm", *STAGE_3_NOTEBOOKS, *STAGE_NOTEBOOKS]
-)
+@pytest.mark.parametrize("name", _existing(KERNEL_NOTEBOOKS))
 def test_notebooks_say_where_kernels_run(name):
-    """Each notebook that runs kernel stages says where in one line, linking to notebook 00."""
+    """Each notebook that teaches a kernel stage says where in one line, linking to notebook 00a."""
     text = _markdown(name)
     assert text.count(WHERE_THIS_RUNS) == 1, f"{name}: the one-line 'Where this runs' is missing"
     assert WHERE_IT_RUNS not in text  # the full statement is notebook 00's
@@ -130,7 +246,7 @@ def test_notebook_00_says_where_the_kernels_run():
         assert said in section, f"notebook 00's section lacks {said!r}"
 
 
-def test_notebook_09_says_where_kernels_run():
+def test_the_benchmarks_notebook_says_where_kernels_run():
     assert WHERE_IT_RUNS in _markdown("08a_benchmarks")
 
 
@@ -157,78 +273,92 @@ RING_AS_STAGE = re.compile(
 )
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "00a_setup_and_tour",
-        "00c_cute_primer",
-        "01a_stage1_kernel",
-        "02_grouped_gemm",
-        *STAGE_3_NOTEBOOKS,
-        *STAGE_NOTEBOOKS,
-        "08a_benchmarks",
-    ],
-)
-def test_one_vocabulary_stage_means_kernel_stage(name):
-    nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_one_vocabulary_stage_means_kernel_stage(path: Path):
+    nb = nbformat.read(path, as_version=4)
     text = "\n".join(c.source for c in nb.cells)
-    assert not RING_AS_STAGE.findall(text), RING_AS_STAGE.findall(text)
+    found = RING_AS_STAGE.findall(text)
+    assert not found, f"{path.name} says 'stage' for a ring entry: {found}"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "00c_cute_primer",
-        "01a_stage1_kernel",
-        "02_grouped_gemm",
-        *STAGE_3_NOTEBOOKS,
-        *STAGE_NOTEBOOKS,
-        "08a_benchmarks",
-    ],
-)
-def test_at_least_three_exercises_derive_and_check_a_number(name):
-    """Hidden answers (<details>) that show the arithmetic and then check it with the package."""
+#: Notebooks whose hidden answers, together, derive and check at least three numbers: the primer,
+#: each kernel stage's notebooks, and the two notebooks of the default call.
+EXERCISE_GROUPS = {
+    "00c": ["00c_cute_primer"],
+    **{f"stage {n}": names for n, names in STAGE_GROUPS.items()},
+    "08": [s.notebook for s in STAGES if s.label.startswith("08")],
+}
+
+
+def _numeric_answers(name: str) -> int:
     nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     answers = re.findall(r"<details><summary>Answer</summary>(.*?)</details>", text, re.S)
-    checked = [a for a in answers if "```python" in a and re.search(r"\d\s*[·×x*/]\s*\d", a)]
-    assert len(checked) >= 3, f"{name}: {len(checked)} exercises derive and check a number"
+    return sum(1 for a in answers if "```python" in a and re.search(r"\d\s*[·×x*/]\s*\d", a))
 
 
-@pytest.mark.parametrize("name", STAGE_NOTEBOOKS)
-def test_stage_notebooks_have_every_part(name):
-    """Issue 7's list for notebooks 05-08: both archs' code, budgets checked against the compiled
-    kernel, SASS, occupancy, modeled B200 beside measured H200, correctness, the measured step,
-    the shared-memory explorer, a takeaway."""
-    nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    for call in (
-        "plot_stage_budgets(",
-        "compile_many(",
-        "assert rep.smem_bytes == rep.model_smem_bytes",
-        "rep.tmem_columns == rep.model_tmem_columns",
-        '"STL/LDL (spills)"] == 0',
-        "step_latency_bars(",
-        "check_table(",
-        "ablation_step(results, STAGE)",
-        "format_ablation_step(",
-        "plot_ablation_step(",
-        "time_step_live(",
-        "SmemBudgetExplorer(stage_config(",
-    ):
-        assert call in code, f"{name} lacks {call}"
+@pytest.mark.parametrize("group", list(EXERCISE_GROUPS))
+def test_at_least_three_exercises_derive_and_check_a_number(group):
+    """Hidden answers (<details>) that show the arithmetic and then check it with the package."""
+    names = _existing(EXERCISE_GROUPS[group])
+    counts = {name: _numeric_answers(name) for name in names}
+    assert sum(counts.values()) >= 3, (
+        f"{group}: {counts} exercises derive and check a number, at least 3 together"
+    )
+
+
+#: What the notebooks of each of kernel stages 4-7 show between them (issue 7's list): both
+#: architectures' code, budgets checked against the compiled kernel, SASS, modeled B200 beside
+#: measured H200, correctness, the measured step, the shared-memory explorer.
+STAGE_CALLS = (
+    "plot_stage_budgets(",
+    "compile_many(",
+    "assert rep.smem_bytes == rep.model_smem_bytes",
+    "rep.tmem_columns == rep.model_tmem_columns",
+    '"STL/LDL (spills)"] == 0',
+    "step_latency_bars(",
+    "check_table(",
+    "ablation_step(results, STAGE)",
+    "format_ablation_step(",
+    "plot_ablation_step(",
+    "time_step_live(",
+    "SmemBudgetExplorer(stage_config(",
+)
+
+
+@pytest.mark.parametrize("stage", [4, 5, 6, 7])
+def test_stage_notebooks_have_every_part(stage):
+    """The union of a stage's notebooks holds every part (07a and 07b split stage 7 between
+    them); each of its notebooks has a takeaway and exercises."""
+    names = _existing(STAGE_GROUPS[stage])
+    assert names, f"stage {stage} has no notebook"
+    code, texts = [], {}
+    for name in names:
+        nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+        code += [c.source for c in nb.cells if c.cell_type == "code"]
+        texts[name] = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = "\n".join(code)
+    where = " + ".join(names)
+    missing = [call for call in STAGE_CALLS if call not in code]
+    assert not missing, f"stage {stage} ({where}) lacks {missing}"
     # a wave map where the stage changes the tile; where it keeps it, a check that it lands the same
-    assert "plot_stage_occupancy(" in code or "same_tiles(" in code, f"{name} lacks the tiles"
-    assert "sm100" in code and "sm90" in code, f"{name} shows only one architecture's code"
-    assert "**Objective.**" in text and "**Takeaway.**" in text and "## Exercises" in text
+    assert "plot_stage_occupancy(" in code or "same_tiles(" in code, f"{where} lacks the tiles"
+    assert "sm100" in code and "sm90" in code, f"{where} shows only one architecture's code"
+    for name, text in texts.items():
+        assert "takeaway" in text.lower(), f"{name} has no takeaway"
+        assert re.search(r"^## Exercises?\b", text, re.M), f"{name} has no '## Exercises'"
 
 
-def _run_with_a_fake_gpu(name, mode, monkeypatch):
+#: What the fake GPU's live timings return (s): stage N, stage N - 1, and any implementation alone.
+LIVE_SECONDS = (400e-6, 420e-6)
+
+
+def _run_with_a_fake_gpu(name, mode, monkeypatch, gpu_name=None, bars=None):
     """Every code cell of notebook ``name``, in this process, with the machine (``"hopper"`` or
-    ``"blackwell"``), the check and the timing faked. Returns the notebook's namespace, the impls
-    checked, the stages timed step by step (``time_step_live``) and the impls timed alone
-    (``harness.time_impl``)."""
+    ``"blackwell"``; an H200 or a B200 unless ``gpu_name`` names another), the check and the
+    timing faked. Returns the notebook's namespace, the impls checked, the stages timed step by
+    step (``time_step_live``) and the impls timed alone (``harness.time_impl``). ``bars``, a list,
+    receives every bar drawn by ``plot_latency_bars`` as ``(label, seconds)``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -237,7 +367,20 @@ def _run_with_a_fake_gpu(name, mode, monkeypatch):
     from pearl_moe.bench.harness import CheckResult, Timing
 
     gpu = {"hopper": ("NVIDIA H200", (9, 0)), "blackwell": ("NVIDIA B200", (10, 0))}[mode]
+    if gpu_name:
+        gpu = (gpu_name, gpu[1])
     monkeypatch.setattr(course, "detect_machine", lambda force=None: course.Machine(mode, *gpu))
+    if bars is not None:
+        from pearl_moe.course import plots
+
+        drawn = course.plot_latency_bars
+
+        def plot_latency_bars(items, *args, **kwargs):
+            bars.extend((item[0], item[1]) for item in items)
+            return drawn(items, *args, **kwargs)
+
+        monkeypatch.setattr(course, "plot_latency_bars", plot_latency_bars)
+        monkeypatch.setattr(plots, "plot_latency_bars", plot_latency_bars)
     monkeypatch.setattr(course, "can_run_live", lambda arch, stage: (True, f"fake {arch}"))
     checked, timed, timed_alone = [], [], []
 
@@ -254,16 +397,16 @@ def _run_with_a_fake_gpu(name, mode, monkeypatch):
 
     def time_step_live(stage, problem, rounds=5, reps=5, floor_s=None):
         timed.append(stage)
-        return {"model": "GLM 5.3", "tokens": 64, "floor_us": floor_s * 1e6, "prev_us": 420.0,
-                "this_us": 400.0, "status": ("ok", "ok"), "outputs_ok": True, "ratio": 0.95,
+        return {"model": "GLM 5.3", "tokens": 64, "floor_us": floor_s * 1e6,
+                "prev_us": LIVE_SECONDS[1] * 1e6, "this_us": LIVE_SECONDS[0] * 1e6, "status": ("ok", "ok"), "outputs_ok": True, "ratio": 0.95,
                 "lo": 0.94, "hi": 0.96, "rounds": 5, "verdict": "faster"}  # fmt: skip
 
     def time_impl(impl, problem, *args, **kwargs):
         timed_alone.append(impl.name)
-        return Timing.from_rounds([[400e-6]], 10, 1), {}
+        return Timing.from_rounds([[LIVE_SECONDS[0]]], 10, 1), {}
 
     def time_interleaved(impls, problem, *args, **kwargs):  # several impls timed together
-        timing = Timing.from_rounds([[400e-6]] * 5, 10, 1)
+        timing = Timing.from_rounds([[LIVE_SECONDS[0]]] * 5, 10, 1)
         timing.outputs_ok = True
         return {key: (timing, {}) for key in impls}
 
@@ -286,32 +429,70 @@ def _run_with_a_fake_gpu(name, mode, monkeypatch):
     return namespace, checked, timed, timed_alone
 
 
+#: The machine each mode fakes, as the course map names it in "runs on".
+MODE_MACHINE = {"hopper": "Hopper", "blackwell": "Blackwell"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hopper", "blackwell"])
-@pytest.mark.parametrize("name", STAGE_NOTEBOOKS)
-def test_stage_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
+@pytest.mark.parametrize("stage", [4, 5, 6, 7])
+def test_stage_notebooks_live_branches_with_a_fake_gpu(stage, mode, monkeypatch):
     """The cells a CPU never runs (live check, live timing), run with a fake GPU, so a live run
-    cannot die of a name error."""
-    namespace, checked, timed, _ = _run_with_a_fake_gpu(name, mode, monkeypatch)
-    stage = namespace["STAGE"]
-    assert len(checked) == 4  # two problems x stages N - 1 and N
-    # stage N is timed against N - 1 on both GPUs (on a B200: the sm_100a kernels' first timed runs)
-    assert timed == [stage]
+    cannot die of a name error. Every notebook of the stage runs; those the course map says run
+    live on this machine, together, check two problems at stages N - 1 and N and time stage N
+    against N - 1 once (on a B200: the sm_100a kernels' first timed runs)."""
+    checked, timed = [], []
+    live = [n for n in _existing(STAGE_GROUPS[stage])
+            if MODE_MACHINE[mode] in COURSE_MAP[n].runs_on]  # fmt: skip
+    for name in _existing(STAGE_GROUPS[stage]):
+        with monkeypatch.context() as m:
+            namespace, got, steps, _ = _run_with_a_fake_gpu(name, mode, m)
+        if name in live:
+            assert namespace.get("STAGE") == stage, f"{name} sets STAGE = {namespace.get('STAGE')}"
+            checked += got
+            timed += steps
+        else:
+            assert not steps, f"{name} does not run on {MODE_MACHINE[mode]} but timed {steps}"
+    if live:
+        where = " + ".join(live)
+        assert len(checked) == 4, f"{where} on {mode}: checked {checked}, not 2 problems x 2 stages"
+        assert timed == [stage], f"{where} on {mode}: timed stages {timed}, not [{stage}]"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hopper", "blackwell"])
-@pytest.mark.parametrize("name", STAGE_3_NOTEBOOKS)
-def test_stage_3_notebooks_live_branches_with_a_fake_gpu(name, mode, monkeypatch):
-    """Notebooks 04 and 04b on a fake GPU: each checks stage 3 live; 04b then times its ring-depth
-    sweep on a Hopper GPU (every depth that fits, two tile heights) and only checks on a B200."""
-    _, checked, timed, timed_alone = _run_with_a_fake_gpu(name, mode, monkeypatch)
-    assert checked == ["pearl stage 3"] and timed == ([3] if name == "03a_persistent_schedule" else [])
-    if name == "03c_bytes_in_flight" and mode == "hopper":
-        # ring 2-6 at 128 x 128, ring 2-8 at 64 x 128
-        assert timed_alone == ["pearl stage 3"] * (5 + 7)
-    else:
-        assert timed_alone == []
+def test_stage_3_notebooks_live_branches_with_a_fake_gpu(mode, monkeypatch):
+    """Stage 3's notebooks on a fake GPU, together: stage 3 checked live, its step timed once,
+    and on a Hopper GPU the ring-depth sweep (every depth that fits, two tile heights); on a
+    B200 the sweep only checks."""
+    checked, timed, timed_alone = {}, [], []
+    for name in _existing(STAGE_3_NOTEBOOKS):
+        with monkeypatch.context() as m:
+            _, got, steps, alone = _run_with_a_fake_gpu(name, mode, m)
+        checked[name] = got
+        timed += steps
+        timed_alone += alone
+    assert any("pearl stage 3" in got for got in checked.values()), f"nothing checked: {checked}"
+    assert all(set(got) <= {"pearl stage 3"} for got in checked.values()), checked
+    assert timed == [3], f"stage 3's step timed {timed} times across {list(checked)}"
+    # ring 2-6 at 128 x 128, ring 2-8 at 64 x 128, on a Hopper GPU only
+    assert timed_alone == (["pearl stage 3"] * (5 + 7) if mode == "hopper" else []), timed_alone
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name", _existing([n for n in STAGE_NOTEBOOKS if "Hopper" in COURSE_MAP[n].runs_on])
+)
+def test_a_live_h100_is_labeled_h100(name, monkeypatch):
+    """A plot's GPU label comes from the data it plots: a stage notebook run live on an H100 draws
+    its live bars labeled H100, never H200 (the committed runs are the H200's)."""
+    bars = []
+    _run_with_a_fake_gpu(name, "hopper", monkeypatch, "NVIDIA H100 80GB HBM3", bars)
+    live = [label for label, seconds in bars
+            if seconds is not None and any(abs(seconds - t) < 1e-9 for t in LIVE_SECONDS)]  # fmt: skip
+    assert live, f"{name} drew no live bar on a fake H100 (bars: {[b[0] for b in bars]})"
+    wrong = [label for label in live if not label.startswith("H100")]
+    assert not wrong, f"{name}: live bars measured on an H100 labeled {wrong}"
 
 
 def test_benchmarks_notebook_replays_measured_runs_and_labels_b200_as_modeled():
