@@ -17,6 +17,7 @@ from course_text import broken_links, history_hits
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 #: The reference pages the README sends a reader to.
 DOC_PAGES = ("performance", "tuning", "moe_layer", "development", "figures")
 MAX_README_LINES = 200
@@ -71,6 +72,15 @@ def test_the_readme_links_every_reference_page_and_they_exist():
 def test_every_relative_link_resolves(path):
     broken = broken_links(path.read_text(), path.parent, ROOT)
     assert not broken, f"{path.relative_to(ROOT)}: broken links {broken}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_relative_link_of_a_notebook_resolves(path):
+    """Links between notebooks (with their section anchors), to figures, sources and docs."""
+    cells = json.loads(path.read_text())["cells"]
+    text = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    broken = broken_links(text, path.parent, ROOT)
+    assert not broken, f"{path.name}: broken links {broken}"
 
 
 def test_a_broken_link_is_found(tmp_path):
