@@ -5,7 +5,7 @@
 
 The bench times implementations in turns, one right after the other. In the compare run of
 2026-11-30 15:16 UTC every implementation was 2-6% slower at decode in the turns right after
-quack-tuned (notebook 09, section 10). This script measures the carry-over directly: for each
+quack-tuned (appendix A1). This script measures the carry-over directly: for each
 predecessor in ``--before`` and each pause in ``--gaps-ms`` it replays the predecessor's CUDA graph
 ``--lead`` times, synchronizes, waits the pause, then times ``--target`` (one untimed replay and
 ``--reps`` timed ones, as a bench turn does). The order of the (predecessor, pause) cells is

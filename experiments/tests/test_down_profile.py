@@ -91,7 +91,7 @@ def _ab(which: str) -> tuple[dict, dict, dict]:
 
 
 def test_the_patch_takes_a_percent_off_and_leaves_three_of_seven_layers_above_the_tie():
-    """The A/B on an H100 (README prefill, notebook 09): on the held-out 4096-token layers ours /
+    """The A/B on an H100 (docs/tuning.md, prefill): on the held-out 4096-token layers ours /
     quack from 0.984 to 0.976 (a 0.991x change over 20 layers); above 1.03 seven before, three
     after, all down projections; on the course's layers at 1024 and 4096 tokens 0.995x."""
     before, after, configs = _ab("heldout")

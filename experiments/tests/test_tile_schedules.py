@@ -7,7 +7,7 @@ from analysis import REQUESTS, RESULTS, data, hbm_reads, ncu_export, schedule_ra
 
 from pearl_moe.results import read_run
 
-PAIRS = RESULTS / "profiles" / "ncu_pairs.json"  # in results/: notebook 07 reads it too
+PAIRS = RESULTS / "profiles" / "ncu_pairs.json"  # in results/: notebook 06 reads it too
 
 
 def test_dynamic_schedule():

@@ -15,7 +15,7 @@ def _walk_ratio(run, model, tokens, num, den):
 
 
 def test_walk_evidence():
-    walk_run = read_run(RESULTS / "walk.json.gz")  # the course's walk run (notebooks 08, 09)
+    walk_run = read_run(RESULTS / "walk.json.gz")  # the course's walk run (notebooks 07b, 08b)
     """The source counters, and the polling build's walk ratios."""
     counters = json.loads(data("walk_cost", "walk_source_counters.json").read_text())
     warp, serial = counters["warp-parallel"], counters["serial"]

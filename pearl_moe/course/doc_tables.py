@@ -323,7 +323,7 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
     return "\n".join(lines)
 
 
-#: Baselines of the compare table, in the order a reader meets them in notebook 09.
+#: Baselines of the compare table, in the order a reader meets them in notebook 08a.
 COMPARE_BASELINES = (
     ("triton", "Triton"),
     ("grouped_mm", "torch grouped_mm"),

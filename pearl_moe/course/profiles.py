@@ -2,7 +2,7 @@
 
 An export is the JSON file ``scripts/ncu_export.py`` gathers from the per-problem ``ncu --csv``
 output of ``scripts/ncu_kernels.py``: every implementation's metrics, per problem and per run.
-Notebook 07 reads the L2 requests of stages 5 and 6 from one (``profiles/ncu_pairs.json``); the
+Notebook 06 reads the L2 requests of stages 5 and 6 from one (``profiles/ncu_pairs.json``); the
 studies of ``experiments/`` read theirs the same way.
 """
 

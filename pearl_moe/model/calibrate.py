@@ -63,7 +63,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 #: What ``calibrate`` holds the model to on the committed records: what those records support.
 #: One configuration timed in different runs differs by up to 13.5% (:func:`error_floor`), so a
 #: 10% bound on every record is out of reach for any model that gives one time per kernel and
-#: problem; the misses gather at prefill, where CTAs that drift apart re-read memory (notebook 04b).
+#: problem; the misses gather at prefill, where CTAs that drift apart re-read memory (appendix A2).
 #: A run past these bounds is a regression of the model or of the kernels it describes.
 GATE = {"decode": 0.20, "prefill": 0.30, "median": 0.06, "spearman": 0.95}
 MIN_SPEARMAN = GATE["spearman"]

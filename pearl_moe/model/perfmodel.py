@@ -39,7 +39,7 @@ Bytes, counted where they come from
   A ring entry of A holds 128 bytes of each row (``tile_k = 64``); a B entry spanning two K tiles
   holds 256 contiguous bytes of each weight row, one segment for two K tiles (stage 6's "wide B").
   The term is a fitted cost, not a count of L2 requests: under Nsight Compute both stages issue
-  one L2 request per 128 bytes (``results/H200/profiles/ncu_pairs.json``, notebook 07), and much
+  one L2 request per 128 bytes (``results/H200/profiles/ncu_pairs.json``, notebook 06), and much
   of wide B's measured gain at 4096 tokens is fewer HBM re-reads, which the model does not count
   (see below). A box's padding rows are the
   *next experts'* rows (L2 hits) or, past the end of A, zero-filled rows that cost the L2

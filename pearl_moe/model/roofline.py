@@ -16,7 +16,7 @@ At decode the weights dominate ``B``, so ``I ~= 2 m k n / (2 E n k) = m / E``: *
 intensity is about the number of rows per expert**. GLM 5.3 at 64 tokens per GPU has 16 rows per
 expert, so ``I ~= 16`` FLOP/B against a B200 ridge of 2.25 PFLOP/s / 8 TB/s ~= 281 FLOP/B: the
 kernel is IO-bound by a factor of ~17, and what matters is streaming the weights, i.e. bytes in
-flight (notebook 04b).
+flight (notebook 03c).
 """
 
 from __future__ import annotations
