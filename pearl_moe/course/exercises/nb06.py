@@ -1,4 +1,4 @@
-"""Notebook 07's exercise: the two-box B load (one B ring entry spans two K tiles)."""
+"""Notebook 06's exercise: the two-box B load (one B ring entry spans two K tiles)."""
 
 from __future__ import annotations
 
