@@ -181,3 +181,14 @@ def test_compare_table_says_when_nothing_was_recorded(tmp_path):
     (tmp_path / "H200").mkdir()
     shutil.copy(ROOT / "results" / "H200" / "compare.json.gz", tmp_path / "H200")
     assert "geomean ratio" in render_compare_table(results_root=tmp_path)
+
+
+def test_ceilings_table_has_every_committed_run():
+    from pearl_moe.course.doc_tables import render_ceilings_table
+    from pearl_moe.results import list_runs
+
+    table = render_ceilings_table()
+    rows = [line for line in table.splitlines() if line.startswith("| H")]
+    assert len(rows) == len(list_runs())
+    assert "| the probes |" in table and "stages=" not in table  # current field names
+    assert "No run committed" in render_ceilings_table(ROOT / "no-such-folder")

@@ -26,6 +26,7 @@ __all__ = [
     "render_layer_table",
     "render_headline_table",
     "render_options_table",
+    "render_ceilings_table",
     "DOC_BLOCKS",
     "block_text",
     "update_doc",
@@ -257,13 +258,14 @@ def render_speed_table(results_root: Path | None = None, gpu: str = "H200") -> s
     sweep = replay_rows(gpu=gpu, kind="stage_sweep", root=root)
     if sweep:
         from ..results import load_run
+        from .measurements import current_names
 
         best = min(sweep, key=lambda r: r["median_us"])
         ceilings = load_run(gpu, "stage_sweep", root)["ceilings"]
         probe = ceilings.get("read_probe_bytes_per_s", ceilings["read_bytes_per_s"])
         text = (
-            f"Fastest stage-3 configuration of the pipeline-depth sweep (`stage_sweep.json`, "
-            f"{best['model']} {best['tokens_per_gpu']} tok): `{best['impl']}`, "
+            f"Fastest stage-3 configuration of the ring-depth sweep (`stage_sweep.json`, "
+            f"{best['model']} {best['tokens_per_gpu']} tok): `{current_names(best['impl'])}`, "
             f"{best['median_us']:.0f} µs ({best['pct_of_floor']:.0f}% of that run's floor)."
         )
         if ceilings["read_bytes_per_s"] > probe:
@@ -625,6 +627,41 @@ def _sonic_lines(run: dict, sonic: dict, ours: str, path: Path) -> list[str]:
     return lines
 
 
+def render_ceilings_table(results_root: Path | None = None) -> str:
+    """Every committed run's read ceiling: the probes' rate, and where a kernel of the run moved
+    its bytes faster, the rate it demonstrated (which then is the ceiling, so that kernel sits at
+    100% of its floor by construction). From each run file's ``ceilings``."""
+    from ..results import list_runs, read_run
+    from .measurements import current_names
+
+    rows = []
+    if results_root is not None and not Path(results_root).is_dir():
+        return "_No run committed under results/._"
+    for entry in list_runs(results_root):
+        c = read_run(entry["path"])["ceilings"]
+        probe = c.get("read_probe_bytes_per_s", c["read_bytes_per_s"])
+        raised = c["read_bytes_per_s"] > probe
+        source = str(c.get("read_ceiling_source", ""))
+        m = re.search(r"rate (\S+) on ([^|]+)\|(\w+)\|(\d+)\|", source)
+        who = "the probes"
+        if raised:
+            who = f"{m[1]} on {m[2]}, {m[3].replace('_', '+')}, {m[4]} tokens" if m else source
+            who = current_names(who)
+        rows.append(
+            f"| {entry['gpu_dir']} | `{entry['path'].name}` | {probe / 1e12:.2f} | "
+            f"{c['read_bytes_per_s'] / 1e12:.2f} | {who} |"
+        )
+    if not rows:
+        return "_No run committed under results/._"
+    return "\n".join(
+        [
+            "| GPU | run | read probes TB/s | read ceiling TB/s | ceiling set by |",
+            "|---|---|---:|---:|---|",
+            *rows,
+        ]
+    )
+
+
 #: The headline's rows: (which layers, tokens per GPU in words, the set of the run's rows, a test
 #: on a row). Plain words only: the configurations are in docs/tuning.md.
 HEADLINE_GROUPS = (
@@ -796,7 +833,11 @@ def render_options_table(tables: dict[str, dict] | None = None) -> str:
 #: (the figure list of ``docs/figures.md`` is :mod:`pearl_moe.course.figures`' own block).
 DOC_BLOCKS: dict[str, dict] = {
     "README.md": {"stages": render_stage_table, "headline": render_headline_table},
-    "docs/performance.md": {"compare": render_compare_table, "speed": render_speed_table},
+    "docs/performance.md": {
+        "ceilings": render_ceilings_table,
+        "compare": render_compare_table,
+        "speed": render_speed_table,
+    },
     "docs/tuning.md": {
         "general": render_general_table,
         "general-h100": lambda: render_general_table(gpu="H100"),
