@@ -186,3 +186,16 @@ def test_the_layer_page_quotes_the_glue_steps_of_the_committed_run():
                 f"{us[(tokens, 'step:combine')]:.1f} µs on the combine"
             )
         assert pair in text, f"docs/moe_layer.md should quote {pair!r} at {tokens} tokens"
+
+
+def test_the_development_page_lists_every_generated_block():
+    from pearl_moe.course.doc_tables import DOC_BLOCKS
+
+    text = (ROOT / "docs" / "development.md").read_text()
+    for page, blocks in DOC_BLOCKS.items():
+        row = next((ln for ln in text.splitlines() if ln.startswith(f"| [{page}]")), None)
+        assert row is not None, f"docs/development.md's table of blocks lacks {page}"
+        listed = set(re.findall(r"`([\w-]+)`", row.split("|")[2]))
+        assert listed == set(blocks), (
+            f"docs/development.md lists {listed} for {page}, not {set(blocks)}"
+        )
