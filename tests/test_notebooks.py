@@ -429,8 +429,17 @@ def _run_with_a_fake_gpu(name, mode, monkeypatch, gpu_name=None, bars=None):
     return namespace, checked, timed, timed_alone
 
 
-#: The machine each mode fakes, as the course map names it in "runs on".
+#: The machine each mode fakes, as the course map names it in "runs on", and the GPU it is: the
+#: Hopper GPU is an H100, so that a bar labeled from anything but the data (the committed runs
+#: are the H200's) shows.
 MODE_MACHINE = {"hopper": "Hopper", "blackwell": "Blackwell"}
+MODE_GPU = {"hopper": "NVIDIA H100 80GB HBM3", "blackwell": "NVIDIA B200"}
+
+
+def _live_bars(bars) -> list[str]:
+    """The labels of the bars that carry a value the fake GPU measured."""
+    return [label for label, seconds in bars
+            if seconds is not None and any(abs(seconds - t) < 1e-9 for t in LIVE_SECONDS)]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -440,13 +449,14 @@ def test_stage_notebooks_live_branches_with_a_fake_gpu(stage, mode, monkeypatch)
     """The cells a CPU never runs (live check, live timing), run with a fake GPU, so a live run
     cannot die of a name error. Every notebook of the stage runs; those the course map says run
     live on this machine, together, check two problems at stages N - 1 and N and time stage N
-    against N - 1 once (on a B200: the sm_100a kernels' first timed runs)."""
-    checked, timed = [], []
+    against N - 1 once (on a B200: the sm_100a kernels' first timed runs). A plot's GPU label
+    comes from the data it plots: on the fake H100 every live bar is labeled H100."""
+    checked, timed, bars = [], [], []
     live = [n for n in _existing(STAGE_GROUPS[stage])
             if MODE_MACHINE[mode] in COURSE_MAP[n].runs_on]  # fmt: skip
     for name in _existing(STAGE_GROUPS[stage]):
         with monkeypatch.context() as m:
-            namespace, got, steps, _ = _run_with_a_fake_gpu(name, mode, m)
+            namespace, got, steps, _ = _run_with_a_fake_gpu(name, mode, m, MODE_GPU[mode], bars)
         if name in live:
             assert namespace.get("STAGE") == stage, f"{name} sets STAGE = {namespace.get('STAGE')}"
             checked += got
@@ -457,6 +467,11 @@ def test_stage_notebooks_live_branches_with_a_fake_gpu(stage, mode, monkeypatch)
         where = " + ".join(live)
         assert len(checked) == 4, f"{where} on {mode}: checked {checked}, not 2 problems x 2 stages"
         assert timed == [stage], f"{where} on {mode}: timed stages {timed}, not [{stage}]"
+    if mode == "hopper" and live:
+        labels = _live_bars(bars)
+        assert labels, f"{where} drew no live bar on a fake H100 (bars: {[b[0] for b in bars]})"
+        wrong = [label for label in labels if not label.startswith("H100")]
+        assert not wrong, f"{where}: live bars measured on an H100 labeled {wrong}"
 
 
 @pytest.mark.slow
@@ -468,7 +483,7 @@ def test_stage_3_notebooks_live_branches_with_a_fake_gpu(mode, monkeypatch):
     checked, timed, timed_alone = {}, [], []
     for name in _existing(STAGE_3_NOTEBOOKS):
         with monkeypatch.context() as m:
-            _, got, steps, alone = _run_with_a_fake_gpu(name, mode, m)
+            _, got, steps, alone = _run_with_a_fake_gpu(name, mode, m, MODE_GPU[mode])
         checked[name] = got
         timed += steps
         timed_alone += alone
@@ -477,22 +492,6 @@ def test_stage_3_notebooks_live_branches_with_a_fake_gpu(mode, monkeypatch):
     assert timed == [3], f"stage 3's step timed {timed} times across {list(checked)}"
     # ring 2-6 at 128 x 128, ring 2-8 at 64 x 128, on a Hopper GPU only
     assert timed_alone == (["pearl stage 3"] * (5 + 7) if mode == "hopper" else []), timed_alone
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "name", _existing([n for n in STAGE_NOTEBOOKS if "Hopper" in COURSE_MAP[n].runs_on])
-)
-def test_a_live_h100_is_labeled_h100(name, monkeypatch):
-    """A plot's GPU label comes from the data it plots: a stage notebook run live on an H100 draws
-    its live bars labeled H100, never H200 (the committed runs are the H200's)."""
-    bars = []
-    _run_with_a_fake_gpu(name, "hopper", monkeypatch, "NVIDIA H100 80GB HBM3", bars)
-    live = [label for label, seconds in bars
-            if seconds is not None and any(abs(seconds - t) < 1e-9 for t in LIVE_SECONDS)]  # fmt: skip
-    assert live, f"{name} drew no live bar on a fake H100 (bars: {[b[0] for b in bars]})"
-    wrong = [label for label in live if not label.startswith("H100")]
-    assert not wrong, f"{name}: live bars measured on an H100 labeled {wrong}"
 
 
 def test_benchmarks_notebook_replays_measured_runs_and_labels_b200_as_modeled():
