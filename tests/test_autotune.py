@@ -451,7 +451,7 @@ def test_transfer_regret_looks_the_borrowed_pick_up_in_the_own_rounds():
 
 
 def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
-    """The figures the README and ``autotune.table_gpus`` quote: on the H100's own entries (the
+    """The figures docs/tuning.md and ``autotune.table_gpus`` quote: on the H100's own entries (the
     whole tuning set, 109), the H200 table has an entry for every shape, and its picks took 1.022x
     the H100's fastest in its rounds (geomean), at most 1.129x, where the H100's own vote with the
     entry's model hidden took 1.029x, at most 1.205x (better on 34 entries, worse on 30, 44 within

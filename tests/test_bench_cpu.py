@@ -565,7 +565,7 @@ def test_the_bench_command_over_shape_sets_in_parts(monkeypatch, tmp_path, capsy
 
 
 def test_the_h100_runs_say_what_the_docs_quote():
-    """The figures README.md, notebook 09 and ``autotune.table_gpus`` quote from the H100 runs:
+    """The figures docs/tuning.md, notebook 08b and ``autotune.table_gpus`` quote from the H100 runs:
     the H200 table's picks against the heuristic (paired rounds) and the prefill tiles' share of
     the floor on the three held-out gate+up layers."""
     from pearl_moe.bench.compare import geomean, paired_ratio

@@ -663,7 +663,7 @@ def test_a_run_that_times_no_pearl_implementation_skips_the_step_breakdown(monke
 
 def test_sonicmoe_from_its_own_run_is_compared_across_runs_and_labeled_so():
     """SonicMoE runs in an environment of its own: its problems are matched by id with ours, the
-    ratio is of medians (not paired), and the README lines say it is across two runs."""
+    ratio is of medians (not paired), and docs/moe_layer.md's lines say it is across two runs."""
     from pathlib import Path
 
     from pearl_moe.course.doc_tables import _sonic_lines
