@@ -23,8 +23,15 @@ A run file (``results/<gpu>/<kind>.json``, or ``.json.gz`` for the large ones) h
 
 Problems are stored once and referenced by id. ``env.clocks`` was read before any GPU work (the idle
 clock); ``env.clocks_under_load`` (runs from 2026-11-30 on) holds the clocks sampled while the GPU was
-busy. :func:`read_run` validates a file against this schema (:func:`validate_run`) as it loads it;
-:func:`run_scheduler` says which tile-scheduler walk a run timed, from ``env`` or from its date.
+busy. :func:`run_scheduler` says which tile-scheduler walk a run timed, from ``env`` or from its date.
+
+The whole MoE layer's runs (``python -m pearl_moe layer``: ``moe_layer``, ``moe_layer_sonic``,
+``moe_layer_steps``) have the schema :data:`LAYER_SCHEMA`: the same head, problems and records, a
+problem being one layer on one GPU (``{id, model, tokens_per_gpu, ep, routing, hidden,
+intermediate, experts, top_k, rows, active_experts, bytes_moved, flops, floor_us}``) and a record
+one implementation of it or one step of ours (``step:<name>``, no floor metrics). :func:`read_run`
+reads either schema and validates the file against its own (:func:`validate_run`); :func:`runs`
+lists the grouped-GEMM runs only (its rows are GEMM rows).
 
 A *row* (:func:`rows`, :func:`run_rows`) is one implementation on one problem, flattened: the
 problem (model, tokens, routing, k, n, experts, rows, bytes, flops), the implementation and its
@@ -34,7 +41,7 @@ Writing: :func:`new_run` starts a run (``kind``, :func:`environment`, the measur
 bench adds one :func:`problem_entry` per problem and one record per implementation;
 :func:`raise_read_ceiling` lifts the read ceiling to the fastest rate a record demonstrated;
 :func:`write_run` validates the run and writes it with one problem or record per line
-(:func:`dumps_run`). :func:`environment` reads the GPU, clocks, driver, library versions and
+(:func:`dumps_run`), gzipped where the path ends in ``.gz``. :func:`environment` reads the GPU, clocks, driver, library versions and
 :func:`kernel_sources`; :func:`clocks_under_load` samples the clocks while the GPU is busy. Only
 those two need a GPU, and they fall back to what they can read.
 
@@ -58,11 +65,14 @@ from .workloads import GroupedProblem
 __all__ = [
     "RESULTS_DIR",
     "SCHEMA",
+    "LAYER_SCHEMA",
     "STATUSES",
     "IDLE_CLOCK_SOURCE",
     "SCHEDULER_CUTOVER",
     "validate_run",
     "read_run",
+    "read_json",
+    "run_path",
     "run_files",
     "runs",
     "list_runs",
@@ -88,7 +98,7 @@ __all__ = [
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
 SCHEMA = "pearl-moe-bench/1"
-#: The MoE layer's runs (:mod:`pearl_moe.bench.layer` reads them), kept beside the grouped GEMM's
+#: The MoE layer's runs (:mod:`pearl_moe.bench.layer` writes them), kept beside the grouped GEMM's
 #: in ``results/<gpu>/`` and left out of :func:`runs`' folder listing.
 LAYER_SCHEMA = "pearl-moe-layer/1"
 #: ok: checked and timed; incorrect: failed the check (not timed); unavailable: could not load here;
@@ -113,6 +123,12 @@ _PROBLEM_KEYS = (
 )
 _RECORD_KEYS = ("problem", "impl", "status", "config")
 _OK_KEYS = ("time", "metrics", "correctness")
+#: What a layer run's problems and records hold at least (its steps' records have no metrics and
+#: its records of a status other than ok no config).
+_LAYER_PROBLEM_KEYS = ("id", "model", "tokens_per_gpu", "ep", "routing", "experts", "top_k",
+                       "rows", "active_experts", "bytes_moved", "flops")  # fmt: skip
+_LAYER_RECORD_KEYS = ("problem", "impl", "status")
+_LAYER_OK_KEYS = ("time",)
 
 #: The label of the clocks read before any GPU work. Runs recorded before 2026-11-30 said only
 #: "nvidia-smi at the start of the run"; :func:`read_run` shows those with this fuller label.
@@ -130,9 +146,11 @@ SCHEDULER_CUTOVER = "2026-11-30T11:46:45+00:00"
 
 # ---------------------------------------------------------------------------- files
 def validate_run(run: dict) -> dict:
-    """Raise ValueError if ``run`` does not follow the schema; return it."""
-    if run.get("schema") != SCHEMA:
-        raise ValueError(f"not a {SCHEMA} file (schema={run.get('schema')!r})")
+    """Raise ValueError if ``run`` does not follow its schema (:data:`SCHEMA`, or
+    :data:`LAYER_SCHEMA` for a layer run); return it."""
+    layer = run.get("schema") == LAYER_SCHEMA
+    if not layer and run.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} or {LAYER_SCHEMA} file (schema={run.get('schema')!r})")
     for key in ("kind", "env", "ceilings", "problems", "records"):
         if key not in run:
             raise ValueError(f"missing top-level key {key!r}")
@@ -142,27 +160,31 @@ def validate_run(run: dict) -> dict:
     for key in ("read_bytes_per_s", "bf16_flops_per_s"):
         if not run["ceilings"].get(key, 0) > 0:
             raise ValueError(f"ceiling {key!r} missing or not positive")
+    problem_keys, record_keys, ok_keys = (
+        (_LAYER_PROBLEM_KEYS, _LAYER_RECORD_KEYS, _LAYER_OK_KEYS) if layer
+        else (_PROBLEM_KEYS, _RECORD_KEYS, _OK_KEYS)
+    )  # fmt: skip
     ids = set()
     for p in run["problems"]:
-        missing = [k for k in _PROBLEM_KEYS if k not in p]
+        missing = [k for k in problem_keys if k not in p]
         if missing:
             raise ValueError(f"problem {p.get('id')!r} lacks {missing}")
-        if sum(p["counts"]) != p["rows"] or len(p["counts"]) != p["experts"]:
+        if not layer and (sum(p["counts"]) != p["rows"] or len(p["counts"]) != p["experts"]):
             raise ValueError(f"problem {p['id']!r}: counts do not match rows/experts")
         ids.add(p["id"])
     for r in run["records"]:
-        missing = [k for k in _RECORD_KEYS if k not in r]
+        missing = [k for k in record_keys if k not in r]
         if missing:
             raise ValueError(f"record {r.get('impl')!r} lacks {missing}")
         if r["problem"] not in ids:
-            raise ValueError(f"record refers to unknown problem {r['problem']!r}")
+            raise ValueError(f"record {r['impl']!r} names an unknown problem {r['problem']!r}")
         if r["status"] not in STATUSES:
             raise ValueError(f"unknown status {r['status']!r}")
         if r["status"] == "ok":
-            missing = [k for k in _OK_KEYS if k not in r]
+            missing = [k for k in ok_keys if k not in r]
             if missing:
                 raise ValueError(f"ok record {r['impl']!r} lacks {missing}")
-            if not r["correctness"]["ok"]:
+            if not layer and not r["correctness"]["ok"]:
                 raise ValueError(f"record {r['impl']!r} is 'ok' but failed its check")
             if not r["time"]["median_us"] > 0:
                 raise ValueError(f"record {r['impl']!r} has a non-positive time")
@@ -180,9 +202,10 @@ def read_json(path: str | Path):
 
 
 def read_run(path: str | Path) -> dict:
-    """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped).
-    The clocks of runs recorded with the older, shorter label are shown with
-    :data:`IDLE_CLOCK_SOURCE` (in memory only): they were read before any GPU work."""
+    """Read and validate a result file (``.json``, or ``.json.gz`` for runs stored gzipped), a
+    grouped-GEMM run or a layer run (:func:`validate_run`). The clocks of runs recorded with the
+    older, shorter label are shown with :data:`IDLE_CLOCK_SOURCE` (in memory only): they were
+    read before any GPU work."""
     return _read_validated(read_json(path))
 
 
@@ -247,9 +270,15 @@ def run_path(gpu: str = "H200", kind: str = "baselines", root: str | Path | None
     return path if path.exists() else path.with_suffix(".json.gz")
 
 
-def load_run(gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None) -> dict:
-    """The run ``results/<gpu>/<kind>.json`` (or ``.json.gz``: :func:`run_path`), validated."""
-    return read_run(run_path(gpu, kind, root))
+def load_run(
+    gpu: str = "H200", kind: str = "baselines", root: str | Path | None = None, missing_ok=False
+) -> dict | None:
+    """The run ``results/<gpu>/<kind>.json`` (or ``.json.gz``: :func:`run_path`), validated;
+    with ``missing_ok``, None where neither file exists."""
+    path = run_path(gpu, kind, root)
+    if missing_ok and not path.exists():
+        return None
+    return read_run(path)
 
 
 # ---------------------------------------------------------------------------- metadata
@@ -699,11 +728,17 @@ def dumps_run(run: dict) -> str:
 
 
 def write_run(run: dict, path: str | Path) -> Path:
-    """Validate and write ``run`` (floats to 5 significant digits, to keep files small)."""
+    """Validate and write ``run`` (floats to 5 significant digits, to keep files small), gzipped
+    (reproducibly: no name, no time stamp) where ``path`` ends in ``.gz``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     validate_run(run)
+    data = dumps_run(_round_floats(run)).encode()
+    if path.suffix == ".gz":
+        import gzip
+
+        data = gzip.compress(data, compresslevel=9, mtime=0)
     tmp = path.with_suffix(path.suffix + ".part")
-    tmp.write_text(dumps_run(_round_floats(run)))
+    tmp.write_bytes(data)
     tmp.replace(path)
     return path

@@ -274,15 +274,13 @@ def test_committed_results_follow_the_schema():
         pytest.skip("no committed results")
     # runs stored gzipped: at the top level (read by the calibration) and in subfolders
     files += sorted(root.glob("*/*.json.gz")) + sorted(root.glob("*/*/*.json.gz"))
-    from pearl_moe.bench.layer import validate_layer_run
-    from pearl_moe.results import LAYER_SCHEMA, read_json
+    from pearl_moe.results import LAYER_SCHEMA
 
     for f in files:
-        if read_json(f).get("schema") == LAYER_SCHEMA:  # the MoE layer's run, its own schema
-            run = validate_layer_run(read_json(f))
+        run = read_run(f)  # either schema, each validated by its own rules
+        if run["schema"] == LAYER_SCHEMA:  # the MoE layer's runs
             assert all(r["status"] != "incorrect" for r in run["records"]), f
             continue
-        run = read_run(f)
         for r in run["records"]:
             if r["status"] == "ok":
                 assert r["correctness"]["max_abs_err"] <= r["correctness"]["tolerance"]

@@ -121,27 +121,27 @@ def test_every_committed_run_is_consistent_with_its_own_ceilings():
 
 
 def test_the_layer_run_beside_the_bench_runs_is_left_out_of_the_listing(root):
-    """results/<gpu>/ also holds the MoE layer's run (schema pearl-moe-layer/1, read by
-    pearl_moe.bench.layer): runs() and list_runs() skip it, while read_run still refuses it."""
-    import gzip
-
+    """results/<gpu>/ also holds the MoE layer's runs (schema pearl-moe-layer/1, written by
+    pearl_moe.bench.layer): runs() and list_runs() list the grouped-GEMM runs only, while
+    read_run reads either schema, plain or gzipped, each validated by its own rules."""
     from pearl_moe.bench import layer
 
-    run = {"schema": results.LAYER_SCHEMA, "env": {"gpu": "NVIDIA H200"}, "ceilings": {},
-           "problems": [{"id": "p"}],
-           "records": [{"problem": "p", "impl": "torch", "status": "error"}]}  # fmt: skip
-    plain = layer.write_layer_run(run, root / "layer_tmp" / "moe_layer.json")
-    path = root / "H200" / "moe_layer.json.gz"  # stored gzipped, as the committed one is
-    path.write_bytes(gzip.compress(plain.read_bytes()))
-    plain.unlink()
-    plain.parent.rmdir()
+    problem = layer.LayerProblem("GLM 5.3", 1)
+    run = {"schema": results.LAYER_SCHEMA, "kind": "moe_layer",
+           "env": {"gpu": "NVIDIA H200", "date": "2026-12-02"},
+           "ceilings": {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14},
+           "problems": [problem.entry()],
+           "records": [{"problem": problem.id, "impl": "torch", "status": "error"}]}  # fmt: skip
+    path = results.write_run(run, root / "H200" / "moe_layer.json.gz")  # gzipped, as committed
     assert layer.load_layer_run("H200", root=root) == run  # a valid layer run
+    assert results.read_run(path) == run
     assert path in results.run_files(root / "H200")  # a result file of the folder
 
     listed = list(results.runs("H200", root=root))
     assert [(p.name, r["kind"]) for p, r in listed] == [("baselines.json", "baselines")]
     assert [info["kind"] for info in results.list_runs(root)] == ["baselines"]
-    with pytest.raises(ValueError, match="pearl-moe-bench/1"):
-        results.read_run(path)
-    with pytest.raises(ValueError):  # named explicitly, it is read as a bench run and refused
-        list(results.runs(files=[path]))
+    run["schema"] = "pearl-moe-layer/0"
+    with pytest.raises(ValueError, match="pearl-moe-bench/1 or pearl-moe-layer/1"):
+        results.validate_run(run)
+    # named explicitly, it is read (and validated) like any run
+    assert [r["kind"] for _, r in results.runs(files=[path])] == ["moe_layer"]
