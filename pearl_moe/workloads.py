@@ -22,6 +22,7 @@ __all__ = [
     "MoEModel",
     "MODELS",
     "PUBLIC_MODELS",
+    "LAYER_MODELS",
     "ROUTINGS",
     "get_model",
     "GroupedProblem",
@@ -118,6 +119,21 @@ PUBLIC_MODELS: dict[str, MoEModel] = {
     )
 }
 
+#: Public MoE models the layer bench times (:data:`pearl_moe.bench.layer.VLLM_LAYERS`) that are in
+#: neither shape set of :mod:`pearl_moe.bench.shape_sets`: the default is not tuned on them, nor
+#: judged on them as held-out layers. From their ``config.json``: Qwen1.5-MoE-A2.7B
+#: (``hidden_size`` 2048, ``moe_intermediate_size`` 1408, ``num_experts`` 60,
+#: ``num_experts_per_tok`` 4; one shared expert, ``shared_expert_intermediate_size`` 5632 behind a
+#: sigmoid gate); DeepSeek-V2 (``hidden_size`` 5120, ``moe_intermediate_size`` 1536,
+#: ``n_routed_experts`` 160, ``num_experts_per_tok`` 6, ``n_shared_experts`` 2).
+LAYER_MODELS: dict[str, MoEModel] = {
+    m.name: m
+    for m in (
+        MoEModel("Qwen1.5-MoE-A2.7B", 2048, 1408, 60, 4, 1, "Qwen/Qwen1.5-MoE-A2.7B", "config.json"),
+        MoEModel("DeepSeek-V2", 5120, 1536, 160, 6, 2, "deepseek-ai/DeepSeek-V2", "config.json"),
+    )
+}
+
 ROUTINGS = ("balanced", "random", "skewed")
 
 
@@ -145,8 +161,9 @@ def shape_model(n: int, k: int, experts: int, top_k: int = 8, ep: int = 8) -> Mo
 
 def get_model(name: str | MoEModel) -> MoEModel:
     """Look a model up by name, forgiving case, spaces and dashes ("glm", "v4-pro", "kimi k3"):
-    the course's :data:`MODELS` first, then :data:`PUBLIC_MODELS` (an exact name there, else a
-    unique partial match), or a layer made by :func:`shape_model` by its exact name."""
+    the course's :data:`MODELS` first, then :data:`PUBLIC_MODELS` and :data:`LAYER_MODELS` (an
+    exact name there, else a unique partial match), or a layer made by :func:`shape_model` by its
+    exact name."""
     if isinstance(name, MoEModel):
         return name
     if name in SHAPE_MODELS:
@@ -160,11 +177,12 @@ def get_model(name: str | MoEModel) -> MoEModel:
         full = squash(model)
         if key == full or (key and full.startswith(key)) or (key and key in full):
             return model
-    exact = [m for m in PUBLIC_MODELS.values() if squash(m) == key]
-    partial = [m for m in PUBLIC_MODELS.values() if key and key in squash(m)]
+    public = [*PUBLIC_MODELS.values(), *LAYER_MODELS.values()]
+    exact = [m for m in public if squash(m) == key]
+    partial = [m for m in public if key and key in squash(m)]
     if exact or len(partial) == 1:
         return (exact or partial)[0]
-    known = ", ".join([*MODELS, *PUBLIC_MODELS])
+    known = ", ".join([*MODELS, *PUBLIC_MODELS, *LAYER_MODELS])
     if len(partial) > 1:
         names = ", ".join(m.name for m in partial)
         raise ValueError(f"model {name!r} is ambiguous: {names}")
