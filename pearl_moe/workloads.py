@@ -129,7 +129,9 @@ PUBLIC_MODELS: dict[str, MoEModel] = {
 LAYER_MODELS: dict[str, MoEModel] = {
     m.name: m
     for m in (
-        MoEModel("Qwen1.5-MoE-A2.7B", 2048, 1408, 60, 4, 1, "Qwen/Qwen1.5-MoE-A2.7B", "config.json"),
+        MoEModel(
+            "Qwen1.5-MoE-A2.7B", 2048, 1408, 60, 4, 1, "Qwen/Qwen1.5-MoE-A2.7B", "config.json"
+        ),
         MoEModel("DeepSeek-V2", 5120, 1536, 160, 6, 2, "deepseek-ai/DeepSeek-V2", "config.json"),
     )
 }
