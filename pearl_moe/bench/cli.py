@@ -177,14 +177,19 @@ def drop_changed_picks(path: Path, run: dict | None = None) -> list[dict]:
     return changed
 
 
+def drop_problems(run: dict, gone) -> dict:
+    """``run`` without the problems ``gone`` (ids) and their records (changed in place)."""
+    run["problems"] = [p for p in run["problems"] if p["id"] not in gone]
+    run["records"] = [r for r in run["records"] if r["problem"] not in gone]
+    return run
+
+
 def _drop_problems(path: Path, run: dict, gone: set[str]) -> None:
     """``run`` without the problems ``gone`` and their records, written back to ``path``."""
     from ..results import write_run
 
     if gone:
-        run["problems"] = [p for p in run["problems"] if p["id"] not in gone]
-        run["records"] = [r for r in run["records"] if r["problem"] not in gone]
-        write_run(run, path)
+        write_run(drop_problems(run, gone), path)
 
 
 def drop_ours_matching(path: Path, run: dict, pattern: str, why: str) -> list[dict]:
@@ -510,16 +515,20 @@ def run_problems(
     return run
 
 
-def resume_run(path: Path, part: dict, problems, recorded: dict | None = None) -> tuple[dict, list]:
+def resume_run(
+    path: Path, part: dict, problems, recorded: dict | None = None, carry: tuple = ()
+) -> tuple[dict, list]:
     """The recorded run at ``path`` (``recorded``: it, already read) continued by ``part`` (a new
     run's head: this command's env and probed ceilings), and the ``problems`` it has not recorded
     yet.
 
     The run's env becomes this part's, with ``env.parts`` listing every part (date, command,
-    clocks, probed ceilings, problems); its ceilings stay the first part's probes, raised over
-    all records as always (:func:`~pearl_moe.results.raise_read_ceiling`). Ratios are
-    paired within a problem, all of whose implementations one part times, so parts taken on one
-    GPU compare as one run."""
+    clocks, probed ceilings, problems) and the recorded env's values of the keys ``carry`` (the
+    layer bench carries its faults, the problems a deadline left and the edits); its ceilings
+    stay the first part's probes (a grouped-GEMM run raises them over all records as always,
+    :func:`~pearl_moe.results.raise_read_ceiling`). Ratios are paired within a problem, all of
+    whose implementations one part times, so parts taken on one GPU compare as one run. The
+    grouped-GEMM bench and the layer bench (:mod:`pearl_moe.bench.layer`) both resume here."""
     run = read_run(path) if recorded is None else recorded
     check_resumable(run, part["kind"], part["env"].get("gpu"), path)
     parts = run["env"].get("parts") or [
@@ -528,52 +537,68 @@ def resume_run(path: Path, part: dict, problems, recorded: dict | None = None) -
     ]  # fmt: skip
     env = part["env"]
     env["parts"] = [*parts, {**_part_env(env), "ceilings": dict(part["ceilings"]), "problems": []}]
+    for key in carry:
+        if run["env"].get(key):
+            env[key] = list(run["env"][key])
     run["env"] = env
     done = {p["id"] for p in run["problems"]}
     return run, [p for p in problems if _problem_id(p) not in done]
 
 
-def default_pick_requests(problems, device="cuda") -> list[tuple]:
-    """The compile requests of the default call's pick for every problem (what ``pearl`` runs)."""
+def pick_requests(calls, device="cuda") -> list[tuple]:
+    """The compile requests of what the default call runs on each of ``calls``, ``(n, k,
+    experts, rows[, activation[, gather]])`` (:func:`pearl_moe.kernels.api.default_choice`), in
+    order, each once."""
     import torch
 
     from ..kernels import autotune
-    from ..kernels.api import arch_of
+    from ..kernels.api import arch_of, default_choice
     from ..kernels.targets import persistent_ctas
 
     arch = arch_of(torch.device(device))
     gpu = autotune.gpu_name(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     requests = []
-    for p in problems:
-        stage, config = autotune.pick_config(arch, p.n, p.k, p.experts, p.rows, gpu)
+    for n, k, experts, rows, *activation in calls:
+        stage, config = default_choice(arch, n, k, experts, rows, gpu, *activation)
         ctas = persistent_ctas(arch, config, sms, torch.device(device))
-        requests.append((arch, stage, config, p.n, p.k, p.experts, ctas))
+        requests.append((arch, stage, config, n, k, experts, ctas))
     return list(dict.fromkeys(requests))
+
+
+def default_pick_requests(problems, device="cuda") -> list[tuple]:
+    """The compile requests of the default call's pick for every problem (what ``pearl`` runs)."""
+    return pick_requests([(p.n, p.k, p.experts, p.rows) for p in problems], device)
 
 
 def precompile_default_picks(problems, impls: list[str], device="cuda"):
     """When ``pearl`` is among ``impls``, compile its picks for all problems into the disk cache
     in a background thread (worker processes; returned, to ``join``), else None: the run then
     loads each kernel in milliseconds instead of compiling it inside a problem's turn."""
-    import threading
-
     if "pearl" not in impls:
         return None
+    return precompile_in_background(lambda: default_pick_requests(problems, device))
+
+
+def precompile_in_background(requests, what: str = "the default call's"):
+    """Compile ``requests()`` into the disk cache in a background thread (worker processes;
+    returned, to ``join``), or None where the cache is off. A failure is printed, not raised:
+    the run compiles what is missing itself."""
+    import threading
+
     from ..kernels import compile_cache
 
     if compile_cache.cache_root() is None:
         return None
-    requests = default_pick_requests(problems, device)
+    asked = requests()
 
     def work():
         try:
-            done = compile_cache.precompile(requests)
+            done = compile_cache.precompile(asked)
             failed = [r for r in done if not r["ok"]]
-            print(f"precompiled the default call's {len(requests)} kernels ({len(failed)} failed)",
-                  flush=True)  # fmt: skip
+            print(f"precompiled {what} {len(asked)} kernels ({len(failed)} failed)", flush=True)
         except Exception as exc:  # the run compiles what is missing itself
-            print(f"precompiling the default call's kernels failed: {exc}"[:300], flush=True)
+            print(f"precompiling {what} kernels failed: {exc}"[:300], flush=True)
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
@@ -586,9 +611,10 @@ def _part_env(env: dict) -> dict:
 
 
 def _problem_id(problem) -> str:
+    """The id a run's entry of ``problem`` has: a layer problem's own, else a grouped GEMM's."""
     from ..results import problem_id
 
-    return problem_id(problem)
+    return getattr(problem, "id", None) or problem_id(problem)
 
 
 def summaries(run: dict, ours: str = "pearl") -> str:
@@ -606,7 +632,17 @@ def summaries(run: dict, ours: str = "pearl") -> str:
 
 
 def summarize_file(path: str, ours: str = "pearl") -> int:
+    """Print the summaries of the run at ``path``: a grouped-GEMM run's table, comparison and
+    ablation, or a layer run's (:func:`pearl_moe.bench.compare.format_layer_summary`, with its
+    step breakdown where it has one)."""
+    from ..results import LAYER_SCHEMA
+
     run = read_run(path)
+    if run["schema"] == LAYER_SCHEMA:
+        from .compare import layer_text
+
+        print(layer_text(run, None if ours == "pearl" else ours))
+        return 0
     text = summaries(run, ours)
     print(format_table(run))
     print()

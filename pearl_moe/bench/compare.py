@@ -22,6 +22,11 @@ medians, with no spread.
   (which baseline), % of the floor of both, the geomean ratio and the worst shape, the decode
   speed-up over tuned quack, and the run's measured read ceiling beside the datasheet's.
 * :func:`ablation_summary` / :func:`format_ablation`: every course stage against the previous one.
+* :func:`layer_summary` / :func:`format_layer_summary`: a whole MoE layer run
+  (:mod:`pearl_moe.bench.layer`): ours against its floor and every other implementation, and the
+  layer benchmark's goals; :func:`step_profile` / :func:`format_step_profile`: where our layer's
+  time goes, step by step, beside the whole layer's graph (the gap between them: the launches);
+  :func:`cross_run_ratios`: ours against an implementation timed in a run of its own (SonicMoE).
 """
 
 from __future__ import annotations
@@ -40,6 +45,17 @@ __all__ = [
     "step_summary",
     "step_geomeans",
     "geomean",
+    "layer_summary",
+    "format_layer_summary",
+    "cross_run_ratios",
+    "forward_steps",
+    "step_profile",
+    "format_step_profile",
+    "layer_text",
+    "DECODE_TOKENS",
+    "FLOOR_GOAL",
+    "TORCH_GOAL",
+    "QUACK_GEOMEAN_GOAL",
 ]
 
 #: A shape counts as lost when ours is slower than the best baseline by more than this factor.
@@ -513,3 +529,230 @@ def step_summary(
                 entry[part] = g
         out.append(entry)
     return out
+
+
+# ------------------------------------------------------------------------------------ the layer
+#: The layer benchmark's goals: at decode (up to DECODE_TOKENS tokens per GPU) the fused layer
+#: within FLOOR_GOAL x its floor and at least TORCH_GOAL x faster than the torch composition;
+#: over every shape a geometric mean of at most QUACK_GEOMEAN_GOAL against quack's composition,
+#: and no shape above :data:`TIE` (what one run resolves).
+DECODE_TOKENS = 256
+FLOOR_GOAL = 1.10
+TORCH_GOAL = 1.5
+QUACK_GEOMEAN_GOAL = 0.95
+
+
+def _is_step(impl: str) -> bool:
+    return impl.startswith("step:")
+
+
+def layer_summary(run: dict, ours: str = "pearl-fused") -> dict:
+    """Per problem of a layer run, ``ours`` against the floor and against each other
+    implementation (ratios paired round by round, :func:`paired_ratio`), and the goals judged
+    over the run. ``{"rows": [...], "goals": {...}, "impls": [...]}``; a goal is None where the
+    run has nothing to judge it on. The steps of our forward (``step:<name>``) are not
+    implementations of the layer: :func:`step_profile` reads them."""
+    ok = _ok_records(run)
+    others = sorted({i for _, i in ok if i != ours and not _is_step(i)})
+    rows = []
+    for p in run["problems"]:
+        mine = ok.get((p["id"], ours))
+        row = {"problem": p["id"], "model": p["model"], "tokens": p["tokens_per_gpu"],
+               "routing": p["routing"], "floor_us": p.get("floor_us"), "us": {}, "vs": {}}  # fmt: skip
+        for impl in [ours, *others]:
+            rec = ok.get((p["id"], impl))
+            if rec is not None:
+                row["us"][impl] = rec["time"]["median_us"]
+                if mine is not None and impl != ours:
+                    row["vs"][impl] = paired_ratio(mine, rec)
+        if mine is not None and row["floor_us"]:
+            row["of_floor"] = mine["time"]["median_us"] / row["floor_us"]
+        rows.append(row)
+    decode = [r for r in rows if r["tokens"] <= DECODE_TOKENS and "of_floor" in r]
+    vs_quack = [r["vs"]["quack"]["ratio"] for r in rows if "quack" in r["vs"]]
+    vs_torch = [r["vs"]["torch"]["ratio"] for r in decode if "torch" in r["vs"]]
+    goals = {
+        "decode_worst_of_floor": max((r["of_floor"] for r in decode), default=None),
+        "quack_geomean": geomean(vs_quack) if vs_quack else None,
+        "quack_worst": max(vs_quack, default=None),
+        "quack_above_tie": sum(v > TIE for v in vs_quack),
+        "quack_shapes": len(vs_quack),
+        "decode_speedup_over_torch": 1 / geomean(vs_torch) if vs_torch else None,
+        "missing": [r["problem"] for r in rows if ours not in r["us"]],
+    }
+    g = goals
+    goals["met"] = {
+        "floor": None if g["decode_worst_of_floor"] is None
+        else g["decode_worst_of_floor"] <= FLOOR_GOAL,
+        "quack": None if g["quack_geomean"] is None
+        else g["quack_geomean"] <= QUACK_GEOMEAN_GOAL and g["quack_above_tie"] == 0,
+        "torch": None if g["decode_speedup_over_torch"] is None
+        else g["decode_speedup_over_torch"] >= TORCH_GOAL,
+    }  # fmt: skip
+    return {"rows": rows, "goals": goals, "impls": [ours, *others], "ours": ours}
+
+
+def _num(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_layer_summary(summary: dict) -> str:
+    """:func:`layer_summary` as text: per problem the floor, every implementation's median (ours
+    as a multiple of the floor too) and ours / each other, then the goals."""
+    ours, others = summary["ours"], summary["impls"][1:]
+    head = (
+        f"{'layer':<20}{'tok':>5} {'routing':<9}{'floor':>8}{ours:>20}"
+        + "".join(f"{o:>14}" for o in others)
+        + "".join(f"{'/' + o:>14}" for o in others)
+    )
+    lines = [f"us (median); {ours} also x its floor; /X: {ours} / X, paired per round", head,
+             "-" * len(head)]  # fmt: skip
+    for r in summary["rows"]:
+        mine = r["us"].get(ours)
+        cell = "-" if mine is None else f"{mine:.1f} ({_num(r.get('of_floor'), '.2f')}x)"
+        line = f"{r['model'][:19]:<20}{r['tokens']:>5} {r['routing']:<9}"
+        line += f"{_num(r['floor_us'], '.1f'):>8}{cell:>20}"
+        line += "".join(f"{_num(r['us'].get(o), '.1f'):>14}" for o in others)
+        line += "".join(f"{_num(r['vs'].get(o, {}).get('ratio'), '.3f'):>14}" for o in others)
+        lines.append(line)
+    g = summary["goals"]
+    verdict = {True: "met", False: "NOT met", None: "not judged"}
+    lines += [
+        "",
+        f"decode (<= {DECODE_TOKENS} tokens) within {FLOOR_GOAL:.2f}x the floor: worst "
+        f"{_num(g['decode_worst_of_floor'], '.3f')}x, {verdict[g['met']['floor']]}; vs quack "
+        f"geomean <= {QUACK_GEOMEAN_GOAL:.2f}, none above {TIE:.2f}: "
+        f"{_num(g['quack_geomean'], '.3f')}, {g['quack_above_tie']} of {g['quack_shapes']} "
+        f"above, {verdict[g['met']['quack']]}; decode >= {TORCH_GOAL:.1f}x faster than torch: "
+        f"{_num(g['decode_speedup_over_torch'], '.2f')}x, {verdict[g['met']['torch']]}",
+    ]
+    if g["missing"]:
+        lines.append(f"{ours} not measured on: " + ", ".join(g["missing"]))
+    return "\n".join(lines)
+
+
+def cross_run_ratios(run: dict, other: dict, impl: str, ours: str = "pearl-fused") -> list[dict]:
+    """Per problem both layer runs measured, ``ours`` in ``run`` against ``impl`` in ``other`` (a
+    run in another environment, such as SonicMoE's): the ratio of the two medians. Not paired
+    round by round, so it resolves less than a ratio within one run (the same kernel moved up to
+    7% between batches of runs on the H200, ``experiments/reproducibility``); each row also gives
+    the ratios of the two runs' read and bf16 ceilings, what the machine did between them. Runs
+    on different GPUs are refused."""
+
+    def times(r, name):
+        return {rec["problem"]: rec["time"]["median_us"] for rec in r["records"]
+                if rec["impl"] == name and rec.get("status") == "ok"}  # fmt: skip
+
+    if run["env"].get("gpu") != other["env"].get("gpu"):
+        raise ValueError(
+            f"runs on different GPUs ({run['env'].get('gpu')} and {other['env'].get('gpu')}): "
+            "their times do not compare"
+        )
+    mine, theirs = times(run, ours), times(other, impl)
+    ceilings = {key: other["ceilings"][key] / run["ceilings"][key]
+                for key in ("read_bytes_per_s", "bf16_flops_per_s")}  # fmt: skip
+    return [{"problem": p["id"], "model": p["model"], "tokens": p["tokens_per_gpu"],
+             "routing": p["routing"], "ours_us": mine[p["id"]], "theirs_us": theirs[p["id"]],
+             "ratio": mine[p["id"]] / theirs[p["id"]],
+             "read_ceiling_ratio": ceilings["read_bytes_per_s"],
+             "bf16_ceiling_ratio": ceilings["bf16_flops_per_s"]}
+            for p in run["problems"] if p["id"] in mine and p["id"] in theirs]  # fmt: skip
+
+
+#: The steps of our layer's forward, in order (:func:`pearl_moe.bench.layer.step_calls`): the
+#: columns of :func:`format_step_profile`. ``gate+up (fused)`` is gate+up with the activation in
+#: its epilogue (the forward then has no activation step).
+LAYER_STEPS = ("metadata", "gather", "gate+up", "activation", "down", "combine")
+
+
+def forward_steps(record: dict) -> list[str]:
+    """The steps a layer record's forward ran, whose step times add up to it, read from its
+    config's ``fused`` label (:mod:`pearl_moe.bench.layer_impls` writes it): ``pearl`` runs every
+    step of :data:`LAYER_STEPS`, and so does ``pearl-fused`` where the label says the activation
+    ran as a pass of its own; else ``pearl-fused`` runs the fused gate+up and no activation.
+    Empty for an implementation that is not cut into those steps (``pearl-gather``, theirs)."""
+    fused = (record.get("config") or {}).get("fused", "")
+    if record["impl"] == "pearl" or fused.startswith("activation as a pass"):
+        return list(LAYER_STEPS)
+    if record["impl"] == "pearl-fused" and fused.startswith("activation in the gate+up epilogue"):
+        return ["metadata", "gather", "gate+up (fused)", "down", "combine"]
+    return []
+
+
+def step_profile(run: dict, ours: str = "pearl-fused") -> list[dict]:
+    """Where the time of our layer goes, per problem of a layer run that timed its steps
+    (``step:<name>`` records, each step in a CUDA graph of its own): each step's median, the sum
+    of the steps ``ours`` ran (:func:`forward_steps`), ``ours``' whole-layer median and the gap,
+    whole - sum: what the launches between the steps cost inside one graph (and any overlap of
+    one step's tail with the next, which makes it smaller). Where the records hold kernel traces
+    (``trace``, the step profile of ``python -m pearl_moe layer --steps``), also the launches of
+    ours' forward and the idle time the profiler saw between them. Problems without steps are
+    left out."""
+    ok = _ok_records(run)
+    out = []
+    for p in run["problems"]:
+        steps = {r[1][5:]: rec for r, rec in ok.items() if r[0] == p["id"] and _is_step(r[1])}
+        if not steps:
+            continue
+        whole = ok.get((p["id"], ours))
+        chain = forward_steps(whole) if whole else []
+        row = {"problem": p["id"], "model": p["model"], "ep": p.get("ep"),
+               "tokens": p["tokens_per_gpu"], "routing": p["routing"],
+               "floor_us": p.get("floor_us"), "chain": chain,
+               "steps_us": {s: rec["time"]["median_us"] for s, rec in steps.items()},
+               "launches": {s: (rec.get("trace") or {}).get("launches") for s, rec in steps.items()}}  # fmt: skip
+        if chain and all(s in steps for s in chain):
+            row["sum_us"] = sum(row["steps_us"][s] for s in chain)
+        if whole is not None:
+            row["whole_us"] = whole["time"]["median_us"]
+            trace = whole.get("trace") or {}
+            row["whole_launches"], row["idle_us"] = trace.get("launches"), trace.get("idle_us")
+            if "sum_us" in row:
+                row["gap_us"] = row["whole_us"] - row["sum_us"]
+        out.append(row)
+    return out
+
+
+def format_step_profile(rows: list[dict], ours: str = "pearl-fused") -> str:
+    """:func:`step_profile` as text: one line per problem, the steps in forward order (gate+up:
+    the fused one where ours fused it, marked ``*``, and then no activation), their sum, the
+    whole layer's graph, the gap, and from the trace the launches and idle time per forward."""
+    head = (f"{'layer':<24}{'tok':>5}{'floor':>8}" + "".join(f"{s:>11}" for s in LAYER_STEPS)
+            + f"{'sum':>9}{'whole':>9}{'gap':>8}{'launches':>9}{'idle':>7}")  # fmt: skip
+    lines = [f"us per call (medians); whole: {ours}'s forward in one CUDA graph; gap = whole - "
+             "sum of its steps; launches and idle (between kernels): profiled replays", head,
+             "-" * len(head)]  # fmt: skip
+    for r in rows:
+        fused = "gate+up (fused)" in r["chain"]
+        cells = []
+        for s in LAYER_STEPS:
+            if s == "gate+up" and fused:
+                cells.append(_num(r["steps_us"].get("gate+up (fused)"), ".1f") + "*")
+            elif s == "activation" and fused:
+                cells.append("-")
+            else:
+                cells.append(_num(r["steps_us"].get(s), ".1f"))
+        label = f"{r['model']} EP{r['ep']}" if r.get("ep") is not None else r["model"]
+        routing = "" if r["routing"] == "balanced" else f" {r['routing']}"
+        line = f"{(label + routing)[:23]:<24}{r['tokens']:>5}{_num(r['floor_us'], '.1f'):>8}"
+        line += "".join(f"{c:>11}" for c in cells)
+        line += f"{_num(r.get('sum_us'), '.1f'):>9}{_num(r.get('whole_us'), '.1f'):>9}"
+        line += f"{_num(r.get('gap_us'), '.1f'):>8}{_num(r.get('whole_launches'), 'd'):>9}"
+        line += f"{_num(r.get('idle_us'), '.1f'):>7}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def layer_text(run: dict, ours: str | None = None) -> str:
+    """A layer run as the layer command prints it at its end: the comparison
+    (:func:`format_layer_summary`) where another implementation ran beside ours, and the step
+    profile (:func:`format_step_profile`) where the run timed steps, that last."""
+    ours = ours or "pearl-fused"
+    parts = []
+    summary = layer_summary(run, ours)
+    if len(summary["impls"]) > 1 or any(ours in r["us"] for r in summary["rows"]):
+        parts.append(format_layer_summary(summary))
+    steps = step_profile(run, ours)
+    if steps:
+        parts.append(format_step_profile(steps, ours))
+    return "\n\n".join(parts) or "(nothing timed in this run)"
