@@ -24,7 +24,8 @@ Terms used throughout:
   splits one accumulator into two halves synchronized independently, so the epilogue can hand the
   first half back while it still reads the second. On Hopper the accumulator lives in a consumer
   warpgroup's registers: ``acc_slots=2`` there means two consumer warpgroups that take alternate
-  tiles (ping-pong), so one stores its tile while the other multiplies.
+  tiles, so one stores its tile while the other multiplies
+  (:mod:`pearl_moe.kernels.sm90.split_accumulator`).
 * ``tile_m`` below 64 (8, 16, 32; sm_90a only) keeps the 64-row wgmma but loads an A box of
   ``tile_m`` rows per ring entry; the wgmma's other rows read whatever follows in shared memory and
   are dropped. At decode an expert has a handful of rows: smaller A entries, more of them.
@@ -199,13 +200,6 @@ class GemmConfig:
                 yield f"epi_buffers must be at least 1, got {self.epi_buffers}"
         if self.acc_slots not in (1, 2):
             yield f"acc_slots must be 1 or 2, got {self.acc_slots}"
-        elif self.acc_slots == 2 and self.epilogue != "direct_store":
-            yield (
-                "acc_slots=2 (the split accumulator) stores from the direct-store epilogue: on "
-                "sm_100a each slot is released from it, on sm_90a the two consumer warpgroups "
-                "would otherwise share one shared-memory epilogue buffer; it needs "
-                "epilogue='direct_store'"
-            )
         if self.activation is not None:
             if problem := unknown_activation(self.activation):
                 yield problem
@@ -301,7 +295,7 @@ class GemmConfig:
         if self.tile_m == 192:
             if self.acc_slots != 2 or self.tile_n != 128:
                 yield (
-                    "a 192-row tile is a ping-pong warpgroup's 192 x 128 (acc_slots=2: three m64 "
+                    "a 192-row tile is a split-accumulator warpgroup's 192 x 128 (acc_slots=2: three m64 "
                     "blocks, 192 accumulator registers a thread; the width its GPU tests cover); "
                     f"got acc_slots={self.acc_slots}, tile_n={self.tile_n}"
                 )
@@ -316,9 +310,9 @@ class GemmConfig:
                 )
         elif self.tile_m not in (8, 16, 32, 64, 128, 256):
             yield (
-                f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), 192 (a ping-pong "
-                f"warpgroup's three m64 blocks), or 8, 16 or 32 (a 64-row wgmma over a smaller A "
-                f"box), got {self.tile_m}"
+                f"sm_90a tile_m must be 64, 128 or 256 (64 rows per warpgroup), 192 (a split-"
+                f"accumulator warpgroup's three m64 blocks), or 8, 16 or 32 (a 64-row wgmma over a "
+                f"smaller A box), got {self.tile_m}"
             )
         if self.tile_m < 64 and self.epilogue != "direct_store":
             yield (
@@ -343,18 +337,12 @@ class GemmConfig:
                 yield "swap_ab has one consumer warpgroup (acc_slots=1)"
             if self.activation is not None:
                 yield "the fused activation needs the tokens as rows: not with swap_ab"
-        if self.epilogue == "direct_store" and not self.swap_ab and self.tile_n % 32:
-            yield (
-                "the direct store writes 32-column groups (a quad transpose per 4 x 8 columns; "
-                "fused: blocks of 32 outputs, then up to two 8-column groups 4 bytes a thread): "
-                f"tile_n must be a multiple of 32, got {self.tile_n}"
-            )
         if self.gather_a:
             yield from self._gather_a_problems()
         if self.acc_slots == 2 and self.tile_m * self.tile_n > 128 * 192:
             yield (
-                "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate tiles "
-                "(ping-pong), each holding a whole tile's fp32 accumulator in its registers: "
+                "on sm_90a acc_slots=2 means two consumer warpgroups that take alternate tiles, "
+                "each holding a whole tile's fp32 accumulator in its registers: "
                 f"tile_m x tile_n / 128 threads must be at most 192 registers (of the 232 a "
                 f"consumer thread gets), got {self.tile_m} x {self.tile_n} "
                 f"({self.tile_m * self.tile_n // 128})"
@@ -517,7 +505,7 @@ class GemmConfig:
                     fields["epilogue"] = "tma_store"
                 elif word.startswith("acc"):
                     fields["acc_buffers"] = None if word == "acc*" else int(word[3:])
-                elif word in ("split", "pingpong"):
+                elif word in ("split", "pingpong"):  # describe()'s word for acc_slots=2
                     fields["acc_slots"] = 2
                 elif word in ACTIVATIONS:
                     fields["activation"] = word
@@ -563,7 +551,7 @@ class GemmConfig:
             if self.acc_slots == 2:
                 parts.append("split")
         elif self.acc_slots == 2:
-            parts.append("pingpong")
+            parts.append("pingpong")  # sm_90a acc_slots=2 in the recorded tables and runs
         return " ".join(parts)
 
 

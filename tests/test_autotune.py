@@ -456,7 +456,8 @@ def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
     the H100's fastest in its rounds (geomean), at most 1.129x, where the H100's own vote with the
     entry's model hidden took 1.029x, at most 1.205x (better on 34 entries, worse on 30, 44 within
     1%); on the prefill entries (above 256 rows per expert, 27) 1.028x, at most 1.073x; at 8192
-    tokens none is the 128 x 128 ping-pong tile that cost up to 1.37x when the H200 voted there."""
+    tokens none is the 128 x 128 split-accumulator tile that cost up to 1.37x when the H200 voted
+    there."""
     from pearl_moe.bench.compare import geomean
 
     own = json.loads((autotune.TABLE_DIR / "H100.json").read_text())
@@ -482,7 +483,7 @@ def test_the_h200_tables_picks_on_the_h100s_prefill_entries():
     at_8192 = [r for r in rows if "8192 tokens" in r["measured_at"]]
     assert len(at_8192) == 13
     assert not [r for r in at_8192 if r["borrowed"].endswith("128x128x64 1cta r7 direct pingpong")]
-    # the H100's own 8192-token winners: 11 of 13 are 128 x 192 ping-pong or 256 x 192 tiles
+    # the H100's own 8192-token winners: 11 of 13 are 128 x 192 split-accumulator or 256 x 192 tiles
     at_8192 = [r["own"] for r in rows if "8192 tokens" in r["measured_at"]]
     wide = [w for w in at_8192 if "256x192x64" in w or ("128x192x64" in w and "pingpong" in w)]
     assert (len(wide), len(at_8192)) == (11, 13)
@@ -569,8 +570,8 @@ def test_serial_walk_twins_fill_the_free_slots_at_prefill_only(model):
 
 
 def test_grouped_order_twins_come_only_when_asked_and_only_at_prefill():
-    """``group_twins``: ``n_group=8`` twins of 128- and 256-row candidates, ping-pong first, after
-    the space itself (which they leave as it was); none by default or at decode."""
+    """``group_twins``: ``n_group=8`` twins of 128- and 256-row candidates, split accumulator first,
+    after the space itself (which they leave as it was); none by default or at decode."""
     from pearl_moe.workloads import make_problem
 
     p = make_problem("GLM 5.3", 4096, ep=8)
@@ -579,7 +580,7 @@ def test_grouped_order_twins_come_only_when_asked_and_only_at_prefill():
     assert asked[: len(plain)] == plain and not any(c.n_group for _, c in plain)
     twins = asked[len(plain) :]
     assert len(twins) == 6 and all(c.n_group == 8 and c.tile_m >= 128 for _, c in twins)
-    assert twins[0][1].acc_slots == 2  # the ping-pong tiles first
+    assert twins[0][1].acc_slots == 2  # the split-accumulator tiles first
     for stage, twin in twins:
         assert twin.with_(n_group=0) in [c for _, c in plain]
         assert stage == autotune.stage_for(twin, p.n, p.k)
@@ -708,10 +709,11 @@ def test_decode_candidates_include_the_width_that_fills_the_waves():
 
 def test_between_64_and_256_rows_per_expert_the_space_has_quacks_clustered_tiles():
     """Kimi K3's gate+up at 1024 tokens (146 rows per expert), where quack-tuned's clustered
-    ping-pong tile beat our 64-row ping-pong picks: with the tuner's prefill limit (49) its space
-    holds the 128 x 192 ping-pong tile in clusters of two along M (quack's default) and cluster
-    twins of the 128-row tiles, but no 256-row tile; DeepSeek V4 Pro's (128 rows per expert) holds
-    quack-tuned's 128 x 256 tile in clusters along N; at 64 rows per expert none of them."""
+    split-accumulator tile beat our 64-row split-accumulator picks: with the tuner's prefill limit
+    (49) its space holds the 128 x 192 split-accumulator tile in clusters of two along M (quack's
+    default) and cluster twins of the 128-row tiles, but no 256-row tile; DeepSeek V4 Pro's (128
+    rows per expert) holds quack-tuned's 128 x 256 tile in clusters along N; at 64 rows per expert
+    none of them."""
     from pearl_moe.workloads import make_problem
 
     p = make_problem("Kimi K3", 1024, ep=8)
@@ -735,10 +737,10 @@ def test_between_64_and_256_rows_per_expert_the_space_has_quacks_clustered_tiles
     assert not [c for c in at_128 if c.acc_slots == 2 and (c.tile_m, c.tile_n) == (128, 192)]
 
 
-def test_the_192_row_pingpong_tile_is_tried_where_it_pads_an_experts_rows_less():
-    """The 192 x 128 ping-pong tile (alone and paired along N) joins the space where an average
-    expert's rows pad to fewer rows in 192-row tiles than in 128-row ones: Kimi K3 at 1024 tokens
-    (146 rows: one 192-row tile against two 128-row ones); not at 128 or
+def test_the_192_row_split_accumulator_tile_is_tried_where_it_pads_an_experts_rows_less():
+    """The 192 x 128 split-accumulator tile (alone and paired along N) joins the space where an
+    average expert's rows pad to fewer rows in 192-row tiles than in 128-row ones: Kimi K3 at 1024
+    tokens (146 rows: one 192-row tile against two 128-row ones); not at 128 or
     256 rows per expert (DeepSeek V4 Pro and GLM 5.3 at 1024 tokens), where it lost on an H100.
     It comes right after the small tiles, so that the tune CLI's smaller limits hold it too."""
     from pearl_moe.workloads import make_problem
@@ -790,12 +792,12 @@ def test_the_prefill_space_adds_256_row_tiles_and_2_cta_clusters():
         assert all(c.tile_m >= 128 and c.b_k_tiles == 1 for c in clustered)
         single = [c.with_(cluster_n=1, cluster_m=1) for c in clustered if c.acc_slots == 1]
         assert all(c in space for c in single)
-        assert any(c.acc_slots == 2 for c in clustered)  # the ping-pong twins
+        assert any(c.acc_slots == 2 for c in clustered)  # the split-accumulator twins
         # quack's default Hopper configuration is among them
         quack_default = "sm_90a 128x192x64 1cta r5 clusterM2 direct pingpong"
         assert quack_default in {c.describe() for c in clustered}
         # the shared operand is the larger tile: A (along N) when tile_m >= tile_n, else B; and
-        # the 128 x 192 ping-pong tile shares either
+        # the 128 x 192 split-accumulator tile shares either
         along_n = {c.describe() for c in clustered if c.cluster_n == 2 and c.tile_m < c.tile_n}
         assert along_n == {"sm_90a 128x192x64 1cta r5 clusterN2 direct pingpong"}
         assert all(c.tile_n >= c.tile_m for c in clustered if c.cluster_m == 2)

@@ -177,12 +177,12 @@ def test_the_h100s_run_with_its_own_decode_entries_as_the_tuning_page_quotes_it(
     """The H100's run after its table took the whole tuning set (109 entries): docs/tuning.md's block,
     and its paragraph's figures. The 41 held-out layers whose pick moved were timed again; their
     ratio to the best baseline moved by a geomean of 1.000 from the run before (kept in
-    results/H100/earlier/): 1.011 at 16 tokens (19), 1.013 at 1 token (5), 0.980 at 512 (9),
-    0.989 at 4096 (8; MiniMax-M2's two 0.93-0.94). 17 dropped down layers at 1 and 512 tokens wait
-    (not in the set's default tokens). Kimi K3's gate+up at 1024 tokens took 1.30x quack-tuned's
-    time with the H100's vote (a 64 x 128 ping-pong tile); 15 of the 17 course picks moved since,
-    to the H200's entries for those shapes, and three held-out 1-token picks to their wave-fitted
-    width (the vote's wave twins)."""
+    results/H100/earlier/): 1.011 at 16 tokens (19), 1.013 at 1 token (5), 0.980 at 512 (9), 0.989
+    at 4096 (8; MiniMax-M2's two 0.93-0.94). 17 dropped down layers at 1 and 512 tokens wait (not in
+    the set's default tokens). Kimi K3's gate+up at 1024 tokens took 1.30x quack-tuned's time with
+    the H100's vote (a 64 x 128 split-accumulator tile); 15 of the 17 course picks moved since, to
+    the H200's entries for those shapes, and three held-out 1-token picks to their wave-fitted width
+    (the vote's wave twins)."""
     block = render_general_table(gpu="H100")
     assert block in (ROOT / "docs" / "tuning.md").read_text()
     path = ROOT / "results" / "H100" / "compare_general.json.gz"
@@ -247,11 +247,11 @@ def _tokens(entry: dict) -> int:
 
 def test_the_h200s_prefill_after_the_8192_token_entries_as_the_readme_quotes_it():
     """The H200's held-out 4096-token layers timed again with the table's 8192-token entries: no
-    EP=8 layer picks the 128 x 128 ping-pong tile; Qwen2-57B-A14B's gate+up at 1.029 (82% of the
-    floor); every layer above the tie (nine) runs a ping-pong tile, ours at 66-83% of the floor and
-    the best baseline at 71-91%, the others 0.98-1.01; ours 66-87% and theirs 71-91% over all 20
-    (notebook 09). The table has 14 entries at 8192 tokens, 131 in all, 13 of the 14 winners
-    256 x 192 or ping-pong 128 x 192 and 64 x 256 tiles, four in clusters."""
+    EP=8 layer picks the 128 x 128 split-accumulator tile; Qwen2-57B-A14B's gate+up at 1.029 (82% of
+    the floor); every layer above the tie (nine) runs a split-accumulator tile, ours at 66-83% of
+    the floor and the best baseline at 71-91%, the others 0.98-1.01; ours 66-87% and theirs 71-91%
+    over all 20 (notebook 09). The table has 14 entries at 8192 tokens, 131 in all, 13 of the 14
+    winners 256 x 192 or split-accumulator 128 x 192 and 64 x 256 tiles, four in clusters."""
     run = read_run(ROOT / "results" / "H200" / "compare_general.json.gz")
     s = compare_summary(run)
     assert not s["missing"]
@@ -287,9 +287,10 @@ def test_the_h200s_prefill_after_the_8192_token_entries_as_the_readme_quotes_it(
 
 
 def test_the_tables_prefill_winners_as_notebook_09_counts_them():
-    """Notebook 09's list of kernel options: the 128 x 128 ping-pong tile won 7 of the 131 entries;
-    128 x 192 ping-pong 8 (5 at 4096 tokens, 3 at 8192); 256 x 192 11 (5 and 6), three of them in a
-    cluster along N; a cluster along M at two, both 128 x 192 ping-pong."""
+    """Notebook 09's list of kernel options: the 128 x 128 split-accumulator tile won 7 of the 131
+    entries; 128 x 192 split-accumulator 8 (5 at 4096 tokens, 3 at 8192); 256 x 192 11 (5 and 6),
+    three of them in a cluster along N; a cluster along M at two, both 128 x 192 split-accumulator
+    tiles."""
     table = json.loads((ROOT / "pearl_moe" / "tuning" / "H200.json").read_text())
     won: dict = {}
     for e in table["entries"]:

@@ -51,7 +51,7 @@ def test_tmem_columns_of_the_blog_accumulators():
     assert half.tmem_columns_for(1) == 256  # one 128 x 256 fp32 accumulator: half of TMEM
     full = GemmConfig(tile_m=256, tile_n=512, cta_group=2)
     assert max_acc_buffers(full) == 1 and tmem_columns(full) == 512
-    split = full.with_(acc_slots=2, epilogue="direct_store")
+    split = full.with_(acc_slots=2)
     assert split.mma_atoms_n == 2 and tmem_columns(split) == 512
 
 
@@ -111,10 +111,6 @@ def test_2cta_splits_a_and_b_across_the_pair():
         (dict(arch="sm_90a", cta_group=2), "Blackwell"),
         (dict(arch="sm_90a", tile_n=512), "wgmma"),
         (dict(arch="sm_90a", acc_buffers=2), "tensor-memory"),
-        # the split accumulator stores from registers, on both architectures
-        (dict(arch="sm_90a", acc_slots=2), "needs epilogue='direct_store'"),
-        (dict(tile_m=256, tile_n=512, cta_group=2, acc_slots=2), "needs epilogue='direct_store'"),
-        (dict(arch="sm_90a", tile_n=48, epilogue="direct_store"), "multiple of 32, got 48"),
         (dict(arch="sm_80"), "arch must be"),
         (dict(tile_k=40), "multiple of 16"),
         (dict(ring_depth=1), "at least 2"),

@@ -488,7 +488,7 @@ def test_grouped_gemm_gathers_with_a_gather_config(fake_gpu):
         assert (kept.tile_m, kept.tile_n, kept.b_k_tiles, kept.cluster_m) == (128, 256, 1, 1)
         assert kept.gather_a and not kept.shift_a_box and kept.activation == "swiglu"
         assert autotune.stage_for(kept, 4096, 6144) == 4
-    # so does a 128-row ping-pong tile; a 64-row one takes the plain 128 x 128 gather tile
+    # so does a 128-row split-accumulator tile; a 64-row one takes the plain 128 x 128 gather tile
     s7 = stage_config("sm_90a", 7)
     kept = api.with_gather(s7.with_(tile_m=128, tile_n=192), 4096, 6144)
     assert (kept.tile_m, kept.tile_n, kept.acc_slots, kept.b_k_tiles) == (128, 192, 2, 1)
@@ -534,3 +534,13 @@ def test_the_shared_rules_name_the_shape_they_refuse(arch):
     assert any(
         "fused gated activation" in p and "arrives" in p for p in api.can_implement(fused, 3)
     )
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_the_split_accumulator_needs_the_direct_store_on_both_architectures(arch):
+    """One rule for both kernel families (``rules.shared_problems``); a ``GemmConfig`` may still
+    describe such a tile (the course draws its TMEM)."""
+    split = stage_config(arch, 7).with_(epilogue="tma_store").resolved()
+    assert split.acc_slots == 2
+    (why,) = [p for p in api.can_implement(split, 7, 4096, 6144) if "acc_slots=2" in p]
+    assert "needs epilogue='direct_store'" in why

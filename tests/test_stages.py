@@ -151,10 +151,10 @@ def test_options_table_counts_the_committed_tables():
 
     table = render_options_table()
     h200 = json.loads((ROOT / "pearl_moe" / "tuning" / "H200.json").read_text())["entries"]
-    pingpong = sum(1 for e in h200 if e["config"].get("acc_slots") == 2)
+    split = sum(1 for e in h200 if e["config"].get("acc_slots") == 2)
     row = next(line for line in table.splitlines() if "`pingpong`" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert int(cells[2]) + int(cells[3]) == pingpong
+    assert int(cells[2]) + int(cells[3]) == split
     decode = sum(1 for e in h200 if int(re.search(r"(\d+) tokens", e["measured_at"])[1]) <= 256)
     assert f"H200: decode ({decode}) | H200: 512 tokens and more ({len(h200) - decode}) |" in table
     fake = {"X": {"entries": [{"measured_at": "M 16 tokens (EP8, balanced)",

@@ -136,7 +136,7 @@ def test_smem_explorer_says_why_hopper_cannot():
     assert "Blackwell" in ex.last_error
     ex.cta_group.value = 1
     ex.tile_n.value = 256
-    ex.acc_slots.value = 2  # a ping-pong warpgroup holds a whole tile's accumulator
+    ex.acc_slots.value = 2  # a split-accumulator warpgroup holds a whole tile's accumulator
     assert ex.tile_m.value == 128
     assert "must be at most 192 registers" in ex.last_error
     ex.tile_n.value = 128  # 128 x 128: 128 registers per thread

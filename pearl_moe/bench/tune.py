@@ -90,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--group-twins",
         type=int,
         default=0,
-        help="at prefill, also time n_group=8 twins of N candidates of 128+ rows, ping-pong, "
+        help="at prefill, also time n_group=8 twins of N candidates of 128+ rows, split-accumulator, "
         "256-row and cluster tiles first (beyond --limit; experiments/prefill_order)",
     )
     p.add_argument(
@@ -424,13 +424,13 @@ def _timed_correctly(times: dict, rejected: dict, when: str = "") -> dict:
 
 
 def refine_finalists(measured: dict, within: float, most: int = 5) -> list[str]:
-    """Candidates whose first-pass median is within ``within`` (a fraction) of the fastest, at
-    most ``most`` of them, fastest first: the ones :func:`tune_problem` times again with more
-    rounds. A first pass of 3 short rounds can misrank close candidates at compute-bound shapes,
-    whose rounds move with the power-limited clock; the second pass settles the order among
-    those within ``within``. (A candidate the first pass put further behind is not retried: at
-    GLM 5.3 with 1024 tokens one pass had the 128 x 128 ping-pong 10% behind the 64 x 128 tile;
-    the probe run's 7 rounds had it 11% ahead.)"""
+    """Candidates whose first-pass median is within ``within`` (a fraction) of the fastest, at most
+    ``most`` of them, fastest first: the ones :func:`tune_problem` times again with more rounds. A
+    first pass of 3 short rounds can misrank close candidates at compute-bound shapes, whose rounds
+    move with the power-limited clock; the second pass settles the order among those within
+    ``within``. (A candidate the first pass put further behind is not retried: at GLM 5.3 with 1024
+    tokens one pass had the 128 x 128 split-accumulator tile 10% behind the 64 x 128 tile; the probe
+    run's 7 rounds had it 11% ahead.)"""
     if within <= 0 or not measured:
         return []
     ranked = sorted(measured, key=lambda lb: measured[lb].median_s)

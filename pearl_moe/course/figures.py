@@ -326,7 +326,7 @@ STEP_LABELS = {
     ("pearl-s3", "pearl-s4"): "4 / 3: direct store",
     ("pearl-s4", "pearl-s5"): "5 / 4: 64-row tiles",
     ("pearl-s5", "pearl-s6"): "6 / 5: wide B entries",
-    ("pearl-s6", "pearl-s7"): "7 / 6: ping-pong consumers",
+    ("pearl-s6", "pearl-s7"): "7 / 6: split accumulator",
 }
 
 

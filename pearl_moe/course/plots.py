@@ -1029,7 +1029,7 @@ def _stage_label(stage: int, config) -> str:
     if config.b_k_tiles > 1:
         extra.append(f"B entry = {config.b_k_tiles} K tiles")
     if config.acc_slots == 2:
-        extra.append("2 acc slots" if config.arch == "sm_100a" else "ping-pong")
+        extra.append("split accumulator")
     return (
         f"stage {stage}\n{config.tile_m}x{config.tile_n}x{config.tile_k} {config.cta_group}-CTA\n"
         + ", ".join(extra)

@@ -251,7 +251,7 @@ def with_gather(config: GemmConfig, n: int, k: int, stage: int | None = None) ->
     4592 us with the 128 x 128 gather tile (``git show 7ca988e:results/H200/moe_layer.json.gz``)
     and 3913 us with the pick's 128 x 256 tile (``results/H200/moe_layer.json.gz``), 0.977x the
     same layer on the gathered copy. A 64-row pick is not kept: Kimi K3's 1024-token layer, whose
-    fused pick is a 64 x 256 ping-pong tile, took 1.36x the copy's time on the fallback tile."""
+    fused pick is a 64 x 256 split-accumulator tile, took 1.36x the copy's time on the fallback tile."""
     at = LAST_STAGE if stage is None else stage
     tries = [dict(gather_a=True)]
     if config.tile_m >= 128:

@@ -18,8 +18,8 @@ configuration may use at a stage::
     6      stage3_persistent    one B ring entry spans two K tiles    b_k_tiles=2
     7      stage3_persistent    split accumulator slots               acc_slots=2 (Blackwell: 2-CTA
                                                                       256 x 512 tile; Hopper: two
-                                                                      consumer warpgroups in
-                                                                      ping-pong)
+                                                                      consumer warpgroups taking
+                                                                      alternate tiles)
 
 On Hopper, 64-row tiles need no new code (a wgmma is 64 rows per warpgroup, so the stage-3 kernel
 already runs one consumer warpgroup at ``tile_m=64``); stage 5 there is a configuration step only.

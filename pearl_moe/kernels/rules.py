@@ -25,6 +25,7 @@ def shared_problems(
 
     * the configuration is for ``arch``;
     * it uses no option that arrives after ``stage`` (:func:`pearl_moe.kernels.ladder.stage_problems`);
+    * the split accumulator (``acc_slots=2``) stores from the direct-store epilogue;
     * given the shape, TMA can address ``n`` and ``k`` (:func:`pearl_moe.workloads.dim_problems`),
       and with a fused activation W's ``n`` rows hold whole blocks of gate and up
       (:func:`pearl_moe.kernels.gated_layout.gate_up_rows_problem`);
@@ -34,6 +35,12 @@ def shared_problems(
     if config.arch != arch:
         return [f"the {arch} kernels compile for {arch}, the config is for {config.arch}"]
     problems = stage_problems(config, stage)
+    if config.acc_slots == 2 and config.epilogue != "direct_store":
+        problems.append(
+            "acc_slots=2 (the split accumulator) stores from the direct-store epilogue: on "
+            "sm_100a each slot is released from it, on sm_90a the two consumer warpgroups would "
+            "otherwise share one shared-memory epilogue buffer; it needs epilogue='direct_store'"
+        )
     if n is not None and k is not None:
         problems += dim_problems(k, n)
         if config.activation is not None and (problem := gate_up_rows_problem(n, "W")):

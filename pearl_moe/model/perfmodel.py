@@ -71,7 +71,8 @@ Kernel structure (stages)
   fill the SMs that the last, partial round leaves idle.
 * stages 3-7: persistent (one CTA per SM, or SM pair): one prologue, the ring stays full across
   tiles. The epilogue of a tile stalls the MMA unless it overlaps the next tile: Blackwell's
-  double-buffered TMEM accumulator (or the split accumulator, half of it), Hopper's ping-pong.
+  double-buffered TMEM accumulator (or the split accumulator, half of it), Hopper's split
+  accumulator (two consumer warpgroups taking turns).
   On sm_90a each consumer warpgroup stores its own (at most 64) rows; ``epilogue_s`` is fitted on
   the H200 and is large (about 1.75 us per 64 x 128 tile, 3.5 us per 128 x 128 outputs), so it
   holds whatever a lone consumer warpgroup loses between two tiles, not only the store; Blackwell's
@@ -99,8 +100,8 @@ What the model leaves out
   at 4096 tokens read several times the counted bytes; how far CTAs drift depends on timing the
   model does not see, so no count of tiles predicts it. The merging of neighbours' requests fades
   at one rate for every kernel (``drift_rounds``), though kernels drift at different rates.
-* **Ping-pong's loss.** Stage 7 on sm_90a takes somewhat longer than stage 6 at 1024 tokens with
-  the same HBM bytes and L2 requests; the model has no term for it.
+* **The split accumulator's loss.** Stage 7 on sm_90a takes somewhat longer than stage 6 at 1024
+  tokens with the same HBM bytes and L2 requests; the model has no term for it.
 
 The measurements behind each point (Nsight Compute counts, clocks under the cap, the schedule
 variants that told drift from the tiles) are studies: ``experiments/README.md``.
@@ -429,7 +430,7 @@ def _epilogue(cfg: GemmConfig, stage: int, params: ModelParams) -> tuple[float, 
     warpgroup stores its own (at most 64) accumulator rows, the two warpgroups of a 128-row tile at
     the same time; on sm_100a the epilogue warps drain the whole CTA tile."""
     if cfg.arch == "sm_90a":
-        # one warpgroup stores a whole tile in ping-pong and with swapped operands
+        # one warpgroup stores a whole tile with the split accumulator and with swapped operands
         whole = cfg.acc_slots == 2 or cfg.swap_ab
         unit, rows = params.epilogue_s, cfg.cta_tile_m if whole else min(cfg.cta_tile_m, 64)
     else:
@@ -438,7 +439,7 @@ def _epilogue(cfg: GemmConfig, stage: int, params: ModelParams) -> tuple[float, 
     if stage <= 2:
         return store, store
     if cfg.arch == "sm_90a":
-        return store, 0.0 if cfg.acc_slots == 2 else store  # ping-pong hides it
+        return store, 0.0 if cfg.acc_slots == 2 else store  # the split accumulator hides it
     acc = cfg.acc_buffers or 1
     return store, 0.0 if acc >= 2 else store / cfg.acc_slots  # TMEM double buffer / split
 

@@ -119,6 +119,12 @@ def can_implement(
         problems.append(
             f"sm90 B ring entries span 1 or 2 K tiles, got b_k_tiles={config.b_k_tiles}"
         )
+    if config.epilogue == "direct_store" and not config.swap_ab and config.tile_n % 32:
+        problems.append(
+            "the direct store writes 32-column groups (a quad transpose per 4 x 8 columns; fused: "
+            "blocks of 32 outputs, then up to two 8-column groups 4 bytes a thread): tile_n must "
+            f"be a multiple of 32, got {config.tile_n}"
+        )
     if config.epi_tile_n <= 0 or config.tile_n % config.epi_tile_n or config.epi_tile_n % 8:
         problems.append(f"epi_tile_n={config.epi_tile_n} must be a multiple of 8 dividing tile_n")
     return problems
@@ -150,15 +156,15 @@ class KernelBase:
         self.b_k_tiles = config.b_k_tiles
         self.wide_b = config.b_k_tiles > 1
         self.b_ring_depth = config.b_ring_depth
-        self.pingpong = config.acc_slots == 2
+        self.split_accumulator = config.acc_slots == 2  # two consumer warpgroups take turns
         # One wgmma warpgroup per 64 accumulator rows (wgmma's M is 64) computes a tile, at most
         # two: a 256-row tile gives each of the two 128 rows (two m64 blocks per k block; four
-        # consumer warpgroups would need 4 x 128 x 232 registers, more than the SM's 64 K). In
-        # ping-pong two warpgroups each own a whole tile and take alternate tiles (a 128-row tile
-        # is then two m64 wgmma per k block in one warpgroup). A tile of fewer rows still runs a
-        # 64-row wgmma (its extra accumulator rows are dropped).
+        # consumer warpgroups would need 4 x 128 x 232 registers, more than the SM's 64 K). With
+        # the split accumulator two warpgroups each own a whole tile and take alternate tiles (a
+        # 128-row tile is then two m64 wgmma per k block in one warpgroup). A tile of fewer rows
+        # still runs a 64-row wgmma (its extra accumulator rows are dropped).
         self.mma_m = max(self.tile_m, 64)
-        self.num_mma_warpgroups = 1 if self.pingpong else min(self.mma_m // 64, 2)
+        self.num_mma_warpgroups = 1 if self.split_accumulator else min(self.mma_m // 64, 2)
         # Swapped operands: the tile's tile_n weight rows are the wgmma's M (tile_n / 64 m64
         # blocks, one warpgroup) and its tile_m tokens the wgmma's N.
         self.swap_ab = config.swap_ab
@@ -172,7 +178,7 @@ class KernelBase:
         self.cluster_size = self.cluster_n * self.cluster_m  # 1: no clusters
         self.activation = config.activation  # fused act(gate) * up in the direct store, or None
         self.mma_threads_per_tile = self.num_mma_warpgroups * WARPGROUP_THREADS
-        self.num_consumer_warpgroups = 2 if self.pingpong else self.num_mma_warpgroups
+        self.num_consumer_warpgroups = 2 if self.split_accumulator else self.num_mma_warpgroups
         self.num_mma_threads = self.num_consumer_warpgroups * WARPGROUP_THREADS
         self.smem_bytes = smem_budget(config).total
 

@@ -99,8 +99,8 @@ class DirectStoreEpilogue:
 
     @cute.jit
     def store_tile_direct(self, tiled_mma, acc, mC_mn, a_row0, first, valid, n_tile, mma_tidx):
-        """Store one tile's accumulator (this warpgroup's rows: 64, or 128 or 192 in a ping-pong
-        tile) straight to ``out``.
+        """Store one tile's accumulator (this warpgroup's rows: 64, or 128 or 192 in a
+        split-accumulator tile) straight to ``out``.
 
         ``mC_mn`` is ``out`` as (rows, n). Accumulator row ``r`` is output row ``a_row0 + r``;
         rows ``first .. first + valid - 1`` belong to the tile (``first`` > 0 when the A box
@@ -115,8 +115,8 @@ class DirectStoreEpilogue:
         out_tile_n = self.config.output_columns(self.tile_n)  # tile_n / 2 with the activation
         col_tile = n_tile * out_tile_n
         base = mC_mn.iterator.toint()
-        # MMA_M is 1, or 2 or 3 when one ping-pong warpgroup computes a 128- or 192-row tile
-        # (two or three m64 blocks)
+        # MMA_M is 1, or 2 or 3 when one split-accumulator warpgroup computes a 128- or 192-row
+        # tile (two or three m64 blocks)
         for m in cutlass.range_constexpr(cute.size(acc, mode=[1])):
             # (MMA, MMA_N) of block m in bf16, then the same registers as 32-bit words: word
             # (h, j) holds columns 8 j + 2 (l % 4) + {0, 1} of row half h (one block at a time

@@ -1,4 +1,5 @@
-"""Stage 7 on sm_90a, the split accumulator: two consumer warpgroups in ping-pong, so one stores while the other multiplies.
+"""Stage 7 on sm_90a, the split accumulator: two consumer warpgroups take alternate tiles, so one
+stores while the other multiplies (what CUTLASS calls a ping-pong schedule).
 
 Blackwell's stage 7 splits the TMEM accumulator into two slots so the epilogue of one tile overlaps
 the MMA of the next. Hopper has no TMEM: the accumulator lives in the registers of the warpgroup
@@ -19,10 +20,10 @@ after the other has consumed every entry of the tile before. Without this hand-o
 could wait for an entry two fills ahead of the producer, and an mbarrier's phase bit (parity)
 cannot tell fill ``f`` from fill ``f - 2``: it would read the older tile's data.
 
-The turn passes after the tile's last wgmma has *completed* (``wait_group(0)``). Passing it once
-the last wgmma is *issued*, as CUTLASS's ping-pong does, would also be safe (every entry of the
-tile has been waited for by then); on the H200 the two orders show no resolved difference
-(``experiments/README.md``, pingpong_handover).
+The turn passes after the tile's last wgmma has *completed* (``wait_group(0)``). Passing it once the
+last wgmma is *issued*, as CUTLASS does, would also be safe (every entry of the tile has been waited
+for by then); on the H200 the two orders show no resolved difference (``experiments/README.md``,
+pingpong_handover).
 
 Register budget: 128 producer threads at 40 registers + 256 consumer threads at 232 registers =
 64,512 of the SM's 65,536; each consumer thread keeps a tile_m x tile_n / 128 fp32 accumulator

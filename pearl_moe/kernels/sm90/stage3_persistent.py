@@ -26,8 +26,8 @@ What changed since stage 2
 
 Stages 4-7 add no kernel: they are options of this one (see :mod:`pearl_moe.kernels.ladder`),
 each in its own module: the direct store (:mod:`.direct_store`), B entries of two K tiles
-(:mod:`.wide_b`) and the ping-pong consumers (:mod:`.split_accumulator`); 64-row tiles need no new code
-on Hopper. The options beyond the post that the autotuner uses, ``shift_a_box`` and tiles of 8-32
+(:mod:`.wide_b`) and the split accumulator's two consumer warpgroups (:mod:`.split_accumulator`);
+64-row tiles need no new code on Hopper. The options beyond the post that the autotuner uses, ``shift_a_box`` and tiles of 8-32
 rows, live here and in :mod:`.common` (``_a_box_row``, ``a_mma_layout``); so do the prefill
 options: 256-row tiles (two consumer warpgroups of 128 rows, :mod:`.common`) and clusters of two
 CTAs that share one operand tile by TMA multicast (``cluster_n`` / ``cluster_m``:
@@ -302,8 +302,8 @@ class PersistentGroupedGemmKernel(
         if warpgroup >= self.producer_warpgroups:
             cute.arch.setmaxregister_increase(self.consumer_registers)
             consumer_tidx = tidx - self.producer_warpgroups * WARPGROUP_THREADS
-            # Ping-pong: each consumer warpgroup owns whole tiles (slot 0 or 1); otherwise the
-            # consumer warpgroups share every tile (slot 0) and split its rows. Both come from
+            # Split accumulator: each consumer warpgroup owns whole tiles (slot 0 or 1); otherwise
+            # the consumer warpgroups share every tile (slot 0) and split its rows. Both come from
             # the warp-uniform warpgroup index, not from the thread index: the compiler then
             # knows every warp takes the same branches and keeps the ring positions and the
             # wgmma descriptors in uniform registers (from the thread index it built each
@@ -312,7 +312,7 @@ class PersistentGroupedGemmKernel(
             slot = cutlass.Int32(0)
             mma_warpgroup = consumer_warpgroup
             mma_tidx = consumer_tidx
-            if cutlass.const_expr(self.pingpong):
+            if cutlass.const_expr(self.split_accumulator):
                 slot = consumer_warpgroup
                 mma_warpgroup = 0
                 mma_tidx = consumer_tidx % WARPGROUP_THREADS
@@ -362,21 +362,21 @@ class PersistentGroupedGemmKernel(
             tile, expert, first = sched.first_tile(cluster)
             while expert < self.experts:
                 m_tile, n_tile, row0, valid = self._cluster_tile(sched, tile, expert, first, rank)
-                # the next tile is found before this one is stored: ping-pong hands its turn
-                # over only when the other warpgroup has a tile to take
+                # the next tile is found before this one is stored: the split accumulator hands
+                # its turn over only when the other warpgroup has a tile to take
                 next_tile, next_expert, next_first = sched.next_tile(tile, expert, first)
-                mine = True  # ping-pong: every other tile belongs to the other warpgroup
-                if cutlass.const_expr(self.pingpong):
+                mine = True  # split accumulator: every other tile belongs to the other warpgroup
+                if cutlass.const_expr(self.split_accumulator):
                     mine = tiles_done % 2 == slot
                 if mine:
-                    if cutlass.const_expr(self.pingpong):
+                    if cutlass.const_expr(self.split_accumulator):
                         if tiles_done > 0:
                             self._wait_turn(slot)
                     acc.fill(0.0)
                     states = self.mma_tile(
                         tiled_mma, acc, tCrA, tCrB, ab_pipeline, b_pipeline, states
                     )
-                    if cutlass.const_expr(self.pingpong):
+                    if cutlass.const_expr(self.split_accumulator):
                         if next_expert < self.experts:
                             self._give_turn(slot)
                     self.store_tile(
