@@ -11,7 +11,10 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "figures": ("pearl_moe.course.figures", "regenerate every figure in figures/ (no GPU needed)"),
+    "figures": (
+        "pearl_moe.course.figures",
+        "regenerate every figure in figures/ and the tables of README.md and docs/ (no GPU needed)",
+    ),
     "bench": ("pearl_moe.bench.cli", "time implementations on this machine's CUDA GPU"),
     "layer": ("pearl_moe.bench.layer", "check, then time, whole MoE layers on this CUDA GPU"),
     "tune": (
