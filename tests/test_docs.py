@@ -144,6 +144,9 @@ def test_the_configuration_codes_are_explained():
     docs/tuning.md's legend, with digits as the legend writes them (``rN``, ``MxNxK``)."""
     text = (ROOT / "docs" / "tuning.md").read_text()
     legend = text.split("## Configuration codes", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"`(sm_90a [^`]+)` \(an entry of the H200 table\)", legend)
+    h200 = json.loads((ROOT / "pearl_moe" / "tuning" / "H200.json").read_text())["entries"]
+    assert example and example[1] in {e["label"] for e in h200}, "the legend's example is no entry"
     codes = set()
     for row in legend.splitlines():
         if row.startswith("| `"):
