@@ -53,14 +53,17 @@ INTERPRETED = textwrap.dedent(
                 torch.sort(ids.reshape(-1), stable=True).values, ids.reshape(-1)[
                     want.row_of_slot.reshape(-1).argsort()]
             )
-        # the combine: poisoned rows that no token reads must not leak into the output
+        # the combine: poisoned rows that no token reads must not leak into the output, nor
+        # the rows of masked choices (sorted after every expert, never computed): -1 slots
         hidden = 1100 if tokens <= 64 else 24  # not a multiple of the block (few programs)
         y = torch.randn(tokens * top_k + 3, hidden).bfloat16()
-        y[tokens * top_k:] = float("nan")
+        y[int(want.counts.sum()):] = float("nan")
+        assert (want.row_of_slot == -1).sum().item() == (5 if routing == "bad" else 0)
         got = combine(y, want, kernels=True)
         assert got.dtype == torch.bfloat16 and got.shape == (tokens, hidden)
-        slots = want.row_of_slot
-        exact = (want.weight_of_row[slots].double().unsqueeze(-1) * y[slots].double()).sum(1)
+        slots, live = want.row_of_slot.clamp_min(0), (want.row_of_slot >= 0).unsqueeze(-1)
+        terms = want.weight_of_row[slots].double().unsqueeze(-1) * y[slots].double()
+        exact = torch.where(live, terms, 0.0).sum(1)
         assert torch.isfinite(got).all()
         # one bf16 rounding of the float32 sum (the interpreter truncates to bf16 where a GPU
         # rounds to nearest: one ulp, not half), plus the float32 sum's error
@@ -77,9 +80,9 @@ INTERPRETED = textwrap.dedent(
 
 def test_the_glue_kernels_match_the_torch_versions_in_the_interpreter():
     """Exactly the torch layout (every field, int32 and int64 ids), over one and several chunks,
-    skewed routing with empty experts, one expert, top-1, no tokens and ids out of range; the
-    combine within one bf16 rounding of a float64 sum, the same bits on every call, poisoned rows
-    nobody reads left out."""
+    skewed routing with empty experts, one expert, top-1, no tokens and masked ids (out of range,
+    their slots -1); the combine within one bf16 rounding of a float64 sum, the same bits on every
+    call, poisoned rows nobody reads (those of masked choices too) left out."""
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run(
         [sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=900

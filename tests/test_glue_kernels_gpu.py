@@ -47,7 +47,8 @@ def test_the_routing_kernels_give_the_torch_layout(tokens, top_k, experts, routi
 
 def test_ids_out_of_range_go_after_every_expert_unchecked():
     """With check=False (a captured graph) an id outside [0, E), also beyond int32, is sorted
-    after every expert as in the torch version, and counts for none."""
+    after every expert as in the torch version, counts for none, and its slot's row is -1 (the
+    combine skips it: rows past the experts' hold NaN here and the output stays finite)."""
     ids, weights = _ids(40, 4, 16, "balanced", seed=5)
     ids[0, 0], ids[3, 1], ids[7, 2], ids[9, 3] = 16, -1, 2**32 + 1, -(2**32)
     want = route_topk(ids, weights, 16, check=False, kernels=False)
@@ -55,6 +56,13 @@ def test_ids_out_of_range_go_after_every_expert_unchecked():
     for field in FIELDS:
         assert torch.equal(getattr(want, field), getattr(got, field)), field
     assert got.counts.sum().item() == 40 * 4 - 4
+    assert (got.row_of_slot == -1).sum().item() == 4
+    y = torch.randn(40 * 4, 256, device="cuda").bfloat16()
+    y[40 * 4 - 4 :] = float("nan")
+    out = combine(y, got)
+    assert torch.isfinite(out).all() and torch.equal(out, combine(y, got))
+    plain = combine(y, want, kernels=False)
+    assert ((out.float() - plain.float()).abs() <= plain.float().abs() * 2.0**-7 + 1e-6).all()
 
 
 @pytest.mark.parametrize("tokens,top_k,hidden", [(1, 8, 6144), (64, 8, 7168), (4096, 8, 2880)])

@@ -17,6 +17,18 @@ from pearl_moe.moe import (  # noqa: E402
 )
 
 
+def pretend_gpu(monkeypatch, arch):
+    """CPU tensors taken for an ``arch`` GPU's (an H200's or a B200's): the pearl backend passes
+    and the kernels' own validation runs on them (its device type the tensors')."""
+    from pearl_moe.kernels import api, autotune
+    from pearl_moe.moe import layer as moe_layer
+
+    monkeypatch.setattr(moe_layer, "_resolve_backend", lambda backend, device: backend)
+    monkeypatch.setattr(api, "arch_of", lambda device: arch)
+    gpu = "H200" if arch == "sm_90a" else "B200"
+    monkeypatch.setattr(autotune, "gpu_name", lambda device=None: gpu)
+
+
 def _weights(experts, hidden, inter, seed=0):
     g = torch.Generator().manual_seed(seed)
     w13 = (torch.randn(experts, 2 * inter, hidden, generator=g) * hidden**-0.5).bfloat16()
@@ -126,16 +138,27 @@ def test_the_module_from_a_checkpoints_tensors():
     gate, up = w13[:, :inter], w13[:, inter:]
     a = MoE.from_weights(router, w2, w_gate=gate, w_up=up, top_k=2, backend="loop")
     b = MoE.from_weights(router, w2, w_gate_up=w13, top_k=2, backend="loop")
+    # a checkpoint's list of per-expert matrices (transformers 4's expert MLPs)
+    c = MoE.from_weights(router, list(w2), w_gate=list(gate), w_up=list(up), top_k=2,
+                         backend="loop")  # fmt: skip
+    assert b.w_gate_up.data_ptr() == w13.data_ptr()  # held, not copied
+    assert torch.equal(a.w_gate_up, w13) and torch.equal(c.w_gate_up, w13)
     x = torch.randn(2, 5, hidden).bfloat16()  # (batch, sequence, hidden)
-    ya, yb = a(x), b(x)
-    assert ya.shape == x.shape and torch.equal(ya, yb)
-    logits = x.reshape(-1, hidden).float() @ router.bfloat16().float().T
+    ya, yb, yc = a(x), b(x), c(x)
+    assert ya.shape == x.shape and torch.equal(ya, yb) and torch.equal(ya, yc)
+    # the router in the model's dtype: a bf16 linear, as the Hugging Face blocks compute it
+    assert a.router.weight.dtype == torch.bfloat16
+    logits = torch.nn.functional.linear(x.reshape(-1, hidden), router.bfloat16())
     weights, ids = select_experts(logits, 2)
+    assert torch.equal(a.route(x.reshape(-1, hidden))[2], ids)
     ref = reference_moe(x.reshape(-1, hidden), w13, w2, ids, weights)
     assert _rel(ya.reshape(-1, hidden), ref) < 0.02
     fresh = MoE(hidden, inter, experts, top_k=2)
     assert fresh.w_gate_up.shape == (experts, 2 * inter, hidden)
     assert not any(p.requires_grad for p in fresh.parameters())
+    assert fresh.w_gate_up.float().std().item() == pytest.approx(hidden**-0.5, rel=0.1)
+    with pytest.raises(TypeError):  # after top_k every argument is named
+        MoE(hidden, inter, experts, 2, "swiglu")
 
 
 def test_bad_input_is_a_clear_error_before_any_work():
@@ -154,7 +177,7 @@ def test_bad_input_is_a_clear_error_before_any_work():
         "w_down must be": dict(w_down=w2[:, :, :8]),
         "even count": dict(w_gate_up=w13[:, :31]),
         "expert id 7 is out of range": dict(topk_ids=ids.clone().fill_(7)),
-        "expert id -1 is out of range": dict(topk_ids=ids.clone().fill_(-1)),
+        "expert id -2 is out of range": dict(topk_ids=ids.clone().fill_(-2)),
         "either router_logits": dict(router_logits=torch.randn(5, 4), top_k=2),
         "topk_ids has 4 tokens": dict(topk_ids=ids[:4], topk_weights=weights[:4]),
         "topk_weights must be": dict(topk_weights=weights[:, :1]),
@@ -177,7 +200,7 @@ def test_bad_input_is_a_clear_error_before_any_work():
         MoE.from_weights(torch.randn(4, 32), w2, top_k=2)
     # unchecked (as in a CUDA graph), an id out of range belongs to no expert: no row reads it
     r = route_topk(ids.clone().fill_(9), weights, 4, check=False)
-    assert r.counts.tolist() == [0, 0, 0, 0]
+    assert r.counts.tolist() == [0, 0, 0, 0] and (r.row_of_slot == -1).all()
 
 
 def test_the_package_exports_the_layer_without_importing_torch_up_front():
@@ -232,9 +255,135 @@ def test_the_in_kernel_gather_passes_x_and_the_index_to_the_gate_up_kernel(monke
 
     monkeypatch.setattr(kernels, "grouped_gemm", fake_gemm)
     monkeypatch.setattr(moe_layer, "grouped", lambda A, W, o, backend: loop(A, W, o, "loop"))
-    monkeypatch.setattr(moe_layer, "_resolve_backend", lambda backend, device: backend)
+    pretend_gpu(monkeypatch, "sm_90a")
     out = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="pearl",
                       gather="kernel")  # fmt: skip
     assert seen["A"] is x and seen["a_index"].dtype == torch.int32 and seen["activation"] is None
     ref = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop")
     assert torch.equal(out, ref)
+
+
+class Launches:
+    """Records every tensor operation run while active (through a ``TorchDispatchMode``; only the
+    factories of uninitialised memory are left out: they launch nothing), and every call of the
+    grouped GEMM and of the glue kernels, which the test stands in for."""
+
+    FREE = {"empty.memory_format", "new_empty.default", "empty_strided.default"}
+
+    def __init__(self, monkeypatch):
+        import pearl_moe.kernels as kernels
+        from pearl_moe.moe import glue_kernels
+        from pearl_moe.moe import layer as moe_layer
+
+        self.ops, self.calls = [], []
+        loop = moe_layer.grouped
+
+        def gemm(A, W, offsets, check=True, activation=None, a_index=None):
+            self.calls.append("grouped_gemm")
+            A = A if a_index is None else A.index_select(0, a_index.long())
+            h = loop(A, W, offsets, "loop")
+            if activation is None:
+                return h
+            return moe_layer.gated(h, activation, "interleaved").bfloat16()
+
+        monkeypatch.setattr(kernels, "grouped_gemm", gemm)
+        monkeypatch.setattr(moe_layer, "grouped", lambda A, W, o, b: gemm(A, W, o))
+        for name in ("route_rows", "combine_rows"):
+            monkeypatch.setattr(glue_kernels, name, lambda *a, n=name: self.calls.append(n))
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        ops, free = self.ops, self.FREE
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.__name__ not in free:
+                    ops.append(func.__name__)
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_the_kernels_are_asked_before_anything_launches(monkeypatch, arch):
+    """With the pearl backend every problem the kernels would find (hidden or intermediate not a
+    multiple of 8, a non-contiguous weight, the in-kernel gather off sm_90a) is a ValueError
+    before any tensor operation or kernel runs: the kernels' own validation is asked first. A
+    good call through the same recorder runs the routing, both GEMMs and the combine."""
+    from pearl_moe.kernels import interleave_gate_up
+
+    pretend_gpu(monkeypatch, arch)
+    x = torch.randn(6, 64).bfloat16()
+    logits = torch.randn(6, 4)
+    w13, w2 = _weights(4, 64, 32)
+    odd13, odd2 = _weights(4, 64, 100)  # intermediate 100: the down GEMM's k
+    narrow = torch.randn(6, 100).bfloat16()
+    w13_narrow, w2_narrow = _weights(4, 100, 32)  # hidden 100: the gate+up GEMM's k
+    strided = w2.transpose(1, 2).contiguous().transpose(1, 2)  # w_down's shape, not contiguous
+    cases = [
+        ("not a multiple of 8", x, odd13, odd2, {}),
+        ("not a multiple of 8", narrow, w13_narrow, w2_narrow, {}),
+        ("must be contiguous", x, w13, strided, {}),
+        ("must be contiguous", x.t().contiguous().t(), w13, w2, dict(gather="kernel")),
+    ]
+    if arch == "sm_100a":
+        cases.append(("sm_90a kernels only", x, w13, w2, dict(gather="kernel")))
+    with Launches(monkeypatch) as rec:
+        for message, xs, a, b, extra in cases:
+            with pytest.raises(ValueError, match=message):
+                moe_forward(xs, a, b, router_logits=logits, top_k=2, backend="pearl", **extra)
+            layer = MoE.from_weights(torch.randn(4, xs.shape[1]), b, w_gate_up=a, top_k=2,
+                                     backend="pearl")  # fmt: skip
+            del rec.ops[:]  # building the layer is not the forward
+            if message == "not a multiple of 8":  # (from_weights makes weights contiguous)
+                with pytest.raises(ValueError, match=message):
+                    layer(xs)
+        assert rec.ops == [] and rec.calls == []
+        # the control: a good call launches routing, gather, two GEMMs and the combine
+        fused = interleave_gate_up(w13)
+        out = moe_forward(x, fused, w2, router_logits=logits, top_k=2, backend="pearl",
+                          gate_up_layout="interleaved")  # fmt: skip
+    assert rec.calls == ["grouped_gemm"] * 2
+    assert {"_softmax.default", "topk.default", "index_select.default"} <= set(rec.ops)
+    weights, ids = select_experts(logits, 2)
+    assert _rel(out, reference_moe(x, w13, w2, ids, weights)) < 0.02
+
+
+def test_contradictory_arguments_are_refused_before_any_work(monkeypatch):
+    """router_logits with topk_weights, a top_k other than topk_ids' width, router_logits of the
+    wrong width (global experts with an expert_map): refused, nothing run."""
+    w13, w2 = _weights(4, 32, 16)
+    x = torch.randn(5, 32).bfloat16()
+    logits = torch.randn(5, 4)
+    weights, ids = select_experts(logits, 2)
+    expert_map = torch.tensor([0, -1, 1, 2, 3, -1])
+    cases = {
+        "topk_weights come with topk_ids": dict(router_logits=logits, top_k=2,
+                                                topk_weights=weights),
+        "top_k=3 contradicts": dict(topk_ids=ids, topk_weights=weights, top_k=3),
+        "router_logits need top_k": dict(router_logits=logits),
+        "router_logits must be \\(tokens, experts\\) = \\(5, 6\\)": dict(
+            router_logits=logits, top_k=2, expert_map=expert_map),
+        "expert_map must be": dict(topk_ids=ids, topk_weights=weights,
+                                   expert_map=expert_map.float()),
+        "topk_ids need topk_weights": dict(topk_ids=ids),
+    }  # fmt: skip
+    layer = MoE.from_weights(torch.randn(4, 32), w2, w_gate_up=w13, top_k=2, backend="loop")
+    wrong = torch.randn(5, 31).bfloat16()
+    with Launches(monkeypatch) as rec:
+        for message, args in cases.items():
+            with pytest.raises(ValueError, match=message):
+                moe_forward(x, w13, w2, backend="loop", **args)
+        with pytest.raises(ValueError, match=r"x must be \(\.\.\., 32\)"):
+            layer(wrong)
+    assert rec.ops == [] and rec.calls == []
+    # consistent arguments run: top_k equal to topk_ids' width is accepted
+    out = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, top_k=2, backend="loop")
+    assert torch.equal(out, moe_forward(x, w13, w2, router_logits=logits, top_k=2,
+                                        backend="loop"))  # fmt: skip

@@ -1,6 +1,10 @@
-"""The MoE layer on the GPU with this package's grouped GEMMs (``pytest -m gpu``): against the
-float32 reference layer token by token, with skewed routing, experts without tokens and top-1; no
-host sync with ``check=False``, and the whole forward captured in a CUDA graph."""
+"""The MoE layer on the GPU with this package's grouped GEMMs (``pytest -m gpu``), on Hopper
+(sm_90) and Blackwell (sm_100): against the float32 reference layer token by token, with skewed
+routing, experts without tokens and top-1; no host sync with ``check=False`` (one with
+``check=True``), and the whole forward captured in a CUDA graph; masked choices (expert
+parallelism) on NaN-poisoned memory, eager and in a graph replayed on new routing; Hugging Face
+blocks converted; the layer under ``torch.compile``. The in-kernel gather is sm_90a's alone: on
+sm_100 it is refused with a ValueError."""
 
 from __future__ import annotations
 
@@ -8,22 +12,33 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+MAJOR = torch.cuda.get_device_capability()[0] if torch.cuda.is_available() else 0
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
-        not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-        reason="needs a Hopper (sm_90) GPU",
+        MAJOR not in (9, 10), reason="needs a Hopper (sm_90) or Blackwell (sm_100) GPU"
     ),
 ]
+#: The in-kernel gather of x (``gather="kernel"``) is implemented by the sm_90a kernels only.
+GATHERS = MAJOR == 9
 
 from pearl_moe.kernels import interleave_gate_up  # noqa: E402
-from pearl_moe.moe import moe_forward, reference_moe, select_experts, torch_composition  # noqa: E402
+from pearl_moe.moe import layer as moe_layer  # noqa: E402
+from pearl_moe.moe import (  # noqa: E402
+    local_ids,
+    moe_forward,
+    reference_moe,
+    select_experts,
+    torch_composition,
+)
 
 #: Qwen3-30B-A3B's expert shapes under EP=8 (16 local experts, top-8), and a top-1 layer.
 LAYERS = {"qwen3-30b-ep8": (2048, 768, 16, 8), "top1": (1024, 512, 8, 1)}
 #: The layer benchmark's implementations that run in this environment (SonicMoE, the fifth, runs
 #: in its own: ``scripts/layer_runs.sh sonic``).
 IMPLS = ("pearl", "pearl-fused", "pearl-gather", "torch", "quack")
+#: Those that run on this GPU (pearl-gather reads x through the index inside sm_90a's kernels).
+HERE = tuple(n for n in IMPLS if GATHERS or n != "pearl-gather")
 
 
 def _layer(hidden, inter, experts, seed=0):
@@ -60,6 +75,7 @@ def test_the_layer_on_our_kernels_matches_the_reference(layer, tokens, routing):
         moe_forward(x, w, w2, topk_ids=ids, topk_weights=weights, backend="pearl",
                     gate_up_layout=layout, gather="kernel")
         for w, layout in ((w13, "concat"), (interleave_gate_up(w13), "interleaved"))
+        if GATHERS
     ]  # fmt: skip
     for out in (unfused, fused, *gathered):
         assert torch.isfinite(out).all()
@@ -123,15 +139,15 @@ def test_the_layer_bench_checks_every_implementation():
     from pearl_moe.bench.layer import LayerProblem, check_layer, layer_impl
 
     problem = LayerProblem("Qwen3-30B-A3B", 16)
-    impls = {n: layer_impl(n) for n in IMPLS}
+    impls = {n: layer_impl(n) for n in HERE}
     checks = check_layer(impls, problem)
-    for name in IMPLS:
+    for name in HERE:
         if name == "quack" and checks[name][0] is None:
             continue  # quack is not installed here
         assert checks[name][0] is True, (name, checks[name])
 
 
-@pytest.mark.parametrize("name", IMPLS)
+@pytest.mark.parametrize("name", HERE)
 def test_the_layer_bench_times_each_implementation_in_its_own_process(name, tmp_path):
     """``python -m pearl_moe layer`` end to end for one implementation: checked, captured in CUDA
     graphs, timed in rounds, outputs checked after the replays. Each runs in a process of its own,
@@ -182,3 +198,193 @@ def test_the_layer_bench_times_a_converted_weight_beside_another_implementation(
     records = json.loads(out.read_text())["records"]
     assert {r["impl"] for r in records} == {"pearl-fused", "torch"}
     assert all(r["status"] == "ok" and r["time"]["median_us"] > 0 for r in records), records
+
+
+@pytest.mark.skipif(GATHERS, reason="sm_90a runs the in-kernel gather")
+def test_the_in_kernel_gather_is_refused_off_sm90a():
+    """On sm_100 ``gather="kernel"`` is a ValueError before anything runs (the kernels' own
+    validation says the gather is sm_90a's), for the function and the explicit backend alike."""
+    hidden, inter, experts, top_k = LAYERS["top1"]
+    w13, w2 = _layer(hidden, inter, experts)
+    x = torch.randn(4, hidden, device="cuda").bfloat16()
+    logits = torch.randn(4, experts, device="cuda")
+    for backend in ("pearl", "auto"):
+        with pytest.raises(ValueError, match="sm_90a"):
+            moe_forward(x, w13, w2, router_logits=logits, top_k=top_k, backend=backend,
+                        gather="kernel")  # fmt: skip
+
+
+def test_check_true_syncs_once_and_check_false_never():
+    """``check=True`` reads the expert ids' range back to the host: one synchronizing call;
+    ``check=False``: none (what the docstrings promise)."""
+    import warnings
+
+    hidden, inter, experts, top_k = LAYERS["qwen3-30b-ep8"]
+    w13, w2 = _layer(hidden, inter, experts)
+    x = torch.randn(16, hidden, device="cuda").bfloat16()
+    logits = torch.randn(16, experts, device="cuda")
+    moe_forward(x, w13, w2, router_logits=logits, top_k=top_k, backend="pearl")  # compile
+    torch.cuda.synchronize()
+    syncs = {}
+    for check in (True, False):
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                moe_forward(x, w13, w2, router_logits=logits, top_k=top_k, backend="pearl",
+                            check=check)  # fmt: skip
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        syncs[check] = sum("synchroniz" in str(w.message) for w in caught)
+    assert syncs == {True: 1, False: 0}
+
+
+def _spy_on_the_combine(monkeypatch):
+    """Record, for every combine the layer runs, which rows of the down GEMM's output hold NaN (a
+    device tensor: captured with the rest in a CUDA graph)."""
+    seen = {}
+    real = moe_layer.combine
+
+    def spy(y, routing, kernels=None):
+        seen["nan_rows"] = torch.isnan(y).any(dim=1)
+        return real(y, routing, kernels)
+
+    monkeypatch.setattr(moe_layer, "combine", spy)
+    return seen
+
+
+def _masked_problem(seed):
+    """Qwen3-30B-A3B's experts split over two GPUs: 32 global experts, this one holding 16 through
+    an ``expert_map`` (the others -1), 64 tokens at top-8 routed over all 32."""
+    hidden, inter, local, top_k = LAYERS["qwen3-30b-ep8"]
+    w13, w2 = _layer(hidden, inter, local, seed=seed)
+    expert_map = torch.full((2 * local,), -1, device="cuda")
+    expert_map[1::2] = torch.arange(local, device="cuda")  # the odd experts are here
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(64, hidden, generator=g, device="cuda").bfloat16()
+    logits = torch.randn(64, 2 * local, generator=g, device="cuda")
+    return x, logits, w13, w2, expert_map, top_k
+
+
+def _check_masked(out, x, logits, w13, w2, expert_map, top_k, nan_rows, routing):
+    weights, ids = select_experts(logits, top_k)
+    local = local_ids(ids, expert_map)
+    assert (local == -1).any(dim=1).all()  # every token has choices held elsewhere
+    valid = int(routing.offsets[-1])
+    # the poison is in the rows past the experts' (which the masked choices' slots would read:
+    # a combine that read them would give NaN; the kernels may store into some of these rows as
+    # a tile of the last expert runs past its end), and in no computed row
+    assert valid < routing.rows and nan_rows[valid:].any()
+    assert not nan_rows[:valid].any()
+    assert torch.isfinite(out).all()
+    ref = reference_moe(x, w13, w2, local, weights)  # the masked choices left out
+    per_token = (out.float() - ref).norm(dim=1) / ref.norm(dim=1).clamp_min(1e-6)
+    assert per_token.max().item() < 0.05
+
+
+def test_masked_choices_add_zero_on_a_nan_poisoned_allocator(monkeypatch):
+    """Eager, ``check=False``: the caching allocator's free blocks are filled with NaN first, and
+    again just before the down GEMM allocates its output (a block of that size filled and freed:
+    the output takes it), so the rows that no expert computes (the masked choices') hold NaN; the
+    output is finite and matches the reference without those choices."""
+    x, logits, w13, w2, expert_map, top_k = _masked_problem(seed=11)
+    kw = dict(router_logits=logits, top_k=top_k, expert_map=expert_map, backend="pearl",
+              check=False, return_routing=True)  # fmt: skip
+    moe_forward(x, w13, w2, **kw)  # compile outside the measurement
+    seen = _spy_on_the_combine(monkeypatch)
+    real = moe_layer.grouped
+
+    def poisoned(A, W, offsets, backend):
+        if W is w2:
+            junk = torch.full((A.shape[0], W.shape[1]), float("nan"), dtype=A.dtype, device="cuda")
+            del junk
+        return real(A, W, offsets, backend)
+
+    monkeypatch.setattr(moe_layer, "grouped", poisoned)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    junk = torch.full((64 << 20,), float("nan"), dtype=torch.bfloat16, device="cuda")  # 128 MiB
+    del junk  # its blocks stay in the allocator's cache, NaN
+    out, routing = moe_forward(x, w13, w2, **kw)
+    torch.cuda.synchronize()
+    _check_masked(out, x, logits, w13, w2, expert_map, top_k, seen["nan_rows"], routing)
+
+
+def test_masked_choices_add_zero_in_a_cuda_graph_replayed_on_new_routing(monkeypatch):
+    """The forward captured in a CUDA graph whose memory pool a NaN-filling graph shares (replayed
+    before each replay of the forward: every buffer of the forward starts as NaN); new logits
+    written between replays move the masked choices. Each replay: finite output, equal to the
+    eager forward on the same inputs, within the reference's tolerance."""
+    x, logits, w13, w2, expert_map, top_k = _masked_problem(seed=12)
+
+    def forward():
+        return moe_forward(x, w13, w2, router_logits=logits, top_k=top_k, expert_map=expert_map,
+                           backend="pearl", check=False, return_routing=True)  # fmt: skip
+
+    forward()  # compile outside the capture
+    seen = _spy_on_the_combine(monkeypatch)
+    torch.cuda.synchronize()
+    pool = torch.cuda.graph_pool_handle()
+    poison = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(poison, pool=pool):
+        junk = torch.full((64 << 20,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    del junk  # back to the pool: the forward's capture below reuses its blocks
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out, routing = forward()
+    nan_rows = seen["nan_rows"]
+    g = torch.Generator(device="cuda").manual_seed(13)
+    for _ in range(3):
+        logits.copy_(torch.randn(logits.shape, generator=g, device="cuda"))
+        poison.replay()  # in capture order: the pool's blocks NaN again
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_masked(out, x, logits, w13, w2, expert_map, top_k, nan_rows, routing)
+        eager, _ = forward()
+        assert torch.equal(out, eager)
+
+
+def test_hugging_face_blocks_run_on_our_kernels():
+    """Each family's block (test_moe_hf's small configs, hidden 256) on the GPU against the layer
+    converted from it on the pearl backend: the same choices, every token within bf16 sums."""
+    pytest.importorskip("transformers")
+    from test_moe_hf import FAMILIES, hf_block
+
+    from pearl_moe.moe.hf import from_hf
+
+    changes = dict(moe_intermediate_size=128)
+    for family in FAMILIES:
+        sizes = dict(intermediate_size=128) if family == "mixtral" else changes
+        if family == "qwen2_moe":
+            sizes["shared_expert_intermediate_size"] = 192
+        block = hf_block(family, seed=5, hidden=256, **sizes).cuda()
+        layer = from_hf(block, backend="pearl")
+        x = torch.randn(4, 16, 256, device="cuda").bfloat16()
+        flat = x.reshape(-1, 256)
+        with torch.no_grad():
+            want, hf_ids = block(x), block.gate(flat)[2]
+        assert torch.equal(layer.route(flat)[2].sort(-1).values, hf_ids.sort(-1).values), family
+        out = layer(x)
+        err = (out.float() - want.float()).norm(dim=-1) / want.float().norm(dim=-1)
+        assert err.max().item() < 0.02, (family, err.max().item())
+
+
+def test_a_model_with_the_layer_compiles_with_the_default_backend():
+    """``torch.compile`` (inductor) of a block holding the layer on the pearl backend: one graph
+    (``fullgraph=True``), the layer's experts one custom op, the output the eager one's within
+    bf16 rounding."""
+    from pearl_moe.moe import MoE
+
+    hidden, inter, experts, top_k = LAYERS["qwen3-30b-ep8"]
+    torch.manual_seed(0)
+    layer = MoE(hidden, inter, experts, top_k, backend="pearl", device="cuda")
+
+    def block(x):
+        return x + layer(x, check=False)
+
+    x = torch.randn(2, 32, hidden, device="cuda").bfloat16()
+    eager = block(x)
+    compiled = torch.compile(block, fullgraph=True)
+    out = compiled(x)
+    err = (out.float() - eager.float()).norm(dim=-1) / eager.float().norm(dim=-1)
+    assert err.max().item() < 0.02

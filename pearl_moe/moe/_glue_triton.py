@@ -1,9 +1,10 @@
 """The Triton kernels behind :mod:`pearl_moe.moe.glue_kernels` (read that module's docstring).
 
 Imported only when a glue kernel first runs, so that importing the package needs no Triton.
-Routed rows fall into ``BINS`` bins: expert ``e`` in bin ``e``, an id outside ``[0, E)``
-(unchecked input) in bin ``E`` (sorted after every expert and never computed), and the padding of
-the last chunk in bin ``BINS - 1 > E``, which nothing stores.
+Routed rows fall into ``BINS`` bins: expert ``e`` in bin ``e``, a masked id (outside ``[0, E)``)
+in bin ``E`` (sorted after every expert, never computed, its slot's row stored as -1 so that the
+combine skips it), and the padding of the last chunk in bin ``BINS - 1 > E``, which nothing
+stores.
 """
 
 import triton
@@ -74,7 +75,8 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
         same = (other[None, :] == bins[:, None]) & (j[None, :] < lane[:, None])
         rank += tl.sum(same.to(tl.int32), axis=1)
     row = tl.load(base_ptr + chunk * BINS + bins, mask=mask, other=0) + rank
-    tl.store(row_of_flat_ptr + offs, row.to(tl.int64), mask=mask)
+    # a masked choice's slot points nowhere: the combine skips it (its row is never computed)
+    tl.store(row_of_flat_ptr + offs, tl.where(bins < E, row, -1).to(tl.int64), mask=mask)
     tl.store(token_ptr + row, (offs // top_k).to(tl.int64), mask=mask)
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(weight_ptr + row, w, mask=mask)
@@ -84,19 +86,21 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
 def combine(y_ptr, slot_ptr, weight_ptr, out_ptr, hidden, TOP_K: tl.constexpr,
             K_POW2: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     """``out[token, h] = sum_j weight[r_j] * y[r_j, h]``, ``r_j = slot[token, j]``, in choice
-    order in float32. The token's rows and weights are loaded together first, so that the ``TOP_K``
-    row loads do not each wait on their own index load."""
+    order in float32; a masked choice (``r_j = -1``) adds 0, its row never read. The token's rows
+    and weights are loaded together first, so that the ``TOP_K`` row loads do not each wait on
+    their own index load."""
     token = tl.program_id(0)
     h = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = h < hidden
     j_all = tl.arange(0, K_POW2)
-    rows = tl.load(slot_ptr + token * TOP_K + j_all, mask=j_all < TOP_K, other=0)
-    weights = tl.load(weight_ptr + rows, mask=j_all < TOP_K, other=0.0)
+    rows = tl.load(slot_ptr + token * TOP_K + j_all, mask=j_all < TOP_K, other=-1)
+    weights = tl.load(weight_ptr + rows, mask=rows >= 0, other=0.0)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in tl.static_range(TOP_K):
         row = tl.sum(tl.where(j_all == j, rows, 0), axis=0)  # choice j's row, from registers
         w = tl.sum(tl.where(j_all == j, weights, 0.0), axis=0)
-        y = tl.load(y_ptr + row * hidden + h, mask=mask, other=0.0)
+        last = tl.where(row >= 0, hidden, 0)  # a masked choice loads no column
+        y = tl.load(y_ptr + row * hidden + h, mask=h < last, other=0.0)
         acc += w * y.to(tl.float32)
     tl.store(out_ptr + token.to(tl.int64) * hidden + h, acc.to(out_ptr.dtype.element_ty),
              mask=mask)  # fmt: skip

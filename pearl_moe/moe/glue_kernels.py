@@ -15,7 +15,8 @@ Here each is one or two kernels:
   :func:`pearl_moe.moe.routing.route_topk` is the reference the tests compare with).
 * :func:`combine_rows`: ``out[t] = sum_j w[t, j] * y[row_of_slot[t, j]]`` with the ``top_k``
   terms added in choice order in float32 registers: one read of ``y``, one write of ``out``, the
-  same order on every call (deterministic, no atomics).
+  same order on every call (deterministic, no atomics). A masked choice (its slot's row -1: an
+  expert id outside ``[0, E)``) loads nothing and adds 0.
 
 These are glue, not the course's subject (the grouped GEMM is), so they are written in Triton,
 which ships with torch's CUDA wheels; off a GPU, or without Triton, the torch versions run. Triton's
@@ -129,8 +130,8 @@ def route_rows(ids, weights, experts: int, top_k: int):
 
 def combine_rows(y, row_of_slot, weight_of_row):
     """``out[t] = sum_j weight_of_row[r] * y[r]`` over ``r = row_of_slot[t, j]`` in choice order,
-    in float32, stored in ``y``'s dtype: ``(tokens, hidden)``. ``y`` ``(rows, hidden)`` and the
-    index tensors contiguous."""
+    in float32, stored in ``y``'s dtype: ``(tokens, hidden)``; ``r = -1`` (a masked choice) adds 0.
+    ``y`` ``(rows, hidden)`` and the index tensors contiguous."""
     import torch
 
     _check_device(y)

@@ -45,7 +45,8 @@ def gated(h, activation: str = "swiglu", layout: str = "concat"):
 
 def reference_moe(x, w_gate_up, w_down, topk_ids, topk_weights, activation: str = "swiglu"):
     """The layer in float32: for every token and each of its choices, ``weight * W_down[e] @
-    act(W_gate_up[e] @ x)``, summed over the choices. Slow and plain on purpose."""
+    act(W_gate_up[e] @ x)``, summed over the choices; a choice outside ``[0, experts)`` (masked)
+    adds nothing. Slow and plain on purpose."""
     import torch
 
     out = torch.zeros(x.shape[0], w_down.shape[1], dtype=torch.float32, device=x.device)
@@ -53,6 +54,8 @@ def reference_moe(x, w_gate_up, w_down, topk_ids, topk_weights, activation: str 
     for t, choices in enumerate(ids):
         xt = x[t].float()
         for j, e in enumerate(choices):
+            if not 0 <= e < w_gate_up.shape[0]:
+                continue
             h = w_gate_up[e].float() @ xt
             out[t] += weights[t, j] * (w_down[e].float() @ gated(h, activation))
     return out

@@ -1,8 +1,14 @@
-"""Routing metadata of an MoE layer, computed on the device from the router's top-k choices.
+"""Routing of an MoE layer: the router's choice of experts, and the metadata that sorts the routed
+rows by expert, computed on the device.
+
+:func:`select_experts` turns router logits into each token's ``top_k`` experts and weights, with
+the scorings of the common checkpoints: softmax top-k with or without renormalisation (Mixtral,
+Qwen-MoE), sigmoid scores, and DeepSeek-V3's grouped top-k with a score correction bias and a
+routed scaling factor.
 
 A layer's grouped GEMMs need the routed rows sorted by expert. From the router's ``topk_ids``
-``(tokens, top_k)`` this module derives, with tensor operations only (no copy to the host, so a
-CUDA graph can capture them):
+``(tokens, top_k)`` :func:`route_topk` derives, with tensor operations only (no copy to the host,
+so a CUDA graph can capture them):
 
 * ``counts`` and ``offsets``: rows per expert and their end offsets (torch ``grouped_mm``
   convention), from a ``scatter_add`` of ones (``torch.bincount`` would size its output on the
@@ -14,8 +20,13 @@ CUDA graph can capture them):
 * ``weight_of_row``: the router weight of every sorted row (float32).
 
 The sort is stable, so within an expert rows keep token order, and the whole layout is a pure
-function of ``topk_ids``: the layer is deterministic. Every routed row is local here (one GPU holds
-all experts); splitting experts across GPUs (expert parallelism) is the caller's dispatch.
+function of ``topk_ids``: the layer is deterministic.
+
+**Masked choices.** Under expert parallelism a GPU holds some of the experts and every token has
+choices that belong to another GPU: vLLM's ``expert_map`` maps them to -1 (:func:`local_ids`). A
+choice whose id is outside ``[0, experts)`` is *masked*: its row is sorted after every expert, no
+GEMM computes it, and its ``row_of_slot`` is -1, which the combine skips, so it adds exactly 0 to
+its token's output.
 """
 
 from __future__ import annotations
@@ -24,10 +35,10 @@ from dataclasses import dataclass
 
 from . import glue_kernels
 
-__all__ = ["Routing", "route_topk", "select_experts", "SCORES"]
+__all__ = ["Routing", "route_topk", "select_experts", "local_ids", "check_topk", "SCORES"]
 
-#: How router logits become the weights of the chosen experts (:func:`select_experts`).
-SCORES = ("softmax",)
+#: How router logits become scores (:func:`select_experts`).
+SCORES = ("softmax", "sigmoid")
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,7 @@ class Routing:
     counts: object  # (experts,) int32
     offsets: object  # (experts,) int32 end offsets
     token_of_row: object  # (rows,) int64
-    row_of_slot: object  # (tokens, top_k) int64
+    row_of_slot: object  # (tokens, top_k) int64, -1 for a masked choice
     weight_of_row: object  # (rows,) float32
 
     @property
@@ -58,12 +69,29 @@ class Routing:
         return self.token_of_row.shape[0]
 
 
-def select_experts(router_logits, top_k: int, score: str = "softmax", renormalize: bool = True):
+def select_experts(
+    router_logits,
+    top_k: int,
+    score: str = "softmax",
+    renormalize: bool = True,
+    *,
+    bias=None,
+    n_group: int = 1,
+    topk_group: int = 1,
+    scaling: float = 1.0,
+):
     """The ``top_k`` experts of each token and their weights: ``(weights float32, ids int64)``.
 
-    ``softmax``: probabilities over all experts, the ``top_k`` largest kept; with ``renormalize``
-    they are divided by their sum (Mixtral, Qwen3-MoE), without it they stay as they are.
-    """
+    ``score``: ``softmax`` over all experts (Mixtral, Qwen-MoE) or an independent ``sigmoid`` per
+    expert (DeepSeek-V3), computed in float32. ``bias`` ``(experts,)`` is added to the scores for
+    the choice only (DeepSeek-V3's ``e_score_correction_bias``); the weights are the scores. With
+    ``n_group > 1`` the experts form ``n_group`` equal groups, each group is scored by the sum of
+    its two best experts, and the choice is made within the ``topk_group`` best groups. With
+    ``renormalize`` the chosen weights are divided by their sum (Mixtral, Qwen3-MoE's
+    ``norm_topk_prob``); then they are multiplied by ``scaling`` (``routed_scaling_factor``).
+
+    The operations and their order are those of the Hugging Face blocks, so the same logits give
+    the same choices."""
     import torch
 
     if score not in SCORES:
@@ -73,28 +101,51 @@ def select_experts(router_logits, top_k: int, score: str = "softmax", renormaliz
     experts = router_logits.shape[1]
     if not isinstance(top_k, int) or not 1 <= top_k <= experts:
         raise ValueError(f"top_k must be an integer from 1 to the {experts} experts, got {top_k!r}")
-    probs = torch.softmax(router_logits.float(), dim=-1)
-    weights, ids = torch.topk(probs, top_k, dim=-1)
-    if renormalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+    if not (isinstance(n_group, int) and n_group >= 1 and experts % n_group == 0):
+        raise ValueError(f"n_group must divide the {experts} experts, got {n_group!r}")
+    if n_group > 1 and not (
+        isinstance(topk_group, int) and 1 <= topk_group <= n_group
+        and top_k <= topk_group * (experts // n_group) and experts // n_group >= 2
+    ):  # fmt: skip
+        raise ValueError(
+            f"topk_group must pick 1 to {n_group} groups of {experts // n_group} (at least 2) "
+            f"experts holding top_k={top_k}, got {topk_group!r}"
+        )
+    if bias is not None and tuple(getattr(bias, "shape", ())) != (experts,):
+        raise ValueError(f"bias must be a tensor of shape ({experts},)")
+    logits = router_logits.float()
+    scores = torch.softmax(logits, dim=-1) if score == "softmax" else logits.sigmoid()
+    choice = scores if bias is None else scores + bias
+    if n_group > 1:
+        per_group = choice.view(-1, n_group, experts // n_group)
+        group_scores = per_group.topk(2, dim=-1)[0].sum(dim=-1)
+        groups = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
+        keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, groups, True)
+        keep = keep.unsqueeze(-1).expand_as(per_group).reshape(-1, experts)
+        choice = choice.masked_fill(~keep, float("-inf"))
+    ids = torch.topk(choice, top_k, dim=-1, sorted=n_group == 1)[1]  # sorted as the blocks do
+    weights = scores.gather(1, ids)
+    if renormalize:  # + 1e-20 as DeepSeek-V3; below a float32 ulp of any softmax top-k sum
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    if scaling != 1.0:
+        weights = weights * scaling
     return weights, ids
 
 
-def route_topk(
-    topk_ids, topk_weights, experts: int, check: bool = True, kernels: bool | None = None
-) -> Routing:
-    """The :class:`Routing` of ``topk_ids`` ``(tokens, top_k)`` over ``experts`` experts, with
-    ``topk_weights`` (same shape) as the router weights.
+def local_ids(topk_ids, expert_map):
+    """This GPU's expert ids of the global ``topk_ids``: ``expert_map`` ``(global experts,)`` holds
+    each global expert's local id, -1 for an expert held elsewhere (vLLM's ``expert_map``). An id
+    outside ``[0, global experts)`` maps to -1 too. Tensor operations only (capturable)."""
+    import torch
 
-    ``check`` (default) also verifies that every id is in ``[0, experts)``; that reads the ids on
-    the host (one sync), so a captured CUDA graph passes ``check=False`` (an id out of range then
-    counts for no expert and its row is never computed).
+    inside = (topk_ids >= 0) & (topk_ids < expert_map.shape[0])
+    safe = torch.where(inside, topk_ids, 0).long()
+    return torch.where(inside, expert_map[safe].long(), -1)
 
-    ``kernels``: compute the layout with the counting-sort kernels of
-    :mod:`pearl_moe.moe.glue_kernels` (one or two launches) instead of tensor operations (a
-    dozen, with a radix sort). ``None`` (default): on a CUDA device when Triton is there, up to
-    :data:`~pearl_moe.moe.glue_kernels.MAX_KERNEL_ROWS` routed rows. Both give the same tensors.
-    """
+
+def check_topk(topk_ids, topk_weights) -> None:
+    """``ValueError`` unless ``topk_ids`` is a 2-D integer tensor and ``topk_weights`` a floating
+    tensor of its shape on its device (nothing read from the device)."""
     import torch
 
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
@@ -110,13 +161,52 @@ def route_topk(
         raise ValueError(f"topk_weights must be floating point, got {topk_weights.dtype}")
     if topk_weights.device != topk_ids.device:
         raise ValueError("topk_ids and topk_weights must be on one device")
+
+
+def check_ids(ids, experts: int, expert_map=None) -> None:
+    """``ValueError`` unless every id is in ``[-1, experts)`` (-1: masked); with ``expert_map``,
+    every id in ``[-1, global experts)`` and every value of the map in ``[-1, experts)``. Reads
+    their smallest and largest values back to the host: one sync."""
+    import torch
+
+    checks = [("expert id", ids, experts if expert_map is None else expert_map.shape[0])]
+    if expert_map is not None:
+        checks.append(("expert_map value", expert_map, experts))
+    checks = [c for c in checks if c[1].numel()]
+    if not checks:
+        return
+    ranges = torch.stack([v.long() for _, t, _ in checks for v in torch.aminmax(t)]).tolist()
+    for i, (what, _, limit) in enumerate(checks):
+        low, high = ranges[2 * i : 2 * i + 2]
+        if low < -1 or high >= limit:
+            raise ValueError(
+                f"{what} {low if low < -1 else high} is out of range: the layer has {limit} "
+                "experts (-1 marks a masked choice)"
+            )
+
+
+def route_topk(
+    topk_ids, topk_weights, experts: int, check: bool = True, kernels: bool | None = None
+) -> Routing:
+    """The :class:`Routing` of ``topk_ids`` ``(tokens, top_k)`` over ``experts`` experts, with
+    ``topk_weights`` (same shape) as the router weights.
+
+    ``check`` (default) also verifies that every id is in ``[-1, experts)`` (-1 marks a masked
+    choice); that reads the ids on the host (one sync), so a captured CUDA graph passes
+    ``check=False``: then every id outside ``[0, experts)`` is a masked choice (module docstring).
+
+    ``kernels``: compute the layout with the counting-sort kernels of
+    :mod:`pearl_moe.moe.glue_kernels` (one or two launches) instead of tensor operations (a
+    dozen, with a radix sort). ``None`` (default): on a CUDA device when Triton is there, up to
+    :data:`~pearl_moe.moe.glue_kernels.MAX_KERNEL_ROWS` routed rows. Both give the same tensors.
+    """
+    import torch
+
+    check_topk(topk_ids, topk_weights)
     if not isinstance(experts, int) or experts < 1:
         raise ValueError(f"experts must be a positive integer, got {experts!r}")
-    if check and topk_ids.numel():
-        low, high = int(topk_ids.min()), int(topk_ids.max())
-        if low < 0 or high >= experts:
-            bad = low if low < 0 else high
-            raise ValueError(f"expert id {bad} is out of range: the layer has {experts} experts")
+    if check:
+        check_ids(topk_ids, experts)
     tokens, top_k = topk_ids.shape
     if kernels is None:
         kernels = (
@@ -139,8 +229,9 @@ def route_topk(
     ids = topk_ids.reshape(-1).long()
     device = ids.device
     counts = torch.zeros(experts + 1, dtype=torch.int32, device=device)
-    # ids out of range (unchecked) land in the extra bin, which no expert reads
-    safe = torch.where((ids >= 0) & (ids < experts), ids, experts)
+    # masked ids land in the extra bin, which no expert reads
+    valid = (ids >= 0) & (ids < experts)
+    safe = torch.where(valid, ids, experts)
     counts.scatter_add_(0, safe, torch.ones_like(safe, dtype=torch.int32))
     counts = counts[:experts]
     offsets = torch.cumsum(counts, 0, dtype=torch.int32)
@@ -153,6 +244,6 @@ def route_topk(
         counts=counts,
         offsets=offsets,
         token_of_row=torch.div(order, top_k, rounding_mode="floor"),
-        row_of_slot=row_of_flat.view(tokens, top_k),
+        row_of_slot=torch.where(valid, row_of_flat, -1).view(tokens, top_k),
         weight_of_row=topk_weights.reshape(-1)[order].float(),
     )
