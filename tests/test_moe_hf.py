@@ -232,3 +232,28 @@ def test_conversion_costs_at_most_one_copy_of_the_weights():
     assert ratios["held"] < 0.05 and ratios["from_hf"] < 0.05, ratios
     for name in ("gate and up", "float32", "per-expert lists", "interleaved"):
         assert ratios[name] < 1.05, (name, ratios)
+
+
+def test_the_documented_example_runs_as_shown():
+    """docs/moe_layer_hf.md's example (a small Qwen3-MoE model with its MoE blocks replaced) run
+    as written, in a process of its own: its output is the page's, the logits' difference within
+    a factor of 2 of the page's figure (its last bits depend on the CPU's summation order) and
+    below 2%."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "moe_layer_hf.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    shown = re.search(r"```text\n(.*?)```", page, re.S).group(1).splitlines()
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the page shows the CPU's output
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    got = done.stdout.splitlines()
+    assert len(got) == len(shown) == 3
+    assert got[0] == shown[0] and got[2] == shown[2], (got, shown)
+    number = re.compile(r"[0-9.]+e[-+][0-9]+")
+    assert number.sub("N", got[1]) == number.sub("N", shown[1])
+    ours, page_figure = (float(number.search(line).group()) for line in (got[1], shown[1]))
+    assert page_figure / 2 <= ours <= page_figure * 2 and ours < 0.02
