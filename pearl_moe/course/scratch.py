@@ -20,6 +20,12 @@ The source is a small module that defines:
   takes (placeholder pointers from :func:`pearl_moe.kernels.host.placeholder_ptr`, sizes, a
   stream); no GPU and no tensor memory are needed.
 
+The source may import the package: an exercise's scaffold
+(:mod:`pearl_moe.course.exercises.scaffolds`) holds the part of a kernel the learner does not
+write, and the cell passes its own ``@cute.jit`` functions to the scaffold's host function. The
+workers import it from this checkout (``PYTHONPATH``), and the cache key holds the scaffolds'
+text.
+
 Each target gives a :class:`ScratchReport`: the shared memory every launch requests (read from the
 lowered host code), threads per CTA, the ``expect_tx`` byte counts the kernel arms its mbarriers
 with (read from the PTX), the TMEM columns it allocates, SASS opcode counts and the files. Reports
@@ -145,8 +151,19 @@ def _key(source: str, arch: str, entry: str, args: str) -> str:
         dsl = version("nvidia-cutlass-dsl")
     except Exception:  # pragma: no cover - metadata missing in odd installs
         dsl = "?"
-    blob = json.dumps([source, arch, entry, args, dsl])
+    scaffolds = _scaffolds_text(source)
+    blob = json.dumps([source, arch, entry, args, dsl] + ([scaffolds] if scaffolds else []))
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _scaffolds_text(source: str) -> str:
+    """The text of the exercise scaffolds (``pearl_moe.course.exercises.scaffolds``) when
+    ``source`` imports one: the kernel a cell compiles is partly theirs, so a change to a scaffold
+    must miss the cache."""
+    if "exercises.scaffolds" not in source:
+        return ""
+    folder = Path(__file__).resolve().parent / "exercises" / "scaffolds"
+    return "".join(p.read_text() for p in sorted(folder.glob("*.py")))
 
 
 def compile_scratch(
