@@ -100,7 +100,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("08a", "08a_benchmarks", "Benchmarks", "the default call against every baseline; what each stage bought", None, 55, _HOPPER),
     Stage("08b", "08b_default_call", "The default call", "how grouped_gemm picks a configuration, judged on layers no one tuned", None, 50, _HOPPER),
     Stage("09", "09_moe_layer", "The whole MoE layer", "routing, gather, gate+up with fused SwiGLU, down, combine", None, 60, _ALL),
-    Stage("A1", "A1_measuring_honestly", "Appendix: measuring honestly", "interleaved rounds, the power cap, drift, Nsight Compute", None, 50, _HOPPER),
+    Stage("A1", "A1_measuring_honestly", "Appendix: measuring honestly", "interleaved rounds, the power cap, drift, Nsight Compute", None, 50),
     Stage("A2", "A2_latency_model", "Appendix: the latency model", "what the model counts, which terms are fitted, how far to trust it", None, 50),
 )  # fmt: skip
 
