@@ -1,17 +1,22 @@
-"""The MoE layer benchmark on the CPU: problems, the check against the float32 layer, and the
-interleaved timing over CUDA graphs (a fake CUDA runtime stands in for the GPU)."""
+"""The MoE layer benchmark on the CPU: problems, the check against the float32 layer, the
+interleaved timing over CUDA graphs and the step profile (a fake CUDA runtime stands in for the
+GPU), and its runs read and written by pearl_moe.results."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 from fake_cuda import FakeCuda, guard_prepared_state
 
-from pearl_moe.bench import compare, layer
+from pearl_moe import results
+from pearl_moe.bench import compare, layer, layer_impls, registry
 from pearl_moe.bench.registry import Implementation, Prepared
 from pearl_moe.workloads import shape_model
 
 SMALL = shape_model(96, 64, 6, top_k=2, ep=1)  # hidden 64, intermediate 48, 6 experts
+ENV = {"gpu": "NVIDIA H200", "date": "2026-12-02"}
 
 
 def _impl(name, fake=None, seconds=1e-4, broken=False):
@@ -60,7 +65,7 @@ def test_the_check_passes_the_layer_and_fails_a_wrong_combine():
     assert checks["quack"][0] is None and checks["quack"][1].startswith("unavailable")
     # SonicMoE is not importable in this environment: it says where it runs
     assert checks["sonic"][0] is None and ".device_sonic/run.sh" in checks["sonic"][1]
-    with pytest.raises(ValueError, match="unknown layer implementation"):
+    with pytest.raises(KeyError, match="unknown layer implementation"):
         layer.layer_impl("sonic-moe")
 
 
@@ -80,20 +85,27 @@ def test_layers_are_timed_in_interleaved_rounds_and_checked_after(monkeypatch):
 def test_layer_runs_are_validated_and_written(tmp_path):
     problem = layer.LayerProblem("GLM 5.3", 16)
     ceilings = {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14}
-    run = {"schema": layer.LAYER_SCHEMA, "env": {}, "ceilings": ceilings,
+    run = {"schema": layer.LAYER_SCHEMA, "kind": "moe_layer", "env": ENV, "ceilings": ceilings,
            "problems": [problem.entry(ceilings)], "records": []}  # fmt: skip
     rec = layer._record(problem, "pearl", "ok", ceilings, time={"median_us": 400.0})
     run["records"].append(rec)
     assert rec["metrics"]["pct_of_floor"] == pytest.approx(
         100 * problem.floor_seconds(4e12, 8e14) / 400e-6
     )
-    path = layer.write_layer_run(run, tmp_path / "moe_layer.json")
-    import json
-
-    assert json.loads(path.read_text())["records"][0]["impl"] == "pearl"
-    bad = dict(run, records=[dict(rec, problem="nope")])
-    with pytest.raises(ValueError, match="unknown problem"):
-        layer.validate_layer_run(bad)
+    path = results.write_run(run, tmp_path / "moe_layer.json")
+    assert results.read_run(path)["records"][0]["impl"] == "pearl"
+    for breaking in (
+        lambda r: r["records"][0].update(problem="nope"),
+        lambda r: r["records"][0].update(status="fine"),
+        lambda r: r["records"][0].pop("time"),
+        lambda r: r["problems"][0].pop("top_k"),
+        lambda r: r["env"].pop("gpu"),
+        lambda r: r.pop("kind"),
+    ):
+        bad = json.loads(json.dumps(run))
+        breaking(bad)
+        with pytest.raises(ValueError):
+            results.validate_run(bad)
 
 
 def test_the_layer_command_refuses_without_a_gpu(capsys, monkeypatch):
@@ -119,23 +131,21 @@ def test_step_bytes_count_each_pass_and_what_fusing_the_activation_removes():
 def _fake_gpu_command(monkeypatch, environment=None, measure_ceilings=None):
     """What the layer command needs of a GPU, faked: a visible H200, the run's environment and
     its probed ceilings (the given ones, or a fixed env and 4 TB/s, 800 TFLOP/s)."""
-    from pearl_moe import results
     from pearl_moe.bench import harness
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(results, "environment",
-                        environment or (lambda command=None: {"date": "D"}))  # fmt: skip
+                        environment or (lambda command=None: {"date": "D", "gpu": "NVIDIA H200"}))  # fmt: skip
     monkeypatch.setattr(harness, "measure_ceilings", measure_ceilings or (
         lambda: {"read_bytes_per_s": 4e12, "bf16_flops_per_s": 8e14}))  # fmt: skip
+    monkeypatch.setattr(layer, "_precompile", lambda problems, impls: None)
 
 
 def test_the_layer_command_writes_a_valid_run(monkeypatch, tmp_path):
     """layer's GPU path wired end to end with the GPU work faked: checks, timings and a run file
     that validates, with a failing implementation recorded as such."""
-    import json
-
     from pearl_moe.bench.harness import Timing
 
     _fake_gpu_command(monkeypatch)
@@ -163,7 +173,7 @@ def test_the_layer_command_writes_a_valid_run(monkeypatch, tmp_path):
     argv = ["--models", "glm,kimi", "--tokens", "1,64", "--skewed-tokens", "64",
             "--impls", "pearl,pearl-fused,torch", "--steps-tokens", "64", "--out", str(out)]  # fmt: skip
     assert layer.main(argv) == 0
-    run = layer.validate_layer_run(json.loads(out.read_text()))
+    run = results.read_run(out)
     assert len(run["problems"]) == 6 and set(run["impls"]) == {"pearl", "pearl-fused", "torch"}
     status = {(r["problem"], r["impl"]): r["status"] for r in run["records"]}
     assert status[("GLM 5.3|layer|64|EP8|skewed", "torch")] == "incorrect"
@@ -183,8 +193,6 @@ def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp
     """A sticky CUDA error while one implementation's graph replays: the run keeps what it
     measured, records the fault against that implementation and exits 3 (nothing more can run in
     the process); an ordinary exception is only recorded for its implementation."""
-    import json
-
     from pearl_moe.bench import harness
 
     _fake_gpu_command(monkeypatch)
@@ -217,7 +225,7 @@ def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp
             "--impls", "torch,quack", "--out", str(out)]  # fmt: skip
     assert layer.main(argv) == 3
     assert prepared == ["torch", "quack"]  # the second problem never started
-    run = layer.validate_layer_run(json.loads(out.read_text()))
+    run = results.read_run(out)
     # the faulted problem stays unmeasured, so a --resume without quack times it
     assert run["problems"] == [] and run["records"] == []
     (fault,) = run["env"]["faults"]
@@ -226,7 +234,7 @@ def test_a_kernel_fault_stops_the_run_naming_the_implementation(monkeypatch, tmp
     # the resumed part, without the culprit, times the problem and keeps the fault on record
     prepared.clear()
     assert layer.main([*argv[:-4], "--impls", "torch", "--out", str(out), "--resume"]) == 0
-    run = layer.validate_layer_run(json.loads(out.read_text()))
+    run = results.read_run(out)
     assert prepared == ["torch", "torch"] and len(run["problems"]) == 2
     assert {r["impl"] for r in run["records"]} == {"torch"}  # torch's prepare error, recorded
     assert run["env"]["faults"] == [fault]
@@ -266,8 +274,6 @@ def _fake_checks_and_timings(monkeypatch) -> list:
 def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path):
     """--deadline-s stops between problems and --resume times only the rest, keeping the first
     part's ceilings for every floor and listing both parts in env.parts."""
-    import json
-
     reads = iter([4e12, 3e12])
     part = iter(["first", "second"])
     _fake_gpu_command(
@@ -283,10 +289,10 @@ def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path
     argv = ["--models", "glm", "--tokens", "1,16,64,256", "--skewed-tokens", "",
             "--steps-tokens", "", "--impls", "pearl", "--out", str(out)]  # fmt: skip
     assert layer.main([*argv, "--deadline-s", "15"]) == 0
-    first = json.loads(out.read_text())
+    first = results.read_run(out)
     assert 0 < len(first["problems"]) < 4 and first["env"]["skipped_problems"]
     assert layer.main([*argv, "--resume"]) == 0
-    run = layer.validate_layer_run(json.loads(out.read_text()))
+    run = results.read_run(out)
     assert [p["id"] for p in run["problems"]] == timed  # each problem timed once, in order
     assert len(timed) == 4 and len(run["records"]) == 4
     assert run["ceilings"]["read_bytes_per_s"] == 4e12  # the first part's, for every floor
@@ -302,8 +308,6 @@ def test_a_deadline_cut_layer_run_resumes_where_it_stopped(monkeypatch, tmp_path
 def test_a_resumed_part_that_skips_a_left_problem_keeps_it_listed(monkeypatch, tmp_path):
     """A problem a deadline left for later stays in env.skipped_problems through a resumed part
     that measures other problems, and leaves it once a part measures it."""
-    import json
-
     _fake_gpu_command(monkeypatch)
     _fake_checks_and_timings(monkeypatch)
     clock = iter(range(0, 1000, 10))
@@ -312,42 +316,40 @@ def test_a_resumed_part_that_skips_a_left_problem_keeps_it_listed(monkeypatch, t
     base = ["--models", "glm", "--skewed-tokens", "", "--steps-tokens", "", "--impls", "pearl",
             "--out", str(out)]  # fmt: skip
     assert layer.main([*base, "--tokens", "1,16,64", "--deadline-s", "15"]) == 0
-    left = json.loads(out.read_text())["env"]["skipped_problems"]
+    left = results.read_run(out)["env"]["skipped_problems"]
     assert left and all("|64|" in p or "|16|" in p for p in left)
     assert layer.main([*base, "--tokens", "256", "--resume"]) == 0  # another problem only
-    assert json.loads(out.read_text())["env"]["skipped_problems"] == left
+    assert results.read_run(out)["env"]["skipped_problems"] == left
     # a part whose deadline passes at once leaves them listed once, not twice
     assert layer.main([*base, "--tokens", "1,16,64", "--resume", "--deadline-s", "-1"]) == 0
-    assert json.loads(out.read_text())["env"]["skipped_problems"] == left
+    assert results.read_run(out)["env"]["skipped_problems"] == left
     assert layer.main([*base, "--tokens", "1,16,64", "--resume"]) == 0
-    run = json.loads(out.read_text())
+    run = results.read_run(out)
     assert not run["env"].get("skipped_problems") and len(run["problems"]) == 4
 
 
 def test_a_layer_run_with_other_glue_is_not_resumed(monkeypatch, tmp_path):
     """--resume continues a run only if its routing metadata and combine ran the same way
     (env.glue): times of the tensor-op glue and of the glue kernels must not share one run."""
-    import json
-
     _fake_gpu_command(monkeypatch)
     timed = _fake_checks_and_timings(monkeypatch)
     out = tmp_path / "moe_layer.json"
     argv = ["--models", "glm", "--tokens", "1,16", "--skewed-tokens", "", "--steps-tokens", "",
             "--impls", "pearl", "--out", str(out)]  # fmt: skip
-    monkeypatch.setattr(layer, "_glue", lambda: "torch operations")
+    monkeypatch.setattr(layer_impls, "glue", lambda: "torch operations")
     assert layer.main(argv) == 0
-    assert json.loads(out.read_text())["env"]["glue"] == "torch operations"
+    assert results.read_run(out)["env"]["glue"] == "torch operations"
     assert layer.main([*argv, "--resume"]) == 0  # the same glue: nothing left to time
     assert len(timed) == 2
-    monkeypatch.setattr(layer, "_glue", lambda: "Triton kernels")
+    monkeypatch.setattr(layer_impls, "glue", lambda: "Triton kernels")
     assert layer.main([*argv, "--resume"]) == 0  # other glue: both problems timed again
-    run = json.loads(out.read_text())
+    run = results.read_run(out)
     assert len(timed) == 4 and run["env"]["glue"] == "Triton kernels"
     assert len(run["problems"]) == 2 and "parts" not in run["env"]
     # a run that records no glue predates the kernels: torch's, and resumed as such
     del run["env"]["glue"]
     out.write_text(json.dumps(run))
-    monkeypatch.setattr(layer, "_glue", lambda: layer.TORCH_GLUE)
+    monkeypatch.setattr(layer_impls, "glue", lambda: layer.TORCH_GLUE)
     assert layer.main([*argv, "--resume"]) == 0
     assert len(timed) == 4
 
@@ -367,32 +369,44 @@ def test_the_layer_device_script_asks_for_what_the_command_accepts():
     words = shlex.split(
         command.replace('"$IMPLS"', default)
         .replace('"$DEADLINE_S"', "470")
-        .replace('"$OUT/$NAME.json"', "/tmp/x/moe_layer.json")
+        .replace('"$OUT/$NAME.json.gz"', "/tmp/x/moe_layer.json.gz")
+        .replace("$RESUME", "--resume")
         .replace('"$@"', "")  # the script's own arguments, passed on
     )
     args = layer.parse_args(words[4:])
     assert args.resume and args.deadline_s == 470
     # every implementation but SonicMoE, which runs in its own environment (the script's sonic);
     # the in-kernel gather (pearl-gather) included, since its kernel passed its GPU tests
-    assert set(args.impls.split(",")) == set(layer.LAYER_IMPLS) - {"sonic"}
+    assert set(args.impls.split(",")) == set(registry.impl_names("layer")) - {"sonic"}
     assert "IMPLS=sonic" in text and "NAME=moe_layer_sonic" in text
-    assert args.models == "all" and args.ep == 8
+    # the course's three and issue 40's five layers, each under its own EP
+    assert args.models == "all" and args.ep is None
+    assert len(layer.layer_problems(args.models, [1])) == 7
     assert [int(t) for t in args.tokens.split(",")] == [1, 16, 64, 256, 1024, 4096]
+    # the step profile: one command, the issue's three decode counts, the whole layer beside
+    steps = layer.parse_args(["--steps"])
+    assert steps.tokens == "1,16,256" and steps.impls == "pearl-fused" and not steps.skewed_tokens
+    assert 'NAME=moe_layer_steps IMPLS=pearl-fused RESUME="--steps"' in text
 
 
 def test_the_committed_layer_run_is_read_gzipped_or_plain(tmp_path):
     import gzip
 
     assert layer.load_layer_run("H200", root=tmp_path) is None
-    run = {"schema": layer.LAYER_SCHEMA, "env": {}, "ceilings": {}, "problems": [{"id": "p"}],
-           "records": [{"problem": "p", "impl": "torch", "status": "error"}]}  # fmt: skip
-    (tmp_path / "H200").mkdir()
-    layer.write_layer_run(run, tmp_path / "H200" / "moe_layer.json")
+    run = _layer_run({(1, "torch"): [100.0]}, tokens=(1,))
+    run["records"].append({"problem": run["problems"][0]["id"], "impl": "quack",
+                           "status": "error", "message": "no"})  # fmt: skip
+    folder = tmp_path / "H200"
+    plain = results.write_run(run, folder / "moe_layer.json")
     assert layer.load_layer_run("H200", root=tmp_path) == run
-    text = (tmp_path / "H200" / "moe_layer.json").read_bytes()
-    (tmp_path / "H200" / "moe_layer.json.gz").write_bytes(gzip.compress(text))
-    (tmp_path / "H200" / "moe_layer.json").unlink()
+    # written gzipped by the same call, byte for byte the same run, and read back alike
+    packed = results.write_run(run, folder / "elsewhere.json.gz")
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    assert results.write_run(run, folder / "again.json.gz").read_bytes() == packed.read_bytes()
+    packed.rename(folder / "moe_layer.json.gz")
+    plain.unlink()
     assert layer.load_layer_run("H200", root=tmp_path) == run
+    assert results.read_run(folder / "moe_layer.json.gz") == run
 
 
 def test_sonic_gets_its_documented_layout_and_routing(monkeypatch):
@@ -461,21 +475,7 @@ def test_the_steps_chain_into_the_layer_and_are_timed_together(monkeypatch):
 
     fake = FakeCuda().install(monkeypatch)
     cost = {s: 1e-6 * (i + 1) for i, s in enumerate(layer.STEPS)}
-    real = layer.step_calls
-
-    def costed(inputs, backend="pearl"):
-        def charge(step, call):
-            def run():
-                if fake.capturing is not None:
-                    fake.capturing.cost += cost[step]
-                    fake.capturing.name = step
-                return call()
-
-            return run
-
-        return {s: charge(s, c) for s, c in real(inputs, "loop").items()}
-
-    monkeypatch.setattr(layer, "step_calls", costed)
+    _costed_steps(fake, monkeypatch, cost)
     timed = layer.time_layer_steps(problem, rounds=4, reps=2, launches=4, device="cpu")
     assert list(timed) == list(calls)
     for step, timing in timed.items():
@@ -490,7 +490,7 @@ def test_quack_counts_the_dsl_as_installed_code_wherever_it_is_unpacked(tmp_path
     once however often the quack implementation is prepared."""
     import types
 
-    from pearl_moe.bench.layer import count_dsl_as_installed
+    from pearl_moe.bench.layer_impls import count_dsl_as_installed
 
     def quacks_rule(fn):
         return "site-packages" in fn.__code__.co_filename
@@ -555,7 +555,7 @@ def _layer_run(times: dict, tokens=(1, 4096)) -> dict:
                 med = sorted(rounds)[len(rounds) // 2]
                 records.append({"problem": p.id, "impl": impl, "status": "ok",
                                 "time": {"median_us": med, "round_median_us": rounds}})  # fmt: skip
-    return {"schema": layer.LAYER_SCHEMA, "env": {"gpu": "NVIDIA H200", "date": "2026-12-02"},
+    return {"schema": layer.LAYER_SCHEMA, "kind": "moe_layer", "env": dict(ENV),
             "ceilings": ceilings, "problems": problems, "records": records}  # fmt: skip
 
 
@@ -580,7 +580,7 @@ def test_the_layer_summary_judges_the_goals_on_paired_rounds(tmp_path):
     assert g["met"] == {"floor": True, "quack": False, "torch": True}
     root = tmp_path / "results"
     (root / "H200").mkdir(parents=True)
-    layer.write_layer_run(run, root / "H200" / "moe_layer.json")
+    results.write_run(run, root / "H200" / "moe_layer.json")
     table = render_layer_table(root)
     assert "| GLM 5.3 | 1 | balanced | 100.0 | 105.0 (1.050x) | 120.0 | 170.0 | 0.875 |" in table
     assert "1 of 2 above" in table and "**not met**" in table
@@ -592,15 +592,13 @@ def test_remeasure_drops_named_problems_and_lists_what_they_had(monkeypatch, tmp
     earlier parts go, env.edits says why and what times it had, and the problem keeps its place
     in the table even when the part's command covers it alone. Refused before anything runs:
     without --resume, without --why, an id the run lacks, an id the command does not cover."""
-    import json
-
     _fake_gpu_command(monkeypatch)
     timed = _fake_checks_and_timings(monkeypatch)
     out = tmp_path / "moe_layer.json"
     base = ["--models", "glm", "--skewed-tokens", "", "--steps-tokens", "", "--impls", "pearl",
             "--out", str(out)]  # fmt: skip
     assert layer.main([*base, "--tokens", "1,16"]) == 0
-    first = json.loads(out.read_text())["problems"][0]["id"]
+    first = results.read_run(out)["problems"][0]["id"]
     again = ["--remeasure", first, "--why", "a new default"]
     refusals = {
         "needs --resume": [*base, "--tokens", "1,16", *again],
@@ -615,7 +613,7 @@ def test_remeasure_drops_named_problems_and_lists_what_they_had(monkeypatch, tmp
     assert len(timed) == 2
     assert layer.main([*base, "--tokens", "1", "--resume", *again]) == 0  # this problem only
     assert timed == [timed[0], timed[1], first]
-    run = layer.validate_layer_run(json.loads(out.read_text()))
+    run = results.read_run(out)
     assert [p["id"] for p in run["problems"]][0] == first and len(run["records"]) == 2
     assert run["records"][0]["problem"] == first  # in the table's order, not the parts'
     parts = run["env"]["parts"]
@@ -625,23 +623,21 @@ def test_remeasure_drops_named_problems_and_lists_what_they_had(monkeypatch, tmp
     assert not run["env"].get("skipped_problems")
     # the edits stay on record through later parts
     assert layer.main([*base, "--tokens", "1,16,64", "--resume"]) == 0
-    assert json.loads(out.read_text())["env"]["edits"] == [edit]
+    assert results.read_run(out)["env"]["edits"] == [edit]
 
 
 def test_a_dropped_problem_is_listed_as_left_until_a_part_measures_it(monkeypatch, tmp_path):
     """A part whose deadline comes before the dropped problem leaves it in skipped_problems."""
-    import json
-
     _fake_gpu_command(monkeypatch)
     _fake_checks_and_timings(monkeypatch)
     out = tmp_path / "moe_layer.json"
     base = ["--models", "glm", "--tokens", "1", "--skewed-tokens", "", "--steps-tokens", "",
             "--impls", "pearl", "--out", str(out)]  # fmt: skip
     assert layer.main(base) == 0
-    pid = json.loads(out.read_text())["problems"][0]["id"]
+    pid = results.read_run(out)["problems"][0]["id"]
     argv = [*base, "--resume", "--remeasure", pid, "--why", "x", "--deadline-s", "-1"]
     assert layer.main(argv) == 0
-    run = json.loads(out.read_text())
+    run = results.read_run(out)
     assert run["env"]["skipped_problems"] == [pid] and not run["problems"]
     assert "dropped" in run["env"]["edits"][0]
 
@@ -714,7 +710,7 @@ def test_our_records_name_the_kernels_the_default_calls_run(monkeypatch):
               "w_gate_up": torch.empty(32, 4096, 6144, device="meta"),
               "w_down": torch.empty(32, 6144, 2048, device="meta"),
               "topk_ids": torch.empty(1, 8, device="meta")}  # GLM 5.3 at 1 token, EP8  # fmt: skip
-    kernels = layer._gemm_choices(inputs, fused=True)
+    kernels = layer_impls.gemm_choices(inputs, fused=True)
     stage, config = api.default_choice("sm_90a", 4096, 6144, 32, 8, "H200", "swiglu")
     assert (
         kernels["gate_up_kernel"] == f"s{stage} {config.describe()}"
@@ -722,9 +718,9 @@ def test_our_records_name_the_kernels_the_default_calls_run(monkeypatch):
     )
     stage, config = api.default_choice("sm_90a", 6144, 2048, 32, 8, "H200")
     assert kernels["down_kernel"] == f"s{stage} {config.describe()}"
-    assert "gatherA" in layer._gemm_choices(inputs, fused=True, gather=True)["gate_up_kernel"]
+    assert "gatherA" in layer_impls.gemm_choices(inputs, fused=True, gather=True)["gate_up_kernel"]
     monkeypatch.setattr(api, "arch_of", lambda device: "sm_100a")  # no gather there
-    failed = layer._gemm_choices(inputs, fused=True, gather=True)
+    failed = layer_impls.gemm_choices(inputs, fused=True, gather=True)
     assert failed["gate_up_kernel"].startswith("not recorded: ValueError")
     assert failed["down_kernel"].startswith("s")
 
@@ -732,17 +728,15 @@ def test_our_records_name_the_kernels_the_default_calls_run(monkeypatch):
 def test_remeasure_refuses_a_run_it_would_not_resume(monkeypatch, tmp_path):
     """A run measured with other glue is not resumed but started again: --remeasure refuses it
     before anything is probed, rather than dropping problems from a run it then replaces."""
-    import json
-
     _fake_gpu_command(monkeypatch)
     _fake_checks_and_timings(monkeypatch)
     out = tmp_path / "moe_layer.json"
     argv = ["--models", "glm", "--tokens", "1", "--skewed-tokens", "", "--steps-tokens", "",
             "--impls", "pearl", "--out", str(out)]  # fmt: skip
-    monkeypatch.setattr(layer, "_glue", lambda: "torch operations")
+    monkeypatch.setattr(layer_impls, "glue", lambda: "torch operations")
     assert layer.main(argv) == 0
-    pid = json.loads(out.read_text())["problems"][0]["id"]
-    monkeypatch.setattr(layer, "_glue", lambda: "Triton kernels")
+    pid = results.read_run(out)["problems"][0]["id"]
+    monkeypatch.setattr(layer_impls, "glue", lambda: "Triton kernels")
     probed = []
     monkeypatch.setattr(layer, "_check_dropped", lambda *a: probed.append(a))
     with pytest.raises(ValueError, match="other glue"):
@@ -780,3 +774,242 @@ def test_the_gather_figures_the_readme_and_notebook_11_quote():
     assert "64x256x64" in fused and "pingpong" in fused and "128x128x64" in gathered
     below = [v for p, v in ratio.items() if int(p.split("|")[2]) < 1024]
     assert round(max(below), 2) == 1.12
+
+
+# ------------------------------------------------------------------------------ issue 40's layers
+def test_the_layers_of_the_vllm_comparison_have_their_public_shapes_and_own_ep():
+    """Issue 40's five layers (from their config.json) beside the course's three: local experts,
+    hidden, intermediate and top-k as the issue's table gives them, each under its own EP; none
+    is held out from the tuner, and the two models outside the shape sets resolve by their exact
+    names (DeepSeek-V2 is not DeepSeek-V2-Lite)."""
+    from pearl_moe.bench import shape_sets
+
+    shapes = {(p.model, p.ep): (p.experts, p.hidden, p.intermediate, p.top_k)
+              for p in layer.layer_problems("vllm", [1])}  # fmt: skip
+    assert shapes == {
+        ("Qwen3-30B-A3B", 1): (128, 2048, 768, 8),
+        ("Qwen1.5-MoE-A2.7B", 1): (60, 2048, 1408, 4),
+        ("DeepSeek-V2", 8): (20, 5120, 1536, 6),
+        ("GLM 5.3", 8): (32, 6144, 2048, 8),  # GLM-5 under EP=8: the course's GLM 5.3
+        ("Mixtral-8x7B", 1): (8, 4096, 14336, 2),
+    }
+    assert layer.layers_of("all") == [*layer.COURSE_LAYERS, *[
+        lay for lay in layer.VLLM_LAYERS if lay not in layer.COURSE_LAYERS]]  # fmt: skip
+    assert len(layer.LAYERS) == 7
+    # a name takes its EP from LAYERS (else 8), NAME@EP or --ep override it
+    assert layer.layers_of("qwen3-30b,deepseek-v2,olmoe") == [
+        ("Qwen3-30B-A3B", 1), ("DeepSeek-V2", 8), ("OLMoE-1B-7B", 8)]  # fmt: skip
+    assert layer.layers_of(["qwen3-30b@8", ("Mixtral-8x7B", 1)]) == [
+        ("Qwen3-30B-A3B", 8), ("Mixtral-8x7B", 1)]  # fmt: skip
+    assert layer.layers_of("course", ep=1) == [(m, 1) for m, _ in layer.COURSE_LAYERS]
+    ids = [p.id for p in layer.layer_problems("vllm", [1, 16, 256])]
+    assert len(ids) == len(set(ids)) == 15 and "DeepSeek-V2|layer|16|EP8|balanced" in ids
+    for model, _ in layer.VLLM_LAYERS:
+        assert shape_sets.set_of(model) != "held-out", model
+    assert shape_sets.set_of("Qwen1.5-MoE-A2.7B") is None  # neither tuned on nor held out
+    assert shape_sets.set_of("DeepSeek-V2") is None
+    # the table's order: the layers in LAYERS' order, each by tokens
+    entries = [p.entry() for p in reversed(layer.layer_problems("all", [16, 1]))]
+    ranked = sorted(entries, key=layer.problem_rank)
+    assert [(e["model"], e["tokens_per_gpu"]) for e in ranked[:4]] == [
+        ("GLM 5.3", 1), ("GLM 5.3", 16), ("DeepSeek V4 Pro", 1), ("DeepSeek V4 Pro", 16)]  # fmt: skip
+    assert ranked[-1]["model"] == "Mixtral-8x7B"
+
+
+def test_a_traced_call_splits_into_its_launches_and_the_idle_time_between(monkeypatch):
+    """call_trace: the profiled kernels of several calls in a row, cut into equal calls: each
+    launch's median duration and the median idle time after it (the last: before the next
+    call's first), their sums per call; events that do not split give the totals only."""
+    kernels = [("route", 2.0), ("gather", 3.0), ("gemm", 50.0)]
+    gaps = [1.0, 2.0, 4.0]  # after each kernel of a call
+    events, t = [], 0.0
+    for call in range(4):
+        for (name, us), gap in zip(kernels, gaps, strict=True):
+            events.append((name, t, us + (0.5 if call == 2 else 0.0)))  # one slower call
+            t += us + gap
+    trace = layer.call_trace(events, calls=4)
+    assert trace["launches"] == 3 and [k["name"] for k in trace["kernels"]] == ["route", "gather",
+                                                                                 "gemm"]  # fmt: skip
+    assert [k["us"] for k in trace["kernels"]] == [2.0, 3.0, 50.0]
+    assert trace["gaps_us"] == pytest.approx([1.0, 2.0, 4.0], abs=0.5)
+    assert trace["busy_us"] == 55.0 and trace["idle_us"] == pytest.approx(7.0, abs=1.0)
+    odd = layer.call_trace(events[:-1], calls=4)  # a launch missing: no per-launch breakdown
+    assert odd["launches"] is None and odd["busy_us"] == pytest.approx(
+        sum(e[2] for e in events[:-1]) / 4
+    )
+    one = layer.call_trace(events[:3], calls=1)
+    assert one["launches"] == 3 and len(one["gaps_us"]) == 2
+
+
+def _costed_steps(fake, monkeypatch, cost):
+    """step_calls on the loop backend whose captured calls 'cost' ``cost[step]`` seconds."""
+    real = layer.step_calls
+
+    def costed(inputs, backend="pearl"):
+        def charge(step, call):
+            def run():
+                if fake.capturing is not None:
+                    fake.capturing.cost += cost[step]
+                    fake.capturing.name = step
+                return call()
+
+            return run
+
+        return {s: charge(s, c) for s, c in real(inputs, "loop").items()}
+
+    monkeypatch.setattr(layer, "step_calls", costed)
+
+
+def test_the_step_profile_times_the_whole_layer_with_its_steps_and_traces_every_graph(
+    monkeypatch,
+):
+    """time_layer_steps with ``impls`` and ``trace``: the whole layer in a graph of its own in
+    the same interleaved rounds as the steps (its outputs checked after the replays, its config
+    kept), and every graph's launches traced (graph_kernels faked: one kernel a step, five a
+    whole layer)."""
+    fake = FakeCuda().install(monkeypatch)
+    cost = {s: 1e-6 * (i + 1) for i, s in enumerate(layer.STEPS)}
+    _costed_steps(fake, monkeypatch, cost)
+    whole_s = 2.5e-5
+
+    problem = layer.LayerProblem(SMALL.name, 12, ep=1)
+    calls = max(4, len(layer.layer_input_sets(problem, "cpu", 200)))  # a graph's calls
+
+    def kernels(graph, replays=2):
+        count = 5 if graph.name == "whole" else 1
+        return [(f"{graph.name}{k}", 10.0 * (c * count + k), 1.0)
+                for c in range(replays * calls) for k in range(count)]  # fmt: skip
+
+    monkeypatch.setattr(layer, "graph_kernels", kernels)
+    timed = layer.time_layer_steps(problem, rounds=4, reps=2, launches=4, device="cpu",
+                                   steps=layer.PROFILE_STEPS, trace=True,
+                                   impls={"whole": _impl("whole", fake, whole_s)})  # fmt: skip
+    assert list(timed) == [s for s in layer.PROFILE_STEPS if s != "gate+up (fused)"] + ["whole"]
+    assert "router" not in timed  # not the layer's: the profile leaves it out
+    assert timed["whole"].median_s == pytest.approx(whole_s) and timed["whole"].outputs_ok
+    assert timed["whole"].config == {"seconds": whole_s}
+    assert timed["whole"].trace["launches"] == 5 and timed["gather"].trace["launches"] == 1
+    assert timed["whole"].trace["idle_us"] == pytest.approx(5 * 9.0)
+    names = [name for name, _ in fake.replays]
+    assert names.count("whole") == names.count("gather")  # the same rounds
+
+
+def test_the_step_profile_command_writes_a_run_and_prints_its_table_last(
+    monkeypatch, tmp_path, capsys
+):
+    """``layer --steps`` wired end to end with the GPU work faked: the run (kind moe_layer_steps,
+    gzipped through pearl_moe.results) holds every step with its trace and the whole layer with
+    its floor; the table printed last gives each step, their sum, the whole graph and the gap."""
+    from pearl_moe.bench.harness import Timing
+
+    _fake_gpu_command(monkeypatch)
+    monkeypatch.setattr(layer, "check_layer",
+                        lambda impls, problem, **kw: {n: (True, "ok", 1e-3) for n in impls})  # fmt: skip
+    step_us = {"metadata": 2.0, "gather": 3.0, "gate+up": 40.0, "activation": 5.0, "down": 20.0,
+               "combine": 2.0, "gate+up (fused)": 41.0}  # fmt: skip
+    asked = []
+
+    def fake_steps(problem, rounds=6, reps=5, steps=None, impls=None, trace=False, **kw):
+        asked.append((problem.id, tuple(steps), tuple(impls), trace))
+        out = {}
+        for name, us in [*step_us.items(), ("pearl-fused", 75.0)]:
+            t = Timing.from_rounds([[us * 1e-6]] * rounds, 10, 1)
+            t.trace = {"launches": 5 if name == "pearl-fused" else 1, "idle_us": 4.0, "calls": 20}
+            if name == "pearl-fused":
+                t.outputs_ok = True
+                t.config = {"fused": "activation in the gate+up epilogue", "backend": "pearl"}
+            out[name] = t
+        return out
+
+    monkeypatch.setattr(layer, "time_layer_steps", fake_steps)
+    out = tmp_path / "moe_layer_steps.json.gz"
+    assert layer.main(["--steps", "--models", "vllm", "--out", str(out)]) == 0
+    assert len(asked) == 15 and all(a[1:] == (layer.PROFILE_STEPS, ("pearl-fused",), True)
+                                    for a in asked)  # fmt: skip
+    assert {a[0].split("|")[2] for a in asked} == {"1", "16", "256"}
+    run = results.read_run(out)
+    assert run["kind"] == "moe_layer_steps" and "Step profile" in run["method"]
+    assert len(run["problems"]) == 15
+    whole = [r for r in run["records"] if r["impl"] == "pearl-fused"]
+    assert len(whole) == 15 and all(r["metrics"]["floor_us"] > 0 and r["trace"]["launches"] == 5
+                                    for r in whole)  # fmt: skip
+    steps = [r for r in run["records"] if r["impl"].startswith("step:")]
+    assert len(steps) == 15 * 7 and all("metrics" not in r and r["trace"] for r in steps)
+    rows = compare.step_profile(run)
+    assert rows[0]["chain"] == ["metadata", "gather", "gate+up (fused)", "down", "combine"]
+    assert rows[0]["sum_us"] == pytest.approx(2 + 3 + 41 + 20 + 2)
+    assert rows[0]["gap_us"] == pytest.approx(75 - 68) and rows[0]["whole_launches"] == 5
+    text = capsys.readouterr().out
+    table = text[text.rindex("us per call") :]
+    assert "gap" in table and "whole" in table and "41.0*" in table
+    assert "Qwen3-30B-A3B EP1" in table and "DeepSeek-V2 EP8" in table
+    last = [line for line in table.splitlines() if line.startswith("Mixtral")][-1]
+    assert last.split()[1:3] == ["EP1", "256"] and "68.0" in last and "75.0" in last
+    # a step profile does not continue a layer run, nor a layer run a step profile
+    with pytest.raises(ValueError, match="'moe_layer_steps' run, not 'moe_layer'"):
+        layer.main(["--models", "glm", "--tokens", "1", "--out", str(out), "--resume"])
+
+
+def test_step_profiles_read_the_committed_layer_run(capsys):
+    """The step records the layer run already holds (H200, 1, 64 and 4096 tokens) read as a
+    step profile: the fused forward's five steps sum to within a few percent of the whole layer
+    at 1 token; ``bench --summarize`` prints the layer's comparison, then that table."""
+    from pathlib import Path
+
+    from pearl_moe.bench import cli
+
+    path = Path(__file__).resolve().parent.parent / "results/H200/moe_layer.json.gz"
+    rows = compare.step_profile(results.read_run(path))
+    assert len(rows) == 9 and all(r["chain"] and r["tokens"] in (1, 64, 4096) for r in rows)
+    one = [r for r in rows if r["tokens"] == 1]
+    assert all(abs(r["gap_us"]) < 0.05 * r["whole_us"] for r in one)
+    assert cli.main(["--summarize", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert text.index("vs quack geomean") < text.index("gap = whole - sum")
+
+
+def test_forward_steps_follow_the_fused_label():
+    def rec(impl, fused=None):
+        return {"impl": impl, "config": {"fused": fused} if fused else {}}
+
+    assert compare.forward_steps(rec("pearl")) == list(compare.LAYER_STEPS)
+    assert "gate+up (fused)" in compare.forward_steps(
+        rec("pearl-fused", "activation in the gate+up epilogue"))  # fmt: skip
+    assert compare.forward_steps(rec("pearl-fused", "activation as a pass of its own")) == list(
+        compare.LAYER_STEPS)  # fmt: skip
+    gathered = "activation in the gate+up epilogue; x read through the gather index"
+    assert compare.forward_steps(rec("pearl-gather", gathered)) == []
+    assert compare.forward_steps(rec("torch")) == []
+
+
+def test_the_layers_kernels_are_precompiled_both_gemms_fused_and_not(monkeypatch):
+    """Before the ceilings are probed, the kernels our forwards run on every problem compile in
+    the background: the gate+up with and without the fused activation, the down GEMM, the
+    gathered gate+up where pearl-gather runs; nothing where none of ours does."""
+    from pearl_moe.bench import cli
+
+    asked = []
+    monkeypatch.setattr(
+        cli, "pick_requests", lambda calls, device="cuda": asked.extend(calls) or []
+    )
+    monkeypatch.setattr(cli, "precompile_in_background", lambda requests, what: requests() or "t")
+    problems = layer.layer_problems("qwen3-30b", [1, 16])
+    assert layer._precompile(problems, {"pearl-fused": None, "torch": None}) == "t"
+    assert asked[:3] == [(1536, 2048, 128, 8, "swiglu"), (1536, 2048, 128, 8), (2048, 768, 128, 8)]
+    assert len(asked) == 6
+    asked.clear()
+    layer._precompile(problems[:1], {"pearl-gather": None})
+    assert asked[-1] == (1536, 2048, 128, 8, "swiglu", True)
+    assert layer._precompile(problems, {"torch": None}) is None
+
+
+def test_the_layer_registry_is_the_benchs_registry():
+    """The layer's implementations are looked up like the grouped GEMMs', in a registry of their
+    own kind; an unknown kind is refused."""
+    assert registry.impl_names("layer") == ["pearl", "pearl-fused", "pearl-gather", "torch",
+                                            "quack", "sonic"]  # fmt: skip
+    assert "pearl-fused" not in registry.impl_names()  # not a grouped GEMM
+    impl = layer.layer_impl("torch")
+    assert impl.name == "torch" and "composition" in impl.description
+    with pytest.raises(ValueError, match="kind"):
+        registry.get_impl("torch", kind="attention")

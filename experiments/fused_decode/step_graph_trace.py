@@ -36,10 +36,10 @@ def trace_problem(model: str, tokens: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from pearl_moe.bench.harness import graph_of
-    from pearl_moe.bench.layer import LayerProblem, _layer_input_sets, step_calls
+    from pearl_moe.bench.layer import LayerProblem, layer_input_sets, step_calls
 
     problem = LayerProblem(model, tokens)
-    inputs = _layer_input_sets(problem, "cuda", 200)  # the step timing's seed
+    inputs = layer_input_sets(problem, "cuda", 200)  # the step timing's seed
     sets = len(inputs)
     per_set = [step_calls(inp) for inp in inputs]
     launches = max(LAUNCHES, sets)

@@ -2,12 +2,19 @@
 
     python -m pearl_moe layer --models all --tokens 1,16,64,256,1024,4096 --skewed-tokens 64 \\
         --impls pearl,torch,quack --out results/H200/moe_layer.json
+    python -m pearl_moe layer --steps            # where the time goes at decode (moe_layer_steps)
 
 A layer problem (:class:`LayerProblem`) is one model's routed experts on one GPU under EP: ``x``
 ``(tokens, hidden)``, each token's ``top_k`` choices among the local experts and their router
 weights, and both weight sets, ``w_gate_up`` ``(experts, 2 x intermediate, hidden)`` as ``[gate;
 up]`` and ``w_down`` ``(experts, hidden, intermediate)``. Every implementation computes the layer's
-output ``(tokens, hidden)`` from them (the router's own GEMM is the same for all and left out):
+output ``(tokens, hidden)`` from them (the router's own GEMM is the same for all and left out;
+so are shared experts, a dense MLP beside the routed ones). The layers (:data:`LAYERS`): the
+course's three under EP=8 and the five of the comparison with vLLM's ``fused_moe``
+(:data:`VLLM_LAYERS`, GLM-5 under EP=8 being the course's GLM 5.3).
+
+The implementations are registered in :mod:`pearl_moe.bench.registry` (``kind="layer"``;
+:func:`layer_impl` looks one up):
 
 * ``pearl``: :func:`pearl_moe.moe.moe_forward` on this package's grouped GEMMs;
 * ``pearl-fused``: the same with ``act(gate) * up`` computed in the gate+up GEMM's epilogue;
@@ -19,10 +26,19 @@ output ``(tokens, hidden)`` from them (the router's own GEMM is the same for all
   the down projection, then the weighted gather-sum (:func:`pearl_moe.moe.combine`);
 * ``sonic``: SonicMoE itself, in its own environment and run (``scripts/layer_runs.sh sonic``).
 
-Where the time goes (``--steps-tokens``): each step of our forward (router, routing metadata,
-gather, gate+up, activation, down, combine, and the fused gate+up that replaces gate+up and
-activation) in a CUDA graph of its own on the previous step's output, all timed together in
-interleaved rounds (:func:`time_layer_steps`); recorded as implementations ``step:<name>``.
+Where the time goes (``--steps-tokens`` in a layer run; ``--steps``, a run of its own): each step
+of our forward (router, routing metadata, gather, gate+up, activation, down, combine, and the fused
+gate+up that replaces gate+up and activation) in a CUDA graph of its own on the previous step's
+output, all timed together in interleaved rounds (:func:`time_layer_steps`); recorded as
+implementations ``step:<name>``. ``--steps`` also times the whole ``pearl-fused`` forward in one
+graph in the same rounds, and profiles one replay of every graph (:func:`graph_trace`: the
+kernels each launches and the idle time between them), so the sum of the steps, the whole layer
+and their difference (what the launches cost) sit side by side
+(:func:`pearl_moe.bench.compare.step_profile`).
+
+Runs are read and written by :mod:`pearl_moe.results` (schema ``pearl-moe-layer/1``), resumed as
+the grouped-GEMM bench's are (:func:`pearl_moe.bench.cli.resume_run`) and summarized by
+:mod:`pearl_moe.bench.compare` (``python -m pearl_moe bench --summarize FILE`` on any machine).
 
 Method, as for the grouped GEMMs (:mod:`pearl_moe.bench.harness`): each implementation is first
 checked on fresh random inputs against a float32 layer (within twice the torch composition's own
@@ -36,8 +52,8 @@ must move at least.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
+import statistics
 import sys
 import time
 import zlib
@@ -45,25 +61,56 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..results import LAYER_SCHEMA
-from ..workloads import MODELS, ROUTINGS, get_model, token_choices
-from . import compare as _compare
+from ..workloads import ROUTINGS, get_model, token_choices
+from . import layer_impls
+from .compare import (  # noqa: F401 - the notebooks' and README tables' names for them
+    DECODE_TOKENS,
+    FLOOR_GOAL,
+    QUACK_GEOMEAN_GOAL,
+    TIE,
+    TORCH_GOAL,
+    cross_run_ratios,
+    layer_summary,
+)
 from .harness import tolerance_for
-from .registry import Implementation, ImplementationUnavailable, Prepared
+from .layer_impls import TORCH_GLUE
+from .registry import Implementation, ImplementationUnavailable, get_impl
 from .verify import relative_error
 
 __all__ = [
     "LayerProblem",
     "LAYER_SCHEMA",
-    "LAYER_IMPLS",
+    "LAYERS",
+    "COURSE_LAYERS",
+    "VLLM_LAYERS",
     "layer_summary",
     "layer_impl",
     "make_layer_inputs",
+    "layer_input_sets",
     "reference_layer",
     "check_layer",
     "time_layers",
+    "time_layer_steps",
+    "step_calls",
+    "graph_trace",
     "layer_problems",
+    "load_layer_run",
     "main",
 ]
+
+#: The layers the bench times, ``(model, EP)``: the course's three under EP=8, then the five of
+#: issue 40's comparison with vLLM's fused_moe at decode (GLM-5 under EP=8 is the course's GLM
+#: 5.3; the others from their public ``config.json``, :data:`pearl_moe.workloads.PUBLIC_MODELS`
+#: and :data:`pearl_moe.workloads.LAYER_MODELS`): Qwen3-30B-A3B's 128 experts, Qwen1.5-MoE-A2.7B's
+#: 60 (its shared expert is left out, as every shared expert is) and Mixtral-8x7B's 8 on one GPU,
+#: DeepSeek-V2's 160 under EP=8 (20 a GPU). None of the public four is in the held-out set
+#: (:mod:`pearl_moe.bench.shape_sets`); Qwen3-30B-A3B and Mixtral-8x7B are in the tuning set.
+COURSE_LAYERS = (("GLM 5.3", 8), ("DeepSeek V4 Pro", 8), ("Kimi K3", 8))
+VLLM_LAYERS = (("Qwen3-30B-A3B", 1), ("Qwen1.5-MoE-A2.7B", 1), ("DeepSeek-V2", 8), ("GLM 5.3", 8),
+               ("Mixtral-8x7B", 1))  # fmt: skip
+LAYERS = tuple(dict.fromkeys(COURSE_LAYERS + VLLM_LAYERS))
+#: ``--models`` names for groups of :data:`LAYERS`.
+LAYER_GROUPS = {"all": LAYERS, "course": COURSE_LAYERS, "vllm": VLLM_LAYERS}
 
 
 @dataclass(frozen=True)
@@ -172,10 +219,34 @@ class LayerProblem:
         return out
 
 
-def layer_problems(models, tokens, routings=("balanced",), skewed_tokens=(), ep: int = 8):
-    """Every model at every token count and routing (plus skewed routing at ``skewed_tokens``)."""
+def layers_of(models, ep: int | None = None) -> list[tuple[str, int]]:
+    """``(model, EP)`` of each entry of ``models`` (a comma list or a list): a group of
+    :data:`LAYER_GROUPS` (``all``, ``course``, ``vllm``), a model's name (``glm``,
+    ``qwen3-30b``, ``(model, EP)``) under its EP in :data:`LAYERS` (else 8), or ``name@EP``;
+    ``ep`` overrides every EP."""
+    if isinstance(models, str):
+        models = [m.strip() for m in models.split(",") if m.strip()]
+    known = dict(LAYERS)
+    out = []
+    for spec in models:
+        if isinstance(spec, tuple):
+            name, at = spec
+        elif spec in LAYER_GROUPS:
+            out += [(m, ep or e) for m, e in LAYER_GROUPS[spec]]
+            continue
+        else:
+            name, _, at = spec.partition("@")
+            at = int(at) if at else None
+        name = get_model(name).name
+        out.append((name, ep or at or known.get(name, 8)))
+    return list(dict.fromkeys(out))
+
+
+def layer_problems(models, tokens, routings=("balanced",), skewed_tokens=(), ep: int | None = None):
+    """Every layer of ``models`` (:func:`layers_of`) at every token count and routing (plus
+    skewed routing at ``skewed_tokens``)."""
     cases = [(t, r) for r in routings for t in tokens] + [(t, "skewed") for t in skewed_tokens]
-    return [LayerProblem(get_model(m).name, t, ep, r) for m in models for t, r in cases]
+    return [LayerProblem(m, t, e, r) for m, e in layers_of(models, ep) for t, r in cases]
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -226,250 +297,10 @@ def reference_layer(inputs: dict):
     return out
 
 
-# ------------------------------------------------------------------------------ impls
-#: The glue of runs that do not record one (before the Triton kernels, all were torch's).
-TORCH_GLUE = "routing metadata and combine: torch operations"
-
-
-def _glue() -> str:
-    """How the routing metadata and the combine ran (recorded with each implementation that uses
-    this package's: ours and the quack composition; the torch composition has its own)."""
-    from ..moe import glue_kernels
-
-    if glue_kernels.available():
-        return (
-            "routing metadata and combine: Triton kernels (pearl_moe.moe.glue_kernels; the "
-            f"metadata up to {glue_kernels.MAX_KERNEL_ROWS} routed rows, torch beyond)"
-        )
-    return TORCH_GLUE
-
-
-def _gemm_choices(inputs: dict, fused: bool, gather: bool = False) -> dict:
-    """The kernels the layer's two grouped GEMMs run by default (:func:`kernels.api.default_choice`,
-    ``"s<stage> <config>"``), recorded with each of our implementations' times; empty where no
-    CUDA device is there to ask."""
-    from ..kernels import api, autotune
-
-    x, w_up, w_down = inputs["x"], inputs["w_gate_up"], inputs["w_down"]
-    if x.device.type != "cuda":
-        return {}
-    rows, experts = inputs["topk_ids"].numel(), w_up.shape[0]
-
-    def label(n, k, activation=None, gather=False):
-        arch, gpu = api.arch_of(x.device), autotune.gpu_name(x.device)
-        stage, config = api.default_choice(arch, n, k, experts, rows, gpu, activation, gather)
-        epi = f" epi_tile_n={config.epi_tile_n}" if arch == "sm_100a" and config.epi_tile_n else ""
-        return f"s{stage} {config.describe()}{epi}"
-
-    calls = {"gate_up_kernel": (*w_up.shape[1:], "swiglu" if fused else None, gather),
-             "down_kernel": tuple(w_down.shape[1:])}  # fmt: skip
-    kernels = {}
-    for key, args in calls.items():
-        try:
-            kernels[key] = label(*args)
-        except Exception as exc:  # bookkeeping must not cost the measurement: say what failed
-            kernels[key] = f"not recorded: {type(exc).__name__}: {exc}"[:300]
-    return kernels
-
-
-def _pearl(inputs: dict) -> Prepared:
-    from ..moe import moe_forward
-
-    def run():
-        return moe_forward(
-            inputs["x"], inputs["w_gate_up"], inputs["w_down"], topk_ids=inputs["topk_ids"],
-            topk_weights=inputs["topk_weights"], backend="pearl", check=False,
-        )  # fmt: skip
-
-    return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)",
-                          "glue": _glue(), **_gemm_choices(inputs, fused=False)})  # fmt: skip
-
-
-def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
-    from ..kernels import interleave_gate_up
-    from ..moe import moe_forward
-
-    w_fused = interleave_gate_up(inputs["w_gate_up"])  # once, as a checkpoint loader would
-
-    def run():
-        return moe_forward(
-            inputs["x"], w_fused, inputs["w_down"], topk_ids=inputs["topk_ids"],
-            topk_weights=inputs["topk_weights"], backend="pearl", check=False,
-            gate_up_layout="interleaved", gather=gather,
-        )  # fmt: skip
-
-    fused, fuses = "activation in the gate+up epilogue", True
-    if gather == "copy":
-        from ..moe.layer import fuses_activation
-
-        rows = inputs["topk_ids"].numel()
-        fuses = fuses_activation(inputs["x"].device, rows, w_fused)
-        if not fuses:
-            fused = ("activation as a pass of its own on the interleaved weights "
-                     "(autotune.fuse_activation: the fused tiles lose more than the pass costs)")  # fmt: skip
-    if gather == "kernel":
-        fused += "; x read through the gather index by the gate+up kernel (no gathered copy)"
-    kernels = _gemm_choices(inputs, fuses, gather == "kernel")
-    return Prepared(run, {"backend": "pearl", "fused": fused, "glue": _glue(), **kernels})
-
-
-def _pearl_gather(inputs: dict) -> Prepared:
-    return _pearl_fused(inputs, gather="kernel")
-
-
-def _torch(inputs: dict) -> Prepared:
-    from ..moe import torch_composition
-
-    def run():
-        return torch_composition(
-            inputs["x"], inputs["w_gate_up"], inputs["w_down"], inputs["topk_ids"],
-            inputs["topk_weights"],
-        )  # fmt: skip
-
-    return Prepared(run, {"composition": "index_select, _grouped_mm, silu*mul, index_add_"})
-
-
-def count_dsl_as_installed(identity, dsl_root: str) -> None:
-    """Make quack fingerprint CuTe DSL's functions by name, wherever the DSL is unpacked.
-
-    quack keys its compile cache on a fingerprint of the epilogue function: it recurses into what
-    the function calls and stops at installed code, which it recognises by a ``site-packages`` or
-    ``dist-packages`` folder in the file's path (``identity._is_extern_function``). The device
-    bundle unpacks the DSL under ``/tmp/site``, so quack recursed into the DSL's own internals and
-    refused their ``ContextVar`` (``epilogue fn depends on <ContextVar name='_LOC_TRANSFORMS'>``):
-    ``gemm_gated`` could not compile. Files under ``dsl_root`` count as installed too, as they
-    would in a pip install. Idempotent."""
-    check = identity._is_extern_function
-    if getattr(check, "dsl_root", None) == dsl_root:
-        return
-    root = os.path.join(os.path.abspath(dsl_root), "")
-
-    def is_extern_function(fn, _check=check):
-        code = getattr(fn, "__code__", None)
-        if code is not None and os.path.abspath(code.co_filename).startswith(root):
-            return True
-        return _check(fn)
-
-    is_extern_function.dsl_root = dsl_root
-    identity._is_extern_function = is_extern_function
-
-
-def _dsl_root() -> str:
-    """The folder that holds the ``cutlass`` package (``.../nvidia_cutlass_dsl``)."""
-    import cutlass
-
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(cutlass.__file__))))
-
-
-def _quack(inputs: dict) -> Prepared:
-    try:
-        from quack.gemm_interface import gemm, gemm_gated
-    except ImportError as exc:
-        raise ImplementationUnavailable(f"quack is not installed ({exc})") from None
-    import torch
-
-    try:  # quack >= 0.6 fingerprints epilogues; older releases have no such module
-        import quack.gemm_runtime.identity as identity
-    except ImportError:
-        pass
-    else:
-        count_dsl_as_installed(identity, _dsl_root())
-
-    from ..moe import combine, route_topk
-
-    experts = inputs["w_gate_up"].shape[0]
-    b_up = inputs["w_gate_up"].mT  # (E, hidden, 2I): [gate; up] along N
-    b_down = inputs["w_down"].mT  # (E, I, hidden)
-
-    def run():
-        routing = route_topk(inputs["topk_ids"], inputs["topk_weights"], experts, check=False)
-        cu = torch.nn.functional.pad(routing.offsets, (1, 0))
-        _, a = gemm_gated(
-            inputs["x"], b_up, activation="swiglu", cu_seqlens_m=cu,
-            A_idx=routing.token_of_row.to(torch.int32), store_preact=False,
-            concat_layout=("B",), tuned=True,
-        )  # fmt: skip
-        y = gemm(a, b_down, cu_seqlens_m=cu, tuned=True)
-        return combine(y, routing)
-
-    return Prepared(
-        run,
-        {
-            "composition": "gemm_gated (A_idx gather, swiglu), varlen gemm, gather-sum",
-            "glue": _glue(),
-        },  # fmt: skip
-    )
-
-
-def _sonic(inputs: dict) -> Prepared:
-    """SonicMoE's forward from given top-k choices (``moe_general_routing_inputs``: its routing
-    metadata, its gated up projection gathering ``x`` rows, its down projection with the weighted
-    combine). It needs its own environment (it pins CuTe DSL 4.4.2; ours is 4.8.1), so it runs in
-    a process of its own: ``bash .device_sonic/run.sh python3 -m pearl_moe layer --impls sonic``
-    (:file:`scripts/sonic_bundle.sh` builds that folder), and its times compare with the other
-    implementations' across runs only."""
-    try:
-        import sonicmoe
-        from sonicmoe.enums import ActivationType
-        from sonicmoe.functional import moe_general_routing_inputs
-    except ImportError as exc:
-        raise ImplementationUnavailable(
-            f"sonic-moe is not importable here ({exc}); it runs in its own environment: "
-            "bash .device_sonic/run.sh python3 -m pearl_moe layer --impls sonic"
-        ) from None
-    import torch
-
-    w = inputs["w_gate_up"]
-    experts, two_i, hidden = w.shape
-    half = two_i // 2
-    # SonicMoE's default layout interleaves gate and up rows one by one: converted once, as a
-    # checkpoint loader would (not timed), like pearl-fused's blocks of 8
-    w1 = torch.stack((w[:, :half], w[:, half:]), dim=2).reshape(experts, two_i, hidden)
-    w1 = w1.permute(1, 2, 0)  # (2I, H, E): SonicMoE's view of the expert weights
-    w2 = inputs["w_down"].permute(1, 2, 0)  # (H, I, E)
-    ids, weights = inputs["topk_ids"], inputs["topk_weights"]
-    tokens, top_k = ids.shape
-    # the token of every (token, choice) pair, ascending: a function of the shape alone
-    token_of_pair = torch.arange(tokens, device=ids.device).repeat_interleave(top_k).int()
-
-    def run():
-        out, _ = moe_general_routing_inputs(
-            inputs["x"], weights.reshape(-1).float(), token_of_pair, ids.reshape(-1).int(),
-            w1, None, w2, None, experts, torch.cuda.current_stream().cuda_stream,
-            ActivationType.SWIGLU, is_inference_mode_enabled=True,
-        )  # fmt: skip
-        return out
-
-    return Prepared(run, {
-        "composition": "SonicMoE moe_general_routing_inputs (interleaved gate/up rows)",
-        "sonic_moe": getattr(sonicmoe, "__version__", "?"),
-        "environment": "its own: CuTe DSL 4.4.2 and quack 0.3.x (times compare across runs)",
-    })  # fmt: skip
-
-
-#: name -> (prepare(inputs) -> Prepared, what it is)
-LAYER_IMPLS = {
-    "pearl": (_pearl, "moe_forward on pearl-moe's grouped GEMMs (unfused steps between them)"),
-    "pearl-fused": (
-        _pearl_fused,
-        "moe_forward on pearl-moe's grouped GEMMs, the activation fused into the gate+up epilogue "
-        "where autotune.fuse_activation says so",
-    ),
-    "pearl-gather": (
-        _pearl_gather,
-        "pearl-fused with the token gather in the gate+up kernel's producer (no gathered copy)",
-    ),
-    "torch": (_torch, "torch composition: index_select, _grouped_mm, silu*mul, index_add_"),
-    "quack": (_quack, "quack gemm_gated with gathered A + varlen gemm + gather-sum (SonicMoE's)"),
-    "sonic": (_sonic, "SonicMoE itself (its own environment and run: compare across runs)"),
-}
-
-
 def layer_impl(name: str) -> Implementation:
-    if name not in LAYER_IMPLS:
-        raise ValueError(f"unknown layer implementation {name!r}; known: {', '.join(LAYER_IMPLS)}")
-    prepare, about = LAYER_IMPLS[name]
-    return Implementation(name, prepare, {}, about)
+    """The layer implementation registered as ``name`` (:mod:`pearl_moe.bench.layer_impls`;
+    KeyError for an unknown name)."""
+    return get_impl(name, kind="layer")
 
 
 # ------------------------------------------------------------------------------ check, time
@@ -552,7 +383,7 @@ def _fault(name: str | None, problem, exc: BaseException) -> DeviceFault:
     return fault
 
 
-def _layer_input_sets(problem: LayerProblem, device, seed: int) -> list[dict]:
+def layer_input_sets(problem: LayerProblem, device, seed: int) -> list[dict]:
     """Enough input sets that cycling through them moves 4x the L2 (a problem that fits in L2 is
     then not timed from cache), each from :func:`make_layer_inputs`."""
     import torch
@@ -598,6 +429,31 @@ def _time_graphs(
     return timers, timings, failed
 
 
+def _whole_layer(impl, inputs: list):
+    """A builder for :func:`_time_graphs`: ``impl`` prepared on every input set, call ``i`` on
+    set ``i % sets``."""
+
+    def build():
+        runs = [impl.prepare(inp) for inp in inputs]
+        return (lambda i: runs[i % len(inputs)].run()), runs[0].config
+
+    return build
+
+
+def _check_replayed(timers: dict, timings: dict, inputs: list) -> None:
+    """Set each timing's ``outputs_ok``: every input set's output the graph left behind within
+    2% of the float32 layer (:func:`reference_layer`)."""
+    refs = [reference_layer(inp) for inp in inputs] if timers else []
+    for name, timer in timers.items():
+        bad = [s for s, (out, ref) in enumerate(zip(timer.outputs, refs, strict=True))
+               if relative_error(out, ref) > 0.02]  # fmt: skip
+        timings[name].outputs_ok = not bad
+        timings[name].outputs_message = (
+            f"input sets {bad} wrong after the replays" if bad
+            else f"{len(inputs)} input set(s) checked after the timed replays"
+        )  # fmt: skip
+
+
 def time_layers(
     impls: dict, problem: LayerProblem, rounds: int = 6, reps: int = 5, launches: int = 10,
     device="cuda", seed: int = 100, warmup_replays: int = 1,
@@ -605,30 +461,14 @@ def time_layers(
     """Time the layer implementations together: each in its own CUDA graph over rotating input
     sets (enough to cycle 4x the L2), interleaved rounds (:func:`harness.run_rounds`), outputs
     checked after the replays. ``{name: (Timing or exception, config)}``."""
-    inputs = _layer_input_sets(problem, device, seed)
-    sets = len(inputs)
-
-    def builder(impl):
-        def build():
-            runs = [impl.prepare(inp) for inp in inputs]
-            return (lambda i: runs[i % sets].run()), runs[0].config
-
-        return build
-
+    inputs = layer_input_sets(problem, device, seed)
     timers, timings, failed = _time_graphs(
-        {name: builder(impl) for name, impl in impls.items()}, problem, inputs,
-        max(launches, sets), rounds, reps, warmup_replays, device, problem.id,
+        {name: _whole_layer(impl, inputs) for name, impl in impls.items()}, problem, inputs,
+        max(launches, len(inputs)), rounds, reps, warmup_replays, device, problem.id,
     )  # fmt: skip
+    _check_replayed(timers, timings, inputs)
     results = {name: (exc, {}) for name, exc in failed.items()}
-    refs = [reference_layer(inp) for inp in inputs] if timers else []
-    for name, timer in timers.items():
-        timing = timings[name]
-        bad = [s for s, (out, ref) in enumerate(zip(timer.outputs, refs, strict=True))
-               if relative_error(out, ref) > 0.02]  # fmt: skip
-        timing.outputs_ok = not bad
-        timing.outputs_message = (f"input sets {bad} wrong after the replays" if bad else
-                                  f"{sets} input set(s) checked after the timed replays")  # fmt: skip
-        results[name] = (timing, timer.config)
+    results.update({name: (timings[name], timer.config) for name, timer in timers.items()})
     return {name: results[name] for name in impls}
 
 
@@ -637,6 +477,9 @@ def time_layers(
 #: ``gate+up`` and ``activation`` together when the activation is fused into the epilogue.
 STEPS = ("router", "metadata", "gather", "gate+up", "activation", "down", "combine",
          "gate+up (fused)")  # fmt: skip
+#: The steps the step profile (``--steps``) times: the layer's own (the router is not the layer's:
+#: every implementation is given its choices).
+PROFILE_STEPS = STEPS[1:]
 
 
 def step_calls(inputs: dict, backend: str = "pearl") -> dict:
@@ -680,26 +523,97 @@ def step_calls(inputs: dict, backend: str = "pearl") -> dict:
 
 def time_layer_steps(
     problem: LayerProblem, rounds: int = 6, reps: int = 5, launches: int = 10, device="cuda",
-    seed: int = 200, backend: str = "pearl", warmup_replays: int = 1,
+    seed: int = 200, backend: str = "pearl", warmup_replays: int = 1, steps=None,
+    impls: dict | None = None, trace: bool = False,
 ) -> dict:  # fmt: skip
-    """Where the time of our forward goes: each step of :func:`step_calls` in a CUDA graph of its
-    own over as many rotating input sets as the whole layer's timing uses, all steps timed
-    together in interleaved rounds. ``{step: Timing or exception}``. A step that reads few bytes
-    (the router, the metadata) finds them in L2 across the sets, as it would inside the layer."""
-    inputs = _layer_input_sets(problem, device, seed)
+    """Where the time of our forward goes: each step of :func:`step_calls` (those in ``steps``,
+    default all) in a CUDA graph of its own over as many rotating input sets as the whole layer's
+    timing uses, and each of ``impls`` (whole layers, outputs checked after the replays as in
+    :func:`time_layers`) in a graph of its own, all timed together in interleaved rounds.
+    ``{name: Timing or exception}``, the steps first; a whole layer's timing also carries its
+    prepared call's config (``timing.config``). With ``trace``, each timing also carries the
+    kernels one call of its graph launches and the idle time between them (:func:`graph_trace`,
+    as ``timing.trace``). A step that reads few bytes (the router, the
+    metadata) finds them in L2 across the sets, as it would inside the layer."""
+    inputs = layer_input_sets(problem, device, seed)
     sets = len(inputs)
     per_set = [step_calls(inp, backend) for inp in inputs]
+    names = [s for s in per_set[0] if steps is None or s in steps]
 
     def builder(step):
         config = {"step": step, "backend": backend}
         return lambda: ((lambda i: per_set[i % sets][step]()), config)
 
-    _, timings, failed = _time_graphs(
-        {step: builder(step) for step in per_set[0]}, problem, inputs, max(launches, sets),
-        rounds, reps, warmup_replays, device, f"{problem.id} steps", label=lambda s: f"step:{s}",
+    builders = {step: builder(step) for step in names}
+    builders.update({name: _whole_layer(impl, inputs) for name, impl in (impls or {}).items()})
+
+    def label_of(name):
+        return name if name in (impls or {}) else f"step:{name}"
+
+    timers, timings, failed = _time_graphs(
+        builders, problem, inputs, max(launches, sets), rounds, reps, warmup_replays, device,
+        f"{problem.id} steps", label=label_of,
     )  # fmt: skip
+    layers = {n: t for n, t in timers.items() if n in (impls or {})}
+    _check_replayed(layers, timings, inputs)
+    for name, timer in layers.items():
+        timings[name].config = timer.config
+    for name, timer in timers.items() if trace else ():
+        try:
+            timings[name].trace = graph_trace(timer.graph, timer.launches)
+        except Exception as exc:  # the profiler's bookkeeping must not cost the measurement
+            if device_fault(exc, device):
+                raise _fault(label_of(name), problem, exc) from exc
+            timings[name].trace = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     results = {**failed, **timings}
-    return {step: results[step] for step in per_set[0]}
+    return {name: results[name] for name in builders}
+
+
+def graph_kernels(graph, replays: int = 2) -> list[tuple[str, float, float]]:
+    """``(name, start_us, duration_us)`` of every kernel, memset and copy that ``replays``
+    replays of the captured ``graph`` ran on the GPU, in start order: a ``torch.profiler``
+    session (CUPTI's activity records; clocks left free) after one untimed replay."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    ran = [(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+           if e.device_type.name == "CUDA"]  # fmt: skip
+    return sorted(ran, key=lambda e: e[1])
+
+
+def call_trace(events: list, calls: int) -> dict:
+    """What one call of a graph launched, from the ``events`` (:func:`graph_kernels`) of
+    ``calls`` calls in a row: ``launches`` (kernels, memsets and copies a call), per launch its
+    name and median duration (``kernels``) and the median idle time from its end to the next
+    launch's start (``gaps_us``; the last: to the next call's first), and their sums per call,
+    ``busy_us`` and ``idle_us``. Where the events do not split into equal calls of the same
+    launches (``launches`` None), only the totals per call."""
+    n = len(events)
+    busy = sum(e[2] for e in events)
+    ends = [(events[i + 1][1] - events[i][1] - events[i][2]) for i in range(n - 1)]
+    out = {"calls": calls, "busy_us": busy / max(calls, 1), "idle_us": sum(ends) / max(calls, 1)}
+    k = n // calls if calls and n % calls == 0 else 0
+    names = [e[0] for e in events[:k]]
+    if not k or any([e[0] for e in events[c * k : (c + 1) * k]] != names for c in range(calls)):
+        return {"launches": None, **out}
+    dur = [statistics.median(events[c * k + i][2] for c in range(calls)) for i in range(k)]
+    gaps = [statistics.median([ends[c * k + i] for c in range(calls) if c * k + i < n - 1])
+            for i in range(k) if calls > 1 or i < k - 1]  # fmt: skip
+    return {"launches": k, "calls": calls, "busy_us": sum(dur), "idle_us": sum(gaps),
+            "kernels": [{"name": name[:80], "us": us} for name, us in zip(names, dur, strict=True)],
+            "gaps_us": gaps}  # fmt: skip
+
+
+def graph_trace(graph, launches: int, replays: int = 2) -> dict:
+    """:func:`call_trace` of ``replays`` profiled replays of ``graph``, which holds ``launches``
+    calls: the kernels one call launches and the idle time between them inside the graph."""
+    return call_trace(graph_kernels(graph, replays), replays * launches)
 
 
 # ------------------------------------------------------------------------------ records, CLI
@@ -713,130 +627,75 @@ def _record(problem: LayerProblem, name: str, status: str, ceilings: dict, **fie
     return rec
 
 
-def validate_layer_run(run: dict) -> dict:
-    """Raise ``ValueError`` unless ``run`` is a layer run every record of which names a problem."""
-    if run.get("schema") != LAYER_SCHEMA:
-        raise ValueError(f"not a {LAYER_SCHEMA} run (schema={run.get('schema')!r})")
-    for key in ("env", "ceilings", "problems", "records"):
-        if key not in run:
-            raise ValueError(f"layer run lacks {key!r}")
-    ids = {p["id"] for p in run["problems"]}
-    for rec in run["records"]:
-        if rec.get("problem") not in ids:
-            raise ValueError(
-                f"record {rec.get('impl')} names an unknown problem {rec.get('problem')}"
-            )
-        if rec.get("status") == "ok" and "time" not in rec:
-            raise ValueError(f"ok record {rec['impl']} on {rec['problem']} has no time")
-    return run
+def _timed_record(problem, name: str, timing, config: dict, ceilings: dict, check=None) -> dict:
+    """The record of one timed graph (a layer's, or a step's: ``name`` ``step:<step>``): an
+    error where it raised; incorrect where its outputs failed the check after the replays;
+    its kernel trace where it was profiled (``trace``)."""
+    if isinstance(timing, Exception):
+        return _record(problem, name, "error", ceilings,
+                       message=f"{type(timing).__name__}: {timing}"[:300])  # fmt: skip
+    fields = {"time": timing.as_dict(), "config": config}
+    if check is not None:
+        fields["correctness"] = {"rel_err": check[2], "message": check[1]}
+    if getattr(timing, "trace", None):
+        fields["trace"] = timing.trace
+    return _record(problem, name, "incorrect" if timing.outputs_ok is False else "ok", ceilings,
+                   **fields)  # fmt: skip
 
 
-#: The layer benchmark's goals: at decode (up to DECODE_TOKENS tokens per GPU) the fused layer
-#: within FLOOR_GOAL x its floor and at least TORCH_GOAL x faster than the torch composition;
-#: over every shape a geometric mean of at most QUACK_GEOMEAN_GOAL against quack's composition,
-#: and no shape above TIE (what one run resolves, :data:`pearl_moe.bench.compare.TIE`).
-DECODE_TOKENS = 256
-FLOOR_GOAL = 1.10
-TORCH_GOAL = 1.5
-QUACK_GEOMEAN_GOAL = 0.95
-TIE = _compare.TIE
+def _checked(impls: dict, problem: LayerProblem, ceilings: dict) -> tuple[dict, dict, list]:
+    """``(checks, good, records)``: :func:`check_layer` of every implementation, those that
+    passed, and the records of those that did not (unavailable or incorrect)."""
+    checks = check_layer(impls, problem)
+    good = {n: impls[n] for n, (ok, _, _) in checks.items() if ok}
+    records = [_record(problem, n, "unavailable" if ok is None else "incorrect", ceilings,
+                       message=message) for n, (ok, message, _) in checks.items() if not ok]  # fmt: skip
+    return checks, good, records
 
 
-def layer_summary(run: dict, ours: str = "pearl-fused") -> dict:
-    """Per problem, ``ours`` against the floor and against each other implementation (ratios
-    paired round by round, :func:`pearl_moe.bench.compare.paired_ratio`), and the goals judged
-    over the run. ``{"rows": [...], "goals": {...}, "impls": [...]}``; a goal is None where the
-    run has nothing to judge it on."""
-    from .compare import geomean, paired_ratio
-
-    ok = {(r["problem"], r["impl"]): r for r in run["records"] if r.get("status") == "ok"}
-    others = sorted({i for _, i in ok if i != ours and not i.startswith("step:")})
-    rows = []
-    for p in run["problems"]:
-        mine = ok.get((p["id"], ours))
-        row = {"problem": p["id"], "model": p["model"], "tokens": p["tokens_per_gpu"],
-               "routing": p["routing"], "floor_us": p.get("floor_us"), "us": {}, "vs": {}}  # fmt: skip
-        for impl in [ours, *others]:
-            rec = ok.get((p["id"], impl))
-            if rec is not None:
-                row["us"][impl] = rec["time"]["median_us"]
-                if mine is not None and impl != ours:
-                    row["vs"][impl] = paired_ratio(mine, rec)
-        if mine is not None and row["floor_us"]:
-            row["of_floor"] = mine["time"]["median_us"] / row["floor_us"]
-        rows.append(row)
-    decode = [r for r in rows if r["tokens"] <= DECODE_TOKENS and "of_floor" in r]
-    vs_quack = [r["vs"]["quack"]["ratio"] for r in rows if "quack" in r["vs"]]
-    vs_torch = [r["vs"]["torch"]["ratio"] for r in decode if "torch" in r["vs"]]
-    goals = {
-        "decode_worst_of_floor": max((r["of_floor"] for r in decode), default=None),
-        "quack_geomean": geomean(vs_quack) if vs_quack else None,
-        "quack_worst": max(vs_quack, default=None),
-        "quack_above_tie": sum(v > TIE for v in vs_quack),
-        "quack_shapes": len(vs_quack),
-        "decode_speedup_over_torch": 1 / geomean(vs_torch) if vs_torch else None,
-        "missing": [r["problem"] for r in rows if ours not in r["us"]],
-    }
-    g = goals
-    goals["met"] = {
-        "floor": None if g["decode_worst_of_floor"] is None
-        else g["decode_worst_of_floor"] <= FLOOR_GOAL,
-        "quack": None if g["quack_geomean"] is None
-        else g["quack_geomean"] <= QUACK_GEOMEAN_GOAL and g["quack_above_tie"] == 0,
-        "torch": None if g["decode_speedup_over_torch"] is None
-        else g["decode_speedup_over_torch"] >= TORCH_GOAL,
-    }  # fmt: skip
-    return {"rows": rows, "goals": goals, "impls": [ours, *others], "ours": ours}
+def measure_problem(problem, impls: dict, args, ceilings: dict, steps_tokens=()) -> list[dict]:
+    """A layer run's records of one problem: every implementation checked, then those that
+    passed timed together (:func:`time_layers`); at ``steps_tokens`` (balanced routing, in a run
+    that times ours) also each step of our forward (:func:`time_layer_steps`)."""
+    checks, good, records = _checked(impls, problem, ceilings)
+    timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
+    steps = {}
+    ours = any(name.startswith("pearl") for name in impls)  # SonicMoE's run has no forward of ours
+    if ours and problem.routing == "balanced" and problem.tokens in steps_tokens:
+        steps = time_layer_steps(problem, args.rounds, args.reps)
+    for n, (timing, config) in timed.items():
+        records.append(_timed_record(problem, n, timing, config, ceilings, checks[n]))
+    for step, timing in steps.items():
+        records.append(_timed_record(problem, f"step:{step}", timing, {"step": step}, ceilings))
+    return records
 
 
-def load_layer_run(
-    gpu: str = "H200", root: Path | None = None, name: str = "moe_layer"
-) -> dict | None:
-    """The layer run ``results/<gpu>/<name>.json`` (a run of this machine's) or else the
-    committed ``<name>.json.gz``, validated; None when there is neither (the order
-    :func:`pearl_moe.results.load_run` reads bench runs in). ``name="moe_layer_sonic"`` is
-    SonicMoE's run of its own."""
-    from ..results import read_json, run_path
-
-    path = run_path(gpu, name, root)
-    return validate_layer_run(read_json(path)) if path.exists() else None
-
-
-def cross_run_ratios(run: dict, other: dict, impl: str, ours: str = "pearl-fused") -> list[dict]:
-    """Per problem both runs measured, ``ours`` in ``run`` against ``impl`` in ``other`` (a run
-    in another environment, such as SonicMoE's): the ratio of the two medians. Not paired round
-    by round, so it resolves less than a ratio within one run (the same kernel moved up to 7% between
-    batches of runs on the H200, ``experiments/reproducibility``); each row also gives the ratios
-    of the two runs' read and bf16 ceilings, what the machine did between them. Runs on different
-    GPUs are refused."""
-
-    def times(r, name):
-        return {rec["problem"]: rec["time"]["median_us"] for rec in r["records"]
-                if rec["impl"] == name and rec.get("status") == "ok"}  # fmt: skip
-
-    if run["env"].get("gpu") != other["env"].get("gpu"):
-        raise ValueError(
-            f"runs on different GPUs ({run['env'].get('gpu')} and {other['env'].get('gpu')}): "
-            "their times do not compare"
-        )
-    mine, theirs = times(run, ours), times(other, impl)
-    ceilings = {key: other["ceilings"][key] / run["ceilings"][key]
-                for key in ("read_bytes_per_s", "bf16_flops_per_s")}  # fmt: skip
-    return [{"problem": p["id"], "model": p["model"], "tokens": p["tokens_per_gpu"],
-             "routing": p["routing"], "ours_us": mine[p["id"]], "theirs_us": theirs[p["id"]],
-             "ratio": mine[p["id"]] / theirs[p["id"]],
-             "read_ceiling_ratio": ceilings["read_bytes_per_s"],
-             "bf16_ceiling_ratio": ceilings["bf16_flops_per_s"]}
-            for p in run["problems"] if p["id"] in mine and p["id"] in theirs]  # fmt: skip
+def profile_problem(problem, impls: dict, args, ceilings: dict, steps_tokens=()) -> list[dict]:
+    """A step profile's records of one problem (``--steps``): the implementations checked, then
+    each step of our forward and each whole layer that passed in a CUDA graph of its own, timed
+    together, and one replay of every graph profiled (:func:`time_layer_steps` with
+    ``trace``)."""
+    checks, good, records = _checked(impls, problem, ceilings)
+    timed = time_layer_steps(problem, args.rounds, args.reps, steps=PROFILE_STEPS, impls=good,
+                             trace=True)  # fmt: skip
+    for name, timing in timed.items():
+        if name in good:
+            config = getattr(timing, "config", {})
+            records.append(_timed_record(problem, name, timing, config, ceilings, checks[name]))
+        else:
+            records.append(_timed_record(problem, f"step:{name}", timing, {"step": name},
+                                         ceilings))  # fmt: skip
+    return records
 
 
 def problem_rank(entry: dict) -> tuple:
-    """Where a problem entry sits in a layer run's table: the models in :data:`MODELS`' order,
-    each model's balanced problems by tokens, then its skewed ones (the order
-    :func:`layer_problems` makes them in); a model outside :data:`MODELS` after those."""
-    names = list(MODELS)
-    model = names.index(entry["model"]) if entry["model"] in names else len(names)
-    return (model, entry["routing"] != "balanced", entry["routing"], entry["tokens_per_gpu"])
+    """Where a problem entry sits in a layer run's table: the layers in :data:`LAYERS`' order
+    (a layer outside it after those), each layer's balanced problems by tokens, then its skewed
+    ones (the order :func:`layer_problems` makes them in)."""
+    layers = list(LAYERS)
+    at = (entry["model"], entry["ep"])
+    return (layers.index(at) if at in layers else len(layers), entry["routing"] != "balanced",
+            entry["routing"], entry["tokens_per_gpu"])  # fmt: skip
 
 
 def in_order(run: dict) -> dict:
@@ -849,34 +708,57 @@ def in_order(run: dict) -> dict:
     return run
 
 
-def write_layer_run(run: dict, path: Path) -> Path:
-    """Validate and write ``run`` in the bench's compact form (one problem or record a line)."""
-    from ..results import dumps_run
+def load_layer_run(
+    gpu: str = "H200", root: Path | None = None, name: str = "moe_layer"
+) -> dict | None:
+    """The layer run ``results/<gpu>/<name>.json`` (a run of this machine's) or else the
+    committed ``<name>.json.gz``, validated; None when there is neither
+    (:func:`pearl_moe.results.load_run`). ``name="moe_layer_sonic"`` is SonicMoE's run of its
+    own, ``"moe_layer_steps"`` the step profile."""
+    from ..results import load_run
 
-    validate_layer_run(run)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_run(run))
-    return path
+    return load_run(gpu, name, root, missing_ok=True)
+
+
+#: What a layer run defaults to, and a step profile (``--steps``).
+LAYER_DEFAULTS = {"tokens": "1,16,64,256,1024,4096", "skewed_tokens": "64",
+                  "impls": "pearl,pearl-fused,pearl-gather,torch,quack"}  # fmt: skip
+STEP_DEFAULTS = {"tokens": "1,16,256", "skewed_tokens": "", "impls": "pearl-fused"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pearl_moe layer",
                                 description="Check, then time, whole MoE layers on this GPU.")  # fmt: skip
-    p.add_argument("--models", default="all", help="comma list of model names, or 'all'")
-    p.add_argument("--tokens", default="1,16,64,256,1024,4096", help="tokens per GPU")
-    p.add_argument("--skewed-tokens", default="64", help="also skewed routing at these counts")
+    p.add_argument(
+        "--steps",
+        action="store_true",
+        help="the step profile instead: each step of our forward and the whole pearl-fused layer "
+        "in CUDA graphs of their own, timed together and profiled (run kind moe_layer_steps; "
+        "defaults: --tokens 1,16,256 --skewed-tokens '' --impls pearl-fused)",
+    )
+    p.add_argument(
+        "--models",
+        default="all",
+        help="comma list: all, course, vllm (groups of LAYERS) or model names, each at its EP in "
+        "LAYERS (else --ep, else 8) or as NAME@EP",
+    )
+    p.add_argument("--tokens", default=None, help=f"tokens per GPU ({LAYER_DEFAULTS['tokens']})")
+    p.add_argument("--skewed-tokens", default=None, help="also skewed routing at these counts (64)")
     p.add_argument(
         "--steps-tokens",
         default="1,64,4096",
-        help="at these token counts (balanced routing) also time each step of our forward "
-        "(records step:<name>); empty for none",
+        help="in a layer run: at these token counts (balanced routing) also time each step of "
+        "our forward (records step:<name>); empty for none",
     )
-    p.add_argument("--ep", type=int, default=8)
-    p.add_argument("--impls", default="pearl,pearl-fused,pearl-gather,torch,quack")
+    p.add_argument("--ep", type=int, default=None, help="one EP degree for every layer")
+    p.add_argument("--impls", default=None, help=f"comma list ({LAYER_DEFAULTS['impls']})")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument(
-        "--out", default=None, help="output .json (default results/<GPU>/moe_layer.json)"
+        "--out",
+        default=None,
+        help="output .json or .json.gz (default results/<GPU>/moe_layer.json, with --steps "
+        "moe_layer_steps.json)",
     )
     p.add_argument("--deadline-s", type=float, default=None, help="start no problem after this")
     p.add_argument(
@@ -891,29 +773,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         "again (what they had is listed in env.edits with --why)",
     )
     p.add_argument("--why", default="", help="why --remeasure measures them again (env.edits)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for key, value in (STEP_DEFAULTS if args.steps else LAYER_DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def _glue_of(run: dict) -> str:
     """How a run's routing metadata and combine ran (``env.glue``; runs before it was recorded
     used torch's)."""
     return run["env"].get("glue", TORCH_GLUE)
-
-
-def _check_remeasure(path: Path, ids: list[str], why: str, glue: str) -> None:
-    """Raise ``ValueError`` unless the run at ``path`` exists, can be resumed with this glue
-    (:func:`resume_layer_run`), holds every id and ``why`` is given (``--remeasure``)."""
-    from ..results import read_json
-
-    if not path.exists():
-        raise ValueError(f"--remeasure: no run at {path} to resume")
-    old = validate_layer_run(read_json(path))
-    if _glue_of(old) != glue:
-        raise ValueError(
-            f"--remeasure: {path} was measured with other glue ({_glue_of(old)}): it is not "
-            "resumed, so nothing in it can be measured again"
-        )
-    _check_dropped(old, ids, why)
 
 
 def _check_dropped(run: dict, ids: list[str], why: str) -> None:
@@ -931,6 +801,8 @@ def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
     and the median times it had, so the file says what it replaced. Until the part measures a
     dropped problem it is also in ``env.skipped_problems`` (a deadline or a fault may come
     first)."""
+    from .cli import drop_problems
+
     _check_dropped(run, ids, why)
     env = run["env"]
     for pid in ids:
@@ -946,58 +818,54 @@ def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
         skipped = env.setdefault("skipped_problems", [])
         if pid not in skipped:
             skipped.append(pid)
-    run["problems"] = [p for p in run["problems"] if p["id"] not in ids]
-    run["records"] = [r for r in run["records"] if r["problem"] not in ids]
-    return run
+    return drop_problems(run, set(ids))
 
 
-def resume_layer_run(path: Path, run: dict) -> dict:
-    """The layer run recorded at ``path``, continued by ``run`` (this command's head: env and
-    probed ceilings). The first part's ceilings stay the run's, so every problem's floor uses the
-    same ones; ``env.parts`` lists each part (date, command, probed ceilings, problems). A run
-    whose ``env.glue`` differs from this one's (the routing metadata and the combine ran another
-    way) is not continued: ``run`` is returned as it is, and the run starts again."""
-    import json
+def _precompile(problems, impls: dict):
+    """Compile the kernels our implementations' default calls run on ``problems`` (both GEMMs,
+    the gate+up with and without the fused activation, and with the gather where
+    ``pearl-gather`` runs) into the disk cache in the background; the thread, or None (none of
+    ours runs, the cache is off, or the picks could not be asked: the run compiles them)."""
+    ours = [n for n in impls if n.startswith("pearl")]
+    if not ours:
+        return None
+    from .cli import pick_requests, precompile_in_background
 
-    old = validate_layer_run(json.loads(path.read_text()))
-    if old["env"].get("gpu") != run["env"].get("gpu"):
-        raise ValueError(
-            f"--resume: {path} was measured on {old['env'].get('gpu')}, this GPU is "
-            f"{run['env'].get('gpu')}"
-        )
-    if _glue_of(old) != _glue_of(run):
-        # the routing metadata and the combine ran another way there: its times do not mix
-        print(f"--resume: {path} was measured with other glue ({_glue_of(old)}); starting a new "
-              "run", flush=True)  # fmt: skip
-        return run
-    first = {"date": old["env"].get("date"), "command": old["env"].get("command"),
-             "ceilings": old["ceilings"], "problems": [p["id"] for p in old["problems"]]}  # fmt: skip
-    parts = old["env"].get("parts") or [first]
-    env = dict(run["env"])
-    env["parts"] = [*parts, {"date": env.get("date"), "command": env.get("command"),
-                             "ceilings": run["ceilings"], "problems": []}]  # fmt: skip
-    if old["env"].get("faults"):  # what faulted in earlier parts stays on record
-        env["faults"] = list(old["env"]["faults"])
-    if old["env"].get("skipped_problems"):  # left for later until a part measures them
-        env["skipped_problems"] = list(old["env"]["skipped_problems"])
-    if old["env"].get("edits"):  # what was changed by hand or dropped stays on record
-        env["edits"] = list(old["env"]["edits"])
-    return {**run, "env": env, "ceilings": old["ceilings"], "problems": old["problems"],
-            "records": old["records"]}  # fmt: skip
+    calls = []
+    for p in problems:
+        n, h, i, e, rows = 2 * p.intermediate, p.hidden, p.intermediate, p.experts, p.rows
+        calls += [(n, h, e, rows, "swiglu"), (n, h, e, rows), (h, i, e, rows)]
+        if "pearl-gather" in ours:
+            calls.append((n, h, e, rows, "swiglu", True))
+    try:
+        return precompile_in_background(lambda: pick_requests(calls), "the layers'")
+    except Exception as exc:  # bookkeeping must not cost the measurement
+        print(f"not precompiling the layers' kernels: {type(exc).__name__}: {exc}"[:300])
+        return None
+
+
+#: What a step profile adds to the method (``method`` of a ``moe_layer_steps`` run).
+PROFILE_METHOD = (
+    "Step profile: each step of our forward (pearl_moe.bench.layer.step_calls, on the previous "
+    "step's output) and each whole layer in a CUDA graph of its own over the same rotating input "
+    "sets, all timed together in interleaved rounds; then one replay of every graph profiled "
+    "(torch.profiler, CUPTI; clocks free): the kernels one call launches, their durations and "
+    "the idle time between them. The gap is the whole layer's time less the sum of the steps it "
+    "runs. "
+)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    models = list(MODELS) if args.models == "all" else args.models.split(",")
     ints = lambda s: [int(t) for t in s.split(",") if t.strip()]  # noqa: E731
-    problems = layer_problems(models, ints(args.tokens), ("balanced",), ints(args.skewed_tokens),
-                              args.ep)  # fmt: skip
+    problems = layer_problems(args.models, ints(args.tokens), ("balanced",),
+                              ints(args.skewed_tokens), args.ep)  # fmt: skip
+    every = list(problems)
     steps_tokens = set(ints(args.steps_tokens))
-    covered = {p.id for p in problems}
     remeasure = [i for i in args.remeasure.split(",") if i]
     if remeasure and not args.resume:
         raise ValueError("--remeasure drops problems of the run it resumes: it needs --resume")
-    uncovered = [i for i in remeasure if i not in covered]
+    uncovered = [i for i in remeasure if i not in {p.id for p in problems}]
     if uncovered:
         raise ValueError(
             f"--remeasure: {uncovered} are not among this "
@@ -1009,34 +877,56 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: no CUDA GPU is visible: `layer` times MoE layers on a GPU", file=sys.stderr)
         return 2
-    from ..results import environment
-    from .cli import default_out
+    from ..results import environment, read_run, write_run
+    from .cli import check_resumable, default_out, resume_run
+    from .compare import format_step_profile, layer_text, step_profile
     from .harness import measure_ceilings
 
     impls = {name: layer_impl(name) for name in args.impls.split(",")}
-    out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), "moe_layer")
-    glue = _glue()
-    if remeasure:  # refused before the ceilings are probed and anything is timed
-        _check_remeasure(out, remeasure, args.why, glue)
+    kind = "moe_layer_steps" if args.steps else "moe_layer"
+    out = Path(args.out) if args.out else default_out(torch.cuda.get_device_name(), kind)
+    glue = layer_impls.glue()
+    recorded = read_run(out) if args.resume and out.exists() else None
+    if remeasure and recorded is None:
+        raise ValueError(f"--remeasure: no run at {out} to resume")
+    if recorded is not None and _glue_of(recorded) != glue:
+        if remeasure:  # refused before the ceilings are probed and anything is timed
+            raise ValueError(
+                f"--remeasure: {out} was measured with other glue ({_glue_of(recorded)}): it is "
+                "not resumed, so nothing in it can be measured again"
+            )
+        # the routing metadata and the combine ran another way there: its times do not mix
+        print(f"--resume: {out} was measured with other glue ({_glue_of(recorded)}); starting a "
+              "new run", flush=True)  # fmt: skip
+        recorded = None
+    if remeasure:
+        _check_dropped(recorded, remeasure, args.why)
     t0 = time.monotonic()
     env = environment(shlex.join(["python", "-m", "pearl_moe", "layer", *(argv or sys.argv[1:])]))
     env["glue"] = glue
-    ceilings = measure_ceilings()
-    run = {"schema": LAYER_SCHEMA, "kind": "moe_layer", "env": env, "ceilings": ceilings,
-           "method": __doc__.split("Method, as")[1].strip(), "impls": {n: LAYER_IMPLS[n][1]
-           for n in impls}, "problems": [], "records": []}  # fmt: skip
-    if args.resume and out.exists():
-        run = resume_layer_run(out, run)
+    if recorded is not None:  # before anything is probed or written
+        check_resumable(recorded, kind, env.get("gpu"), out)
+    done = {p["id"] for p in recorded["problems"]} - set(remeasure) if recorded else set()
+    ahead = _precompile([p for p in problems if p.id not in done], impls)  # while probing
+    described = {n: getattr(impl, "description", "") for n, impl in impls.items()}
+    method = __doc__.split("Method, as")[1].strip()
+    run = {"schema": LAYER_SCHEMA, "kind": kind, "env": env, "ceilings": measure_ceilings(),
+           "method": PROFILE_METHOD + method if args.steps else method, "impls": described,
+           "problems": [], "records": []}  # fmt: skip
+    if recorded is not None:
+        run, problems = resume_run(out, run, problems, recorded,
+                                   carry=("faults", "skipped_problems", "edits"))  # fmt: skip
+        run["impls"] = {**run.get("impls", {}), **described}
         if remeasure:
-            run = drop_for_remeasure(run, remeasure, args.why)
-        done = {p["id"] for p in run["problems"]}
-        problems = [p for p in problems if p.id not in done]
-        if done:
-            print(f"resuming {out}: {len(done)} problems done, {len(problems)} to go", flush=True)
+            drop_for_remeasure(run, remeasure, args.why)
+            done = {p["id"] for p in run["problems"]}
+            problems = [p for p in every if p.id not in done]
+        print(f"resuming {out}: {len(run['problems'])} problems done, {len(problems)} to go",
+              flush=True)  # fmt: skip
     ceilings = run["ceilings"]  # on a resumed run, the first part's: one floor for all problems
-    # the step breakdown times our forward's steps: only in a run that times ours (a SonicMoE run
-    # has its own environment, where our kernels do not compile)
-    ours = any(name.startswith("pearl") for name in impls)
+    if ahead is not None:
+        ahead.join()
+    measure = profile_problem if args.steps else measure_problem
     for problem in problems:
         if args.deadline_s is not None and time.monotonic() - t0 > args.deadline_s:
             skipped = run["env"].setdefault("skipped_problems", [])
@@ -1049,16 +939,7 @@ def main(argv=None) -> int:
         if run["env"].get("parts"):
             run["env"]["parts"][-1]["problems"].append(problem.id)
         try:
-            checks = check_layer(impls, problem)
-            good = {n: impls[n] for n, (ok, _, _) in checks.items() if ok}
-            for n, (ok, message, _) in checks.items():
-                if not ok:
-                    status = "unavailable" if ok is None else "incorrect"
-                    run["records"].append(_record(problem, n, status, ceilings, message=message))
-            timed = time_layers(good, problem, args.rounds, args.reps) if good else {}
-            steps = {}
-            if ours and problem.routing == "balanced" and problem.tokens in steps_tokens:
-                steps = time_layer_steps(problem, args.rounds, args.reps)
+            records = measure(problem, impls, args, ceilings, steps_tokens)
         except DeviceFault as fault:  # this process can run nothing more: keep what was measured
             # the problem stays unmeasured (a --resume without the culprit times it); the fault is
             # kept in env.faults, which resumed parts carry on
@@ -1070,47 +951,27 @@ def main(argv=None) -> int:
                 {"problem": problem.id, "impl": fault.impl, "impls": sorted(impls),
                  "message": str(fault)[:300]}
             )  # fmt: skip
-            write_layer_run(run, out)
+            write_run(run, out)
             if fault.impl and fault.impl.startswith("step:"):
-                advice = "with --steps-tokens '' (no step breakdown)"
+                advice = ("without this layer (--models)" if args.steps
+                          else "with --steps-tokens '' (no step breakdown)")  # fmt: skip
             else:
                 culprit = fault.impl or "the implementation at fault (several graphs replayed)"
                 advice = f"without {culprit} (--impls) to time the others"
             print(f"error: {fault}\nwrote {out} up to here; run again with --resume {advice}",
                   file=sys.stderr)  # fmt: skip
             return 3
-        for n, (timing, config) in timed.items():
-            if isinstance(timing, Exception):
-                run["records"].append(
-                    _record(
-                        problem,
-                        n,
-                        "error",
-                        ceilings,
-                        message=f"{type(timing).__name__}: {timing}"[:300],
-                    )
-                )
-                continue  # fmt: skip
-            status = "ok" if timing.outputs_ok else "incorrect"
-            run["records"].append(_record(
-                problem, n, status, ceilings, time=timing.as_dict(), config=config,
-                correctness={"rel_err": checks[n][2], "message": checks[n][1]},
-            ))  # fmt: skip
-        for step, timing in steps.items():
-            if isinstance(timing, Exception):
-                run["records"].append(_record(problem, f"step:{step}", "error", ceilings,
-                                              message=f"{type(timing).__name__}: {timing}"[:300]))  # fmt: skip
-            else:
-                run["records"].append(_record(problem, f"step:{step}", "ok", ceilings,
-                                              time=timing.as_dict(), config={"step": step}))  # fmt: skip
+        run["records"] += records
         torch.cuda.empty_cache()
-        in_order(run)
-        write_layer_run(run, out)
+        write_run(in_order(run), out)
         print(f"{problem.name}: " + ", ".join(
             f"{r['impl']} {r['time']['median_us']:.1f} us" if r["status"] == "ok"
             else f"{r['impl']} {r['status']}" for r in run["records"] if r["problem"] == problem.id
         ), flush=True)  # fmt: skip
     run["env"]["elapsed_s"] = round(time.monotonic() - t0, 1)
-    write_layer_run(run, out)
+    write_run(run, out)
+    print()
+    ours = next(iter(impls))  # the whole layer the step table puts beside the steps
+    print(format_step_profile(step_profile(run, ours), ours) if args.steps else layer_text(run))
     print(f"wrote {out}")
     return 0

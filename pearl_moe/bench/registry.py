@@ -11,6 +11,15 @@ Two kinds of names:
 * plain names (``loop``, ``triton``, ``pearl-s3``) registered with :func:`register`;
 * parametric names handled by a *family*: ``pearl-s3:tile_m=64+ring_depth=5`` is resolved by the
   factory registered with :func:`register_family` for the prefix ``pearl-s`` and the separator ``:``.
+
+Two benches draw on it, each on a registry of its own (``kind``): ``"gemm"`` (the default), the
+grouped GEMMs ``python -m pearl_moe bench`` times (``prepare(A, W, offsets, counts)``), and
+``"layer"``, the whole MoE layers ``python -m pearl_moe layer`` times (``prepare(inputs)`` on the
+dict of :func:`pearl_moe.bench.layer.make_layer_inputs`, registered by
+:mod:`pearl_moe.bench.layer_impls`). Both return a
+:class:`Prepared`; an implementation whose package is missing raises
+:class:`ImplementationUnavailable` (a grouped GEMM's when it is asked for, a layer's when it is
+prepared, which its check records as ``unavailable``).
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ __all__ = [
     "REGISTRY",
     "FAMILIES",
     "PROVIDERS",
+    "LAYER_REGISTRY",
+    "LAYER_PROVIDERS",
+    "KINDS",
     "register",
     "register_family",
     "get_impl",
@@ -88,11 +100,25 @@ REGISTRY: dict[str, Callable[[], Implementation]] = {}
 FAMILIES: dict[tuple[str, str], Callable[[str], Implementation]] = {}
 #: Modules that register the built-in implementations, imported by name on first use.
 PROVIDERS: tuple[str, ...] = ("pearl_moe.bench.baselines",)
+#: The whole MoE layer's implementations (``kind="layer"``), and the module that registers them.
+LAYER_REGISTRY: dict[str, Callable[[], Implementation]] = {}
+LAYER_PROVIDERS: tuple[str, ...] = ("pearl_moe.bench.layer_impls",)
+#: kind -> (its registry, its families, the name of its providers' tuple in this module).
+KINDS = {
+    "gemm": (REGISTRY, FAMILIES, "PROVIDERS"),
+    "layer": (LAYER_REGISTRY, {}, "LAYER_PROVIDERS"),
+}
 _loaded: set[str] = set()
 
 
-def register(name: str, factory: Callable[[], Implementation]) -> None:
-    REGISTRY[name] = factory
+def _kind(kind: str) -> tuple:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    return KINDS[kind]
+
+
+def register(name: str, factory: Callable[[], Implementation], kind: str = "gemm") -> None:
+    _kind(kind)[0][name] = factory
 
 
 def register_family(prefix: str, factory: Callable[[str], Implementation], sep: str = ":") -> None:
@@ -100,25 +126,28 @@ def register_family(prefix: str, factory: Callable[[str], Implementation], sep: 
     FAMILIES[(prefix, sep)] = factory
 
 
-def load_providers() -> None:
-    """Import the provider modules once (each registers its implementations)."""
-    for module in PROVIDERS:
+def load_providers(kind: str = "gemm") -> None:
+    """Import the provider modules of ``kind`` once (each registers its implementations)."""
+    for module in globals()[_kind(kind)[2]]:
         if module not in _loaded:
             importlib.import_module(module)
             _loaded.add(module)
 
 
-def impl_names() -> list[str]:
-    load_providers()
-    return list(REGISTRY)
+def impl_names(kind: str = "gemm") -> list[str]:
+    load_providers(kind)
+    return list(_kind(kind)[0])
 
 
-def get_impl(name: str) -> Implementation:
-    """The implementation registered as ``name``; ImplementationUnavailable if it cannot load."""
-    load_providers()
-    if name in REGISTRY:
-        return REGISTRY[name]()
-    for (prefix, sep), factory in FAMILIES.items():
+def get_impl(name: str, kind: str = "gemm") -> Implementation:
+    """The implementation of ``kind`` registered as ``name``; ImplementationUnavailable if it
+    cannot load, KeyError if no such name is registered."""
+    registry, families, _ = _kind(kind)
+    load_providers(kind)
+    if name in registry:
+        return registry[name]()
+    for (prefix, sep), factory in families.items():
         if name.startswith(prefix) and sep in name:
             return factory(name)
-    raise KeyError(f"unknown implementation {name!r}; known: {', '.join(REGISTRY)}")
+    what = "implementation" if kind == "gemm" else f"{kind} implementation"
+    raise KeyError(f"unknown {what} {name!r}; known: {', '.join(registry)}")
