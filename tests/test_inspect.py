@@ -65,7 +65,16 @@ def test_launch_smem_from_host_ir():
             "    llvm.store %18, %92 : i64, !llvm.ptr",
         ]
     )
-    assert parse_launches(ir) == [{"smem": 221360, "threads": 192}]
+    # a grid that depends on a run-time value (the rows): no constant, 0
+    assert parse_launches(ir) == [{"smem": 221360, "threads": 192, "grid": 0}]
+    # a persistent kernel's grid is a compile-time constant (4 CTAs)
+    fixed = ir.replace(
+        "  llvm.func @host() {",
+        "  llvm.func @host() {\n    %5 = llvm.mlir.constant(4 : i32) : i32\n"
+        f"    %90 = llvm.getelementptr %86[0, 0, 0] : (!llvm.ptr) -> !llvm.ptr, {struct}\n"
+        "    llvm.store %5, %90 : i32, !llvm.ptr",
+    )
+    assert parse_launches(fixed) == [{"smem": 221360, "threads": 192, "grid": 4}]
 
 
 def test_stage_modules_are_found_by_number():

@@ -146,11 +146,13 @@ _LAUNCH_STRUCT = "!llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i
 
 
 def parse_launches(host_ir: str) -> list[dict[str, int]]:
-    """``{"smem": bytes, "threads": n}`` of every kernel launch in the lowered host IR.
+    """``{"smem": bytes, "threads": n, "grid": x}`` of every kernel launch in the lowered host IR.
 
     The launch configuration is a struct ``(grid, block, dynamicSmemBytes, stream, attrs, n)``; the
-    compiler stores a constant into field 2 (the sum of the kernel's shared-memory allocations) and
-    into field ``[1, 0]`` (threads per block).
+    compiler stores a constant into field 2 (the sum of the kernel's shared-memory allocations),
+    into field ``[1, 0]`` (threads per block) and, for a grid fixed at compile time (the
+    persistent kernels' CTAs, the descriptor kernel's experts), into field ``[0, 0]`` (0 where the
+    grid depends on a run-time value).
     """
     lines = host_ir.splitlines()
     launches = []
@@ -181,8 +183,9 @@ def parse_launches(host_ir: str) -> list[dict[str, int]]:
         if "[0, 2]" in line and _LAUNCH_STRUCT in line and "getelementptr" in line:
             smem = stored_constant(i, "0, 2")
             threads = stored_constant(i + 30, "0, 1, 0") or stored_constant(i, "0, 1, 0")
+            grid = stored_constant(i + 30, "0, 0, 0") or stored_constant(i, "0, 0, 0")
             if smem is not None:
-                launches.append({"smem": smem, "threads": threads or 0})
+                launches.append({"smem": smem, "threads": threads or 0, "grid": grid or 0})
     return launches
 
 
@@ -281,9 +284,9 @@ def _request_key(request: dict, fingerprint: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def _make_request(stage, config: GemmConfig, m, n, k, experts) -> dict:
+def _make_request(stage, config: GemmConfig, m, n, k, experts, sms=None) -> dict:
     dm, dn, dk, de = default_shape(stage)
-    return {
+    request = {
         "stage": int(stage),
         "arch": config.arch,
         "config": asdict(config),
@@ -292,6 +295,9 @@ def _make_request(stage, config: GemmConfig, m, n, k, experts) -> dict:
         "k": int(k or dk),
         "experts": int(experts or de),
     }
+    if sms is not None:  # only then: the cache keys of requests without a grid stay as they were
+        request["sms"] = int(sms)
+    return request
 
 
 def compile_stage(
@@ -310,6 +316,10 @@ def compile_stage(
 
 def compile_many(requests, *, use_cache: bool = True, timeout: float = 900) -> list[KernelReport]:
     """Compile several ``(stage, config, m, n, k, experts)`` requests; one worker per target.
+
+    A request may carry a seventh item, ``sms``: the persistent grid in CTAs (the kernels'
+    ``compile_kernel(..., sms)``, as :func:`pearl_moe.kernels.api.compiled_kernel` compiles for a
+    GPU); without it a stage compiles for the target's whole GPU (``compile_fake``).
 
     Raises ``RuntimeError`` with the worker's message when a compile fails, and
     ``ModuleNotFoundError`` when a stage's module does not exist for that target.
@@ -431,7 +441,12 @@ def _compile_job(job: dict) -> dict:
     with tempfile.TemporaryDirectory() as dump:
         os.environ["CUTE_DSL_DUMP_DIR"] = dump
         start = time.perf_counter()
-        compiled = module.compile_fake(config, job["m"], job["n"], job["k"], job["experts"])
+        if "sms" in job:  # a persistent grid of that many CTAs
+            compiled = module.compile_kernel(
+                config, job["n"], job["k"], job["experts"], job["sms"]
+            )
+        else:
+            compiled = module.compile_fake(config, job["m"], job["n"], job["k"], job["experts"])
         seconds = time.perf_counter() - start
     ptx, sass, sass_tool = write_artifacts(compiled, out)
     launches = parse_launches(str(compiled.ir_module))
@@ -442,7 +457,7 @@ def _compile_job(job: dict) -> dict:
         config=job["config"],
         effective_config=asdict(effective),
         label=effective.describe(),
-        shape={key: job[key] for key in ("m", "n", "k", "experts")},
+        shape={key: job[key] for key in ("m", "n", "k", "experts", "sms") if key in job},
         compile_seconds=round(seconds, 3),
         smem_bytes=max((x["smem"] for x in launches), default=0),
         tmem_columns=parse_tmem_columns(ptx),
