@@ -31,7 +31,7 @@ of our forward (router, routing metadata, gather, gate+up, activation, down, com
 gate+up that replaces gate+up and activation) in a CUDA graph of its own on the previous step's
 output, all timed together in interleaved rounds (:func:`time_layer_steps`); recorded as
 implementations ``step:<name>``. ``--steps`` also times the whole ``pearl-fused`` forward in one
-graph in the same rounds, and profiles one replay of every graph (:func:`graph_trace`: the
+graph in the same rounds, and profiles two replays of every graph (:func:`graph_trace`: the
 kernels each launches and the idle time between them), so the sum of the steps, the whole layer
 and their difference (what the launches cost) sit side by side
 (:func:`pearl_moe.bench.compare.step_profile`).
@@ -848,7 +848,7 @@ def _precompile(problems, impls: dict):
 PROFILE_METHOD = (
     "Step profile: each step of our forward (pearl_moe.bench.layer.step_calls, on the previous "
     "step's output) and each whole layer in a CUDA graph of its own over the same rotating input "
-    "sets, all timed together in interleaved rounds; then one replay of every graph profiled "
+    "sets, all timed together in interleaved rounds; then two replays of every graph profiled "
     "(torch.profiler, CUPTI; clocks free): the kernels one call launches, their durations and "
     "the idle time between them. The gap is the whole layer's time less the sum of the steps it "
     "runs. "
