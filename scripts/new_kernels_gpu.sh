@@ -47,4 +47,4 @@ run_group gather_a "gather_a" tests/test_kernels_sm90_gpu.py
 run_group layer "matches_the_reference or match_the_reference or converted_weight" tests/test_moe_layer_gpu.py
 run_group ngroup "ng2 or ng8 or grouped_tile_order" tests/test_kernels_sm90_gpu.py
 run_group glue "glue or routing_kernels or combine_kernel or out_of_range" tests/test_glue_kernels_gpu.py
-run_group fused32 "16x96-shiftA-swiglu or 64x160-geglu or 64x32-swiglu or s5-64x224 or s5-8x96" tests/test_kernels_sm90_gpu.py
+run_group fused32 "16x96-shiftA-swiglu or 64x160-geglu or 64x32-swiglu or s5-64x224 or s5-8x96" tests/test_kernels_gpu.py

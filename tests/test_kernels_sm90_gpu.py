@@ -1,7 +1,13 @@
-"""sm_90a kernels on a real Hopper GPU: every stage against an fp32 reference (``pytest -m gpu``).
+"""The options of the sm_90a kernels on a real Hopper GPU, against an fp32 reference (``pytest -m gpu``).
 
-Inputs are fresh random numbers, outputs are poisoned with NaN first, and the tolerance is twice
-PyTorch's own bf16 error on the same inputs plus a small floor (see pearl_moe.bench.verify).
+What both kernel families share (every stage on edge cases, the course models, the fused
+activation, unchecked offsets, CUDA graphs, prefill repeats) is in ``test_kernels_gpu.py``, many
+tiles a CTA in ``test_multi_tile_gpu.py``; the checks are
+:mod:`pearl_moe.diagnostics.gpu_cases`'. Here: the Hopper options in other combinations than the
+course's ladder (clusters, ping-pong, 8- to 256-row tiles, swapped operands, tile orders), the
+ping-pong ring positions, the walks and A's rows through an index. Inputs are fresh random
+numbers, outputs are poisoned with NaN first, and the tolerance is twice PyTorch's own bf16 error
+on the same inputs plus a small floor (see pearl_moe.bench.verify).
 """
 
 from __future__ import annotations
@@ -19,12 +25,11 @@ pytestmark = [
 ]
 
 from pearl_moe.bench.verify import random_inputs, run_checked  # noqa: E402
+from pearl_moe.diagnostics import gpu_cases  # noqa: E402
 from pearl_moe.kernels import grouped_gemm  # noqa: E402
 from pearl_moe.kernels.ladder import stage_config  # noqa: E402
 from pearl_moe.workloads import MODELS, make_problem  # noqa: E402
 
-STAGES = (1, 2, 3, 4, 5, 6, 7)
-GROUPED = STAGES[1:]
 #: The options of stages 4-7 in other combinations than the course's ladder (stage, changes).
 VARIANTS = {
     "s4-64x256": (4, dict(tile_m=64, tile_n=256)),
@@ -90,67 +95,13 @@ VARIANTS = {
     "s6-serialwalk": (6, dict(walk="serial")),
     "s7-serialwalk": (7, dict(walk="serial")),
 }
-TOKENS = (1, 16, 64, 256, 1024)
-ROUTINGS = ("balanced", "random", "skewed")
 
 
 def _check(stage, counts, n, k, W=None, seed=0, cu_seqlens=False, config=None):
-    A, W, offs = random_inputs(counts, n, k, W=W, seed=seed)
-    host = offs.tolist()
-    if cu_seqlens:
-        offs = torch.cat([torch.zeros(1, dtype=torch.int32, device=offs.device), offs])
-    res = run_checked(
-        lambda A, W, o, out: grouped_gemm(A, W, o, out=out, stage=stage, config=config),
-        A,
-        W,
-        offs,
-        host,
-    )
+    case = gpu_cases.Case("", stage, config, tuple(counts), n, k)
+    res = gpu_cases.check_case(case, seed=seed, W=W, cu_seqlens=cu_seqlens)
     assert res["ok"], res
     return res
-
-
-@pytest.fixture(scope="module")
-def model_weights():
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache.clear()  # one model's weights at a time (Kimi K3: 4.9 GB)
-            torch.cuda.empty_cache()
-            p = make_problem(name, 1, ep=8)
-            g = torch.Generator(device="cuda").manual_seed(1)
-            w = torch.randn(p.experts, p.n, p.k, generator=g, device="cuda", dtype=torch.bfloat16)
-            cache[name] = w.mul_(p.k**-0.5)
-        return cache[name]
-
-    return get
-
-
-@pytest.mark.parametrize("model", list(MODELS))
-@pytest.mark.parametrize("stage", STAGES)
-def test_models(model_weights, model, stage):
-    W = model_weights(model)
-    for tokens in TOKENS:
-        for routing in ROUTINGS:
-            p = make_problem(model, tokens, ep=8, routing=routing, seed=tokens)
-            _check(stage, p.counts, p.n, p.k, W=W, seed=tokens)
-
-
-@pytest.mark.parametrize("stage", STAGES)
-@pytest.mark.parametrize(
-    "counts, n, k",
-    [
-        ((0, 37, 0, 0, 200, 0, 1, 0), 2816, 4096),  # zero-row experts, n not a multiple of tile_n
-        ((1,), 4096, 6144),  # a single row
-        ((128, 256, 384), 256, 512),  # rows a multiple of the tile
-        ((5, 127, 129, 0, 3), 136, 200),  # k not a multiple of tile_k, tiny n
-        ((300, 0, 0, 0), 1024, 1024),  # everything in the first expert
-        ((0, 0, 0, 300), 1024, 1024),  # everything in the last expert
-    ],
-)
-def test_edge_cases(stage, counts, n, k):
-    _check(stage, counts, n, k, seed=sum(counts))
 
 
 EDGE_CASES = [
@@ -239,148 +190,6 @@ def test_a_grouped_tile_order_is_right_at_prefill(stage, changes):
     _check(stage, p.counts, p.n, p.k, seed=11, config=config)
 
 
-@pytest.mark.parametrize("stage", (3, 4, 5, 6, 7))
-def test_prefill_of_many_rounds_is_right_and_repeats_bit_for_bit(stage):
-    """A prefill problem of many rounds of the static schedule (Kimi K3, 4096 tokens, skewed
-    routing): right against the fp32 reference, and three more launches into poisoned outputs give
-    the same bits (each tile is computed by one CTA, in a fixed order of K tiles)."""
-    p = make_problem("Kimi K3", 4096, ep=8, routing="skewed", seed=stage)
-    config = stage_config("sm_90a", stage)
-    _check(stage, p.counts, p.n, p.k, seed=stage, config=config)
-    A, W, offs = random_inputs(p.counts, p.n, p.k, seed=stage)
-    ref = grouped_gemm(A, W, offs, stage=stage, config=config)
-    for _ in range(3):
-        out = torch.full_like(ref, float("nan"))
-        grouped_gemm(A, W, offs, out=out, stage=stage, config=config)
-        torch.cuda.synchronize()
-        assert torch.equal(out, ref)
-
-
-@pytest.mark.parametrize("stage", GROUPED)
-def test_cu_seqlens_and_graph_capture(stage):
-    counts = (17, 0, 64, 3)
-    A, W, offs = random_inputs(counts, 512, 256, seed=3)
-    cu = torch.cat([torch.zeros(1, dtype=torch.int32, device="cuda"), offs])
-    ref = grouped_gemm(A, W, offs, stage=stage)
-    out = torch.full_like(ref, float("nan"))
-    grouped_gemm(A, W, cu, out=out, stage=stage, check=False)  # compile outside the capture
-    out.fill_(float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        grouped_gemm(A, W, cu, out=out, stage=stage, check=False)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, ref)
-
-
-def test_bad_offsets_raise_before_launch():
-    A, W, offs = random_inputs((4, 4), 256, 256)
-    with pytest.raises(ValueError, match="monotone"):
-        grouped_gemm(A, W, torch.tensor([6, 4], dtype=torch.int32, device="cuda"))
-    with pytest.raises(ValueError, match="end at row"):
-        grouped_gemm(A, W, torch.tensor([4, 7], dtype=torch.int32, device="cuda"))
-    torch.cuda.synchronize()  # the context is still usable
-    assert grouped_gemm(A, W, offs).isfinite().all()
-
-
-#: Offsets that violate the contract, for 4 experts and 30 rows: with ``check=False`` nothing looks
-#: at them on the host, so the kernels clamp them on the device (pearl_moe.kernels.scheduler).
-BAD_OFFSETS = [
-    [-5, 10, 20, 30],  # negative first offset
-    [20, 10, 30, 30],  # decreasing
-    [10, 20, 30, 1000],  # past the rows
-    [0, 0, 0, 0],  # ends before the rows
-    [-100, -50, 2**31 - 1, 5],
-    [40, 50, 60, 70],  # all past the rows
-]
-
-
-@pytest.mark.parametrize("stage", [*GROUPED, "192-row"])
-@pytest.mark.parametrize("bad", BAD_OFFSETS)
-def test_unchecked_bad_offsets_write_only_inside_out(stage, bad):
-    """A guard band of NaN-free sentinel rows around ``out`` must survive any offsets (also with
-    a ping-pong warpgroup's 192-row tile)."""
-    rows, n, k, guard = 30, 256, 320, 64
-    A, W, _ = random_inputs((10, 10, 5, 5), n, k, seed=7)
-    sentinel = 3.0
-    buf = torch.full((guard + rows + guard, n), sentinel, dtype=torch.bfloat16, device="cuda")
-    out = buf[guard : guard + rows]
-    offs = torch.tensor(bad, dtype=torch.int32, device="cuda")
-    config = None
-    if stage == "192-row":
-        config = stage_config("sm_90a", 7).with_(
-            tile_m=192, tile_n=128, b_k_tiles=1, ring_depth=None
-        )
-        stage = 7
-    grouped_gemm(A, W, offs, out=out, stage=stage, config=config, check=False)
-    torch.cuda.synchronize()
-    assert (buf[:guard] == sentinel).all(), "rows before out were written"
-    assert (buf[guard + rows :] == sentinel).all(), "rows after out were written"
-
-
-# ---------------------------------------------------------------- the fused gated activation
-#: Configurations with act(gate) * up in the direct store (None: the call's default, adapted).
-FUSED = {
-    "s5-64x128-swiglu": (4, stage_config("sm_90a", 5).with_(activation="swiglu")),
-    "s4-128x128-swiglu": (4, stage_config("sm_90a", 4).with_(activation="swiglu")),
-    "s6-16x256-shiftA-swiglu": (6, stage_config("sm_90a", 6).with_(
-        tile_m=16, tile_n=256, shift_a_box=True, activation="swiglu")),
-    # what the layer's fused gate+up picks at decode (an 8-row A box in the 64-row wgmma)
-    "s5-8x128-shiftA-swiglu": (5, stage_config("sm_90a", 5).with_(
-        tile_m=8, tile_n=128, shift_a_box=True, activation="swiglu")),
-    "s7-pingpong-geglu": (7, stage_config("sm_90a", 7).with_(activation="geglu")),
-    "s7-128x128-pingpong-swiglu": (7, stage_config("sm_90a", 7).with_(
-        tile_m=128, activation="swiglu")),
-    "s5-64x64-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=64, activation="swiglu")),
-    "s5-64x192-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=192, activation="swiglu")),
-    # widths 32 (2 b + 1): the last two output groups stored word by word
-    "s6-16x96-shiftA-swiglu": (6, stage_config("sm_90a", 6).with_(
-        tile_m=16, tile_n=96, shift_a_box=True, activation="swiglu")),
-    "s5-64x160-geglu": (5, stage_config("sm_90a", 5).with_(tile_n=160, activation="geglu")),
-    "s5-64x32-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=32, activation="swiglu")),
-    # the widest such tile, and an 8-row A box at 96 wide (combinations the fused picks may use)
-    "s5-64x224-swiglu": (5, stage_config("sm_90a", 5).with_(tile_n=224, activation="swiglu")),
-    "s5-8x96-shiftA-swiglu": (5, stage_config("sm_90a", 5).with_(
-        tile_m=8, tile_n=96, shift_a_box=True, activation="swiglu")),
-    "default-swiglu": (None, None),
-}  # fmt: skip
-FUSED_CASES = [
-    ((0, 37, 0, 0, 200, 0, 1, 0), 2816, 4096),  # tokenless experts
-    ((5, 127, 129, 0, 3), 144, 200),  # n / 2 = 72: a partial output tile; k not a tile multiple
-    ((1,), 4096, 6144),
-    ((300, 0, 0, 0), 1024, 1024),
-    ((3, 0, 70, 1), 464, 320),  # n / 2 = 232: partial 32-column groups in the last tile
-]
-
-
-@pytest.mark.parametrize("name", list(FUSED))
-@pytest.mark.parametrize("counts, n, k", FUSED_CASES)
-def test_fused_gated_activation(name, counts, n, k):
-    from pearl_moe.bench.verify import compare, reference
-    from pearl_moe.kernels import interleave_gate_up
-    from pearl_moe.moe.reference import gated, grouped_mm_loop
-
-    stage, config = FUSED[name]
-    activation = config.activation if config is not None else "swiglu"
-    A, W, offs = random_inputs(counts, n, k, seed=sum(counts) + n)  # W is [gate; up]
-    host = offs.tolist()
-    # out in the middle of a NaN-poisoned buffer: a write past a row's end or out's last row
-    # would land in the guard bands (4 KB each side, 16-byte aligned)
-    rows, guard = A.shape[0], 2048
-    buf = torch.full((guard + rows * (n // 2) + guard,), float("nan"), dtype=torch.bfloat16,
-                     device="cuda")  # fmt: skip
-    out = buf[guard : guard + rows * (n // 2)].view(rows, n // 2)
-    grouped_gemm(A, interleave_gate_up(W), offs, out=out, stage=stage, config=config,
-                 activation=activation)  # fmt: skip
-    torch.cuda.synchronize()
-    assert torch.isnan(buf[:guard]).all() and torch.isnan(buf[guard + out.numel() :]).all()
-    ref = gated(reference(A, W, host), activation)
-    torch_out = gated(grouped_mm_loop(A, W, host), activation).to(torch.bfloat16)
-    res = compare(out, ref, torch_out)
-    assert res["ok"], (name, res)
-
-
-# ------------------------------------------------------------------ A's rows through an index
 #: gather_a configurations (stage, config): TMA store and direct store, 64 to 256 rows, ping-pong
 GATHERED = {
     "s3-128x128-gatherA-tma": (3, stage_config("sm_90a", 3).with_(gather_a=True)),
