@@ -5,19 +5,31 @@ on the device: a copy of the host-encoded descriptor of the whole output, patche
 rows with ``tensormap.replace``. A descriptor is the same 128-byte ``CUtensorMap`` on sm_90a and
 sm_100a, and the TMA store reads it the same way, so a Hopper GPU can check that path before any
 Blackwell GPU runs it. :func:`check_descriptors` runs a small probe kernel (no tensor cores: one
-CTA per expert, four warps) for the architecture of the GPU it runs on, and reports:
+CTA per expert, four warps) for the architecture of the GPU it runs on.
+
+The probe stores with **the GEMM's own C store atom**: :class:`DescriptorProbe` is the sm_100a
+persistent kernel's class, so its epilogue tile, its staging layout in shared memory (box and
+swizzle: 128 x 32 bf16 with a 64-byte swizzle for a 128-row CTA tile and ``epi_tile_n=32``; two
+64 x 16 boxes with a 32-byte swizzle for the folded 2-CTA 128-row tile) and its TMA store atom are
+built by the kernel's methods, for each TMA-store configuration in :data:`STORE_CONFIGS`. And it
+issues **the acquire side as the kernel does**: the stores of a tile come from one whole warp,
+after that warp's ``fence.proxy.tensormap::generic.acquire`` of the expert's descriptor (per tile,
+from the generic address), one ``cute.copy`` a subtile (the DSL elects the issuing thread) with a
+bulk-group commit and wait for a free staging buffer after each, in a launch after the one that
+wrote the descriptors. It reports, per configuration:
 
 * **bytes**: for every expert, the device-patched descriptor against the one the DSL's host path
   encodes for the same ``(rows_e, n)`` view (the descriptor a kernel's TMA atom carries, read back
   through the same 64-byte ``copy_tensormap``), and against a descriptor *encoded* on the device (a
   TMA atom built inside the kernel: what the pre-kernel did before), byte by byte; the driver's
-  own ``cuTensorMapEncodeTiled`` bytes for the view are recorded beside them;
+  own ``cuTensorMapEncodeTiled`` bytes for the view (with the atom's box and swizzle) are
+  recorded beside them;
 * **stores**: every expert, alone and all at once, writes a known pattern through its patched
-  descriptor in ``tile_m x tile_n`` boxes into a poisoned output inside a guard band. Every row of
-  the expert must hold its pattern, and nothing outside the expert's rows may change: the box rows
-  past the expert's end must be clipped by the TMA unit. Then as the grouped kernels do it: one
-  launch writes the descriptors of new offsets into a workspace that held others, the next
-  launch stores through them.
+  descriptor, tile by tile and subtile by subtile as the GEMM's epilogue, into a poisoned output
+  inside a guard band. Every row of the expert must hold its pattern, and nothing outside the
+  expert's rows may change: the box rows past the expert's end must be clipped by the TMA unit.
+  Then as the grouped kernels do it: one launch writes the descriptors of new offsets into a
+  workspace that held others, the next launch stores through them.
 
 Run it with ``python -m pearl_moe selftest --phases descriptors`` or through the GPU test
 ``tests/test_tma_descriptors_gpu.py``.
@@ -28,10 +40,17 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync
 from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import LayoutEnum
 
+from ..config import MAX_MMA_N, GemmConfig
+from ..hardware import B200
 from ..kernels import scheduler
+from ..kernels.ladder import stage_config
+from ..kernels.sm100.stage3_persistent import PersistentGroupedGemmKernel
 from ..kernels.sm100.tma_descriptors import (
     TMA_DESCRIPTOR_BYTES,
     descriptor_ptr,
@@ -40,11 +59,43 @@ from ..kernels.sm100.tma_descriptors import (
     write_expert_descriptor,
 )
 
-__all__ = ["DescriptorProbe", "check_descriptors", "DEFAULT_ROWS"]
+__all__ = [
+    "DEFAULT_ROWS",
+    "DescriptorProbe",
+    "STORE_CONFIGS",
+    "check_all",
+    "check_descriptors",
+    "format_report",
+    "store_box",
+]
 
 #: Expert sizes that stress the descriptor: one row, either side of 16 rows (one field of the
-#: device encoder's output changes there), more than three 64-row boxes, and an empty expert.
+#: device encoder's output changes there), more than one 128-row box, and an empty expert.
 DEFAULT_ROWS = (1, 15, 16, 200, 0, 37)
+#: Output columns of the probe: a whole number of every configuration's tiles (128 to 512 wide).
+DEFAULT_N = 512
+
+
+def _tma(**changes) -> GemmConfig:
+    return stage_config("sm_100a", 3).with_(**changes)
+
+
+#: The TMA-store epilogues of the sm_100a kernels: ``name -> config``. The 1-CTA 128-row tile
+#: (stage 3's course configuration, and 256 wide), the 2-CTA 256-row tile (128 rows a CTA: the
+#: same box), the folded 2-CTA 128-row tiles (64 rows a CTA, each step two halves of
+#: ``epi_tile_n / 2`` columns, folded per 256-column atom), and the other staging widths a
+#: configuration may ask for (16 and 64 columns: 32- and 128-byte swizzles).
+STORE_CONFIGS = {
+    "1cta-128x128": _tma(),
+    "1cta-128x256": _tma(tile_n=256),
+    "2cta-256x256": _tma(tile_m=256, tile_n=256, cta_group=2),
+    "2cta-128x256-folded": _tma(tile_n=256, cta_group=2),
+    "2cta-128x512-folded": stage_config("sm_100a", 7).with_(
+        tile_m=128, epilogue="tma_store", acc_slots=1
+    ),
+    "1cta-128x128-epi16": _tma(epi_tile_n=16),
+    "1cta-128x128-epi64": _tma(epi_tile_n=64),
+}
 
 _WORDS = TMA_DESCRIPTOR_BYTES // 8
 _THREADS = 128
@@ -55,39 +106,55 @@ def _pattern_value(expert, row):
     return 16 * (expert % 8 + 1) + row % 16
 
 
-class DescriptorProbe:
-    """Writes each expert's descriptor on the device and stores a pattern through it.
+def store_box(config: GemmConfig) -> dict:
+    """The TMA box one C store of ``config`` sends: rows, columns, swizzle bytes (the staging
+    layout :func:`cutlass.utils.blackwell_helpers.make_smem_layout_epi` picks for the epilogue
+    tile's row width) and boxes per epilogue step (2 for the folded 2-CTA 128-row tile)."""
+    folded = config.cta_group == 2 and config.cta_tile_m == 64
+    cols = config.epi_tile_n // 2 if folded else config.epi_tile_n
+    row_bytes = cols * config.dtype_bytes
+    swizzle = 128 if row_bytes >= 128 else 64 if row_bytes >= 64 else 32 if row_bytes >= 32 else 0
+    return {"rows": config.cta_tile_m, "cols": cols, "swizzle": swizzle, "per_step": 1 + folded}
+
+
+class DescriptorProbe(PersistentGroupedGemmKernel):
+    """Writes each expert's descriptor on the device and stores a pattern through it with the
+    C store of the sm_100a persistent kernel of ``config`` (a TMA-store configuration; default
+    stage 3's): its epilogue tile (:meth:`_epilogue_tile`), staging layout and TMA store atom
+    (:meth:`_make_tma_store_atom`) are the kernel's own.
 
     ``__call__(c_ptr, offs_ptr, ws_ptr, rows, only_expert, phases, n, experts, stream)``: grid
     ``experts`` CTAs of 128 threads. Workspace slots: ``[0, E)`` the device-patched descriptors,
     ``[E, 2E)`` descriptors encoded on the device (an atom built in the kernel). ``phases``: bit 0
     writes the descriptors, bit 1 stores through them (3: both in one launch, as a test of the
     bytes; 1 then 2: two launches, as the grouped kernels do it). With ``only_expert >= 0`` only
-    that expert stores.
-    ``host_encoded(c_ptr, ws_ptr, rows, n, stream)`` writes the host encoder's descriptor of a
-    ``(rows, n)`` output at ``c_ptr`` into slot 0 of ``ws_ptr``.
+    that expert stores. ``host_encoded(c_ptr, ws_ptr, rows, n, stream)`` writes the host
+    encoder's descriptor of a ``(rows, n)`` output at ``c_ptr`` into slot 0 of ``ws_ptr``.
+    ``clip=False``: the negative control, descriptors that run from the expert's first row to the
+    end of the output, so a partial box spills into the next experts' rows.
     """
 
-    def __init__(self, tile_m: int = 64, tile_n: int = 64, clip: bool = True):
-        self.tile = (tile_m, tile_n)
-        # clip=False: the negative control, descriptors that run from the expert's first row to
-        # the end of the output, so a partial box spills into the next experts' rows
+    def __init__(self, config: GemmConfig | None = None, clip: bool = True):
+        config = (config or STORE_CONFIGS["1cta-128x128"]).resolved()
+        if config.epilogue != "tma_store":
+            raise ValueError(f"{config.describe()}: the probe checks TMA-store epilogues")
+        stage = 3 if config.tile_n <= MAX_MMA_N else 7
+        super().__init__(config, B200.sms, stage)
         self.clip = clip
-        self.c_dtype = cutlass.BFloat16
+        self.cta_tile = (config.cta_tile_m, config.tile_n)
 
-    def _smem_layout(self):
-        # (tile_m, tile_n) bf16, row-major, 128-byte swizzle (tile_n = 64: 128-byte rows), the
-        # epilogue buffer's layout in the real kernels
-        return cute.make_composed_layout(
-            cute.make_swizzle(3, 4, 3),
-            0,
-            cute.make_layout(self.tile, stride=(self.tile[1], 1)),
+    def store_atom(self, mC: cute.Tensor):
+        """The GEMM's C store for the row-major bf16 output ``mC``: the staging layout exactly as
+        the kernel's ``_setup`` makes it, the TMA atom by the kernel's own method. (``_setup``
+        itself also builds the tcgen05 MMA, which a Hopper compile cannot.)"""
+        self.c_dtype = mC.element_type
+        self.c_layout = LayoutEnum.from_tensor(mC)
+        self.c_smem_layout = sm100_utils.make_smem_layout_epi(
+            self.c_dtype, self.c_layout, self._epilogue_tile(), self.num_epi_buffers
         )
-
-    def _store_atom(self, view):
-        return cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(), view, self._smem_layout(), self.tile
-        )
+        # for the report (and the CPU check against the GEMM's own), read while tracing
+        self.staging_text = str(self.c_smem_layout)
+        return self._make_tma_store_atom(mC)
 
     # ------------------------------------------------------------------ probe
     @cute.jit
@@ -107,10 +174,10 @@ class DescriptorProbe:
         mC = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
         mOffs = cute.make_tensor(offs_ptr, cute.make_layout(experts))
         mWs = cute.make_tensor(ws_ptr, cute.make_layout(2 * experts * _WORDS))
-        tma_atom, tma_c = self._store_atom(mC)
-        self.probe_kernel(tma_atom, tma_c, mC, mOffs, mWs, only_expert, phases).launch(
-            grid=(experts, 1, 1), block=[_THREADS, 1, 1], stream=stream
-        )
+        tma_atom, tma_c = self.store_atom(mC)
+        self.probe_kernel(
+            tma_atom, tma_c, mC, mOffs, mWs, only_expert, phases, self.c_smem_layout
+        ).launch(grid=(experts, 1, 1), block=[_THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def probe_kernel(
@@ -122,6 +189,7 @@ class DescriptorProbe:
         mWs: cute.Tensor,
         only_expert: cutlass.Int32,
         phases: cutlass.Int32,
+        c_smem_layout: cute.ComposedLayout,
     ):
         expert, _, _ = cute.arch.block_idx()
         experts = cute.size(mOffs)
@@ -135,9 +203,10 @@ class DescriptorProbe:
         view = expert_output_view(mC, start, view_rows)
 
         smem = SmemAllocator()
-        layout = self._smem_layout()
-        # (tile_m, tile_n): the box every store sends
-        sC = smem.allocate_tensor(self.c_dtype, layout.outer, 1024, layout.inner)
+        # (EPI_M, EPI_N, EPI_STAGE): the GEMM's staging buffers
+        sC = smem.allocate_tensor(
+            self.c_dtype, c_smem_layout.outer, byte_alignment=1024, swizzle=c_smem_layout.inner
+        )
 
         writes = (phases & 1) != 0
         if warp == 0 and writes:
@@ -145,39 +214,61 @@ class DescriptorProbe:
             write_expert_descriptor(tma_atom, mWs, expert, view)
         if warp == 1 and writes:
             # the path they used before: a descriptor encoded by the device (for the byte report)
-            device_atom, _ = self._store_atom(view)
+            # (the same atom as the store's, from the kernel's staging layout, made on the device)
+            device_atom, _ = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileS2GOp(), view,
+                cute.select(c_smem_layout, mode=[0, 1]), self._epilogue_tile(),
+            )  # fmt: skip
             with cute.arch.elect_one():
                 cpasync.copy_tensormap(
                     device_atom, descriptor_ptr(mWs, experts + expert, cute.AddressSpace.gmem)
                 )
-        # the pattern: row r of the box holds _pattern_value(expert, r) in every column
-        for i in range(tidx, self.tile[0] * self.tile[1], _THREADS):
-            r = i // self.tile[1]
-            sC[(r, i % self.tile[1])] = cutlass.Float32(_pattern_value(expert, r)).to(self.c_dtype)
+        # the pattern: row r of every staging buffer holds _pattern_value(expert, r)
+        epi_m = cute.size(sC, mode=[0])
+        epi_n = cute.size(sC, mode=[1])
+        for i in range(tidx, cute.size(sC), _THREADS):
+            r = i % epi_m
+            rest = i // epi_m
+            value = cutlass.Float32(_pattern_value(expert, r)).to(self.c_dtype)
+            sC[(r, rest % epi_n, rest // epi_n)] = value
         # generic-proxy SMEM writes, read next by the TMA unit (async proxy)
         cute.arch.fence_proxy("async.shared", space="cta")
         cute.arch.sync_threads()
 
         stores = ((phases & 2) != 0) & ((only_expert < 0) | (only_expert == expert))
         if warp == 0 and stores:
+            # as the GEMM's epilogue warp 0 issues them (stage3_persistent, epilogue_tile)
+            c_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.num_epi_buffers,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
+            )
             desc = descriptor_ptr(mWs, expert)
-            cpasync.fence_tma_desc_acquire(desc)
-            m_tiles = (rows_e + self.tile[0] - 1) // self.tile[0]
-            n_tiles = cute.size(mC, mode=[1]) // self.tile[1]
+            epi_tile = self._epilogue_tile()
+            m_tiles = (rows_e + self.cta_tile[0] - 1) // self.cta_tile[0]
+            n_tiles = cute.size(mC, mode=[1]) // self.cta_tile[1]
+            stored = cutlass.Int32(0)
             for m_tile in range(m_tiles):
                 for n_tile in range(n_tiles):
-                    # (tile_m, tile_n): box (m_tile, n_tile) in the expert's own coordinates
-                    gC = cute.local_tile(tma_c, self.tile, (m_tile, n_tile))
-                    # (TMA,), (TMA,)
-                    tsC, tgC = cpasync.tma_partition(
+                    # the whole warp acquires the expert's descriptor before the tile's stores
+                    cpasync.fence_tma_desc_acquire(desc)
+                    # (cta_tile_m, tile_n): this CTA's tile in the expert's own coordinates
+                    gC = cute.local_tile(tma_c, self.cta_tile, (m_tile, n_tile))
+                    # (EPI_TILE_M, EPI_TILE_N, EPI_M, EPI_N)
+                    gC_epi = cute.flat_divide(gC, epi_tile)
+                    # ((ATOM_V, REST_V), EPI_STAGE) and ((ATOM_V, REST_V), EPI_M, EPI_N)
+                    bSG_sC, bSG_gC = cpasync.tma_partition(
                         tma_atom, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
-                        cute.group_modes(gC, 0, 2),
+                        cute.group_modes(gC_epi, 0, 2),
                     )  # fmt: skip
-                    with cute.arch.elect_one():
-                        cute.copy(tma_atom, tsC, tgC, tma_desc_ptr=desc)
-            with cute.arch.elect_one():
-                cute.arch.cp_async_bulk_commit_group()
-                cute.arch.cp_async_bulk_wait_group(0, read=False)
+                    bSG_gC = cute.group_modes(bSG_gC, 1, cute.rank(bSG_gC))
+                    for subtile in cutlass.range(cute.size(bSG_gC, mode=[1])):
+                        buf = (stored + subtile) % self.num_epi_buffers
+                        cute.copy(tma_atom, bSG_sC[(None, buf)], bSG_gC[(None, subtile)],
+                                  tma_desc_ptr=desc)  # fmt: skip
+                        c_pipeline.producer_commit()
+                        c_pipeline.producer_acquire()
+                    stored = stored + cute.size(bSG_gC, mode=[1])
+            c_pipeline.producer_tail()
 
     # ------------------------------------------------------------------ host encoder's bytes
     @cute.jit
@@ -190,7 +281,7 @@ class DescriptorProbe:
         stream: cuda.CUstream,
     ):
         view = cute.make_tensor(c_ptr, cute.make_layout((rows, n), stride=(n, 1)))
-        tma_atom, _ = self._store_atom(view)
+        tma_atom, _ = self.store_atom(view)
         mWs = cute.make_tensor(ws_ptr, cute.make_layout(_WORDS))
         self.copy_kernel(tma_atom, mWs).launch(grid=(1, 1, 1), block=[32, 1, 1], stream=stream)
 
@@ -209,19 +300,24 @@ def _diff(a: bytes, b: bytes) -> list[dict]:
     ]
 
 
-def _driver_encoded(address: int, rows: int, n: int, tile) -> dict:
+def _driver_encoded(address: int, rows: int, n: int, box: dict) -> dict:
     """``cuTensorMapEncodeTiled``'s 128 bytes for a ``(rows, n)`` row-major bf16 view with the
-    probe's box and 128-byte swizzle, one per L2 promotion (the DSL picks one of them)."""
+    store's box and swizzle (:func:`store_box`), one per L2 promotion (the DSL picks one)."""
     import cuda.bindings.driver as drv
 
+    swizzle = getattr(
+        drv.CUtensorMapSwizzle,
+        f"CU_TENSOR_MAP_SWIZZLE_{box['swizzle']}B"
+        if box["swizzle"]
+        else "CU_TENSOR_MAP_SWIZZLE_NONE",
+    )
     found = {}
     for promotion in ("NONE", "L2_64B", "L2_128B", "L2_256B"):
         err, tmap = drv.cuTensorMapEncodeTiled(
             drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, address,
             [drv.cuuint64_t(n), drv.cuuint64_t(rows)], [drv.cuuint64_t(2 * n)],
-            [drv.cuuint32_t(tile[1]), drv.cuuint32_t(tile[0])], [drv.cuuint32_t(1)] * 2,
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            [drv.cuuint32_t(box["cols"]), drv.cuuint32_t(box["rows"])], [drv.cuuint32_t(1)] * 2,
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
             getattr(drv.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )  # fmt: skip
@@ -230,11 +326,15 @@ def _driver_encoded(address: int, rows: int, n: int, tile) -> dict:
     return found
 
 
-def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=False) -> dict:
-    """Run the probe on this machine's GPU; returns the report (``report["ok"]``: all checks pass).
+def check_descriptors(
+    rows=DEFAULT_ROWS, n: int = DEFAULT_N, config: GemmConfig | str = "1cta-128x128",
+    unpatched=False,
+) -> dict:  # fmt: skip
+    """Run the probe with ``config``'s C store (a name of :data:`STORE_CONFIGS` or a TMA-store
+    configuration) on this machine's GPU; returns the report (``report["ok"]``: all checks pass).
 
     ``rows``: the experts' row counts (zero allowed); ``n``: output columns (a multiple of
-    ``tile[1]``). ``unpatched=True`` runs the negative control (descriptors that do not end at
+    ``tile_n``). ``unpatched=True`` runs the negative control (descriptors that do not end at
     the expert's last row), whose stores must fail. Needs a CUDA GPU of compute capability 9.0
     or 10.x.
     """
@@ -243,11 +343,14 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
     from ..kernels.host import bf16_ptr, cuda_stream, i32_ptr, placeholder_ptr
 
     device = torch.device("cuda")
-    probe = DescriptorProbe(*tile, clip=not unpatched)
+    name = config if isinstance(config, str) else config.describe()
+    config = STORE_CONFIGS[config] if isinstance(config, str) else config
+    probe = DescriptorProbe(config, clip=not unpatched)
+    box = store_box(probe.config)
     experts = len(rows)
     total = sum(rows)
     stream = cuda_stream(device)
-    guard = 2 * tile[0]
+    guard = 2 * probe.cta_tile[0]
     poison = -1.0
     compiled = cute.compile(
         probe,
@@ -291,7 +394,7 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
         exp = torch.full((rows_total, n), poison, dtype=torch.float32)
         for e, (s, r) in enumerate(zip(starts_of(counts), counts, strict=True)):
             if only in (-1, e) and r:
-                vals = torch.tensor([_pattern_value(e, i % tile[0]) for i in range(r)])
+                vals = torch.tensor([_pattern_value(e, i) for i in range(r)])
                 exp[s : s + r] = vals[:, None].float()
         got = buf[guard : guard + rows_total].float().cpu()
         wrong = sorted({int(i) for i in (got != exp).any(dim=1).nonzero().flatten()})
@@ -302,9 +405,13 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
         return {"ok": not wrong and guard_ok, "wrong_rows": wrong[:20], "guard_intact": guard_ok}
 
     report: dict = {
+        "config": name,
+        "label": probe.config.describe(),
+        "box": box,
+        "staging": probe.staging_text,
         "rows": list(rows),
         "n": n,
-        "tile": list(tile),
+        "tile": list(probe.cta_tile),
         "unpatched_control": unpatched,
         "stores": [],
         "bytes": [],
@@ -346,7 +453,7 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
         """For the record, the driver's own 128 bytes for the view (``cuTensorMapEncodeTiled``
         with the L2 promotion closest to the DSL's): the bits where they differ from the slot."""
         try:
-            found = _driver_encoded(buf.data_ptr() + (guard + row0) * n * 2, view_rows, n, tile)
+            found = _driver_encoded(buf.data_ptr() + (guard + row0) * n * 2, view_rows, n, box)
         except Exception as err:  # an API difference: reported, not a failure of the path
             return {"available": False, "error": f"{type(err).__name__}: {err}"[:300]}
         if not found:
@@ -409,11 +516,34 @@ def check_descriptors(rows=DEFAULT_ROWS, n: int = 256, tile=(64, 64), unpatched=
     return report
 
 
+def check_all(configs=None, rows=DEFAULT_ROWS, n: int = DEFAULT_N) -> dict:
+    """:func:`check_descriptors` for each C store of :data:`STORE_CONFIGS` (or ``configs``,
+    names): ``{"ok": all passed, "reports": [one report per store]}``. A store whose probe fails
+    to compile or run is a report with ``ok`` False and the error."""
+    reports = []
+    for name in configs or STORE_CONFIGS:
+        try:
+            reports.append(check_descriptors(rows, n, name))
+        except Exception as err:
+            reports.append({"config": name, "ok": False, "error": f"{type(err).__name__}: {err}"})
+    return {"ok": all(r["ok"] for r in reports), "reports": reports}
+
+
 def format_report(report: dict) -> str:
-    """A few lines for a log or ``results/<GPU>/gpu_checks.txt``."""
+    """A few lines for a log or ``results/<GPU>/gpu_checks.txt`` (one probe's report, or
+    :func:`check_all`'s)."""
+    if "reports" in report:
+        parts = [format_report(r) for r in report["reports"]]
+        verdict = "PASSED" if report["ok"] else "FAILED"
+        return "\n".join([*parts, f"descriptor check, every C store: {verdict}"])
+    if "error" in report:
+        return f"descriptor check {report['config']}: FAILED ({report['error'][:300]})"
+    box = report["box"]
     lines = [
-        f"descriptor check: experts of {report['rows']} rows, n = {report['n']}, "
-        f"{report['tile'][0]} x {report['tile'][1]} boxes"
+        f"descriptor check {report['config']} ({report['label']}): experts of {report['rows']} "
+        f"rows, n = {report['n']}, {report['tile'][0]} x {report['tile'][1]} CTA tiles stored "
+        f"in {box['rows']} x {box['cols']} boxes ({box['per_step']} a step), "
+        f"{box['swizzle']}-byte swizzle"
     ]
     for s in report["stores"]:
         who = "all experts" if s["only_expert"] < 0 else f"expert {s['only_expert']} alone"
