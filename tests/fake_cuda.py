@@ -105,3 +105,25 @@ def guard_prepared_state(monkeypatch):
 
     monkeypatch.setattr(harness, "run_rounds", run_rounds)
     return lambda obj: alive.append(weakref.ref(obj))
+
+
+def install_fake_gpu(monkeypatch, name="NVIDIA B200", capability=(10, 0), sms=148):
+    """Make torch (and the package's target lookup) see one CUDA GPU of ``capability`` with
+    ``sms`` SMs: what code that only *asks* about the GPU needs (the selftest's planning and
+    bookkeeping). Nothing can launch on it. Returns the properties object."""
+    from pearl_moe.kernels import targets
+
+    props = types.SimpleNamespace(
+        name=name, major=capability[0], minor=capability[1], multi_processor_count=sms,
+        L2_cache_size=126 << 20, total_memory=180 << 30,
+    )  # fmt: skip
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(cuda, "get_device_properties", lambda device=None: props)
+    monkeypatch.setattr(cuda, "get_device_name", lambda device=None: name)
+    targets._capability.cache_clear()
+    monkeypatch.setattr(targets, "_capability", lambda index: tuple(capability))
+    return props
