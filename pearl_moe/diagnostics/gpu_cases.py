@@ -553,6 +553,8 @@ def run_on_grid(A, W, offsets, out, stage: int, config: GemmConfig, ctas: int):
         raise ValueError(f"{config.describe()} cannot run as {arch} stage {stage}: {problems}")
     if stage < 3:
         raise ValueError(f"stage {stage} is not persistent: its grid is one CTA per tile")
+    if out.data_ptr() % config.output_alignment:
+        raise ValueError(f"out must be {config.output_alignment}-byte aligned for this store")
     cluster = config.cluster_n * config.cluster_m if arch == "sm_90a" else config.cta_group
     sms = torch.cuda.get_device_properties(A.device).multi_processor_count
     most = persistent_ctas(arch, config, sms, A.device)
