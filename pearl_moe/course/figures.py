@@ -35,9 +35,11 @@ from .plots import (
     plot_layer_bytes,
     plot_occupancy_maps,
     plot_pct_of_floor,
+    plot_ring_sweep,
     plot_roofline,
     plot_smem_budget,
     plot_stage_projection,
+    plot_stage_ratios,
     plot_tmem_maps,
     plot_utilization_vs_tokens,
     plot_vs_floor,
@@ -423,69 +425,28 @@ def stage_ratio_figure(out_dir: Path, root: Path | None = None) -> list[Path]:
     """Stages 2 and 3 and the cuBLAS loop, each as a multiple of our stage-1 per-expert loop's
     time, against tokens per GPU, per model (balanced routing), from the stages run measured on the
     H200: one launch wins at decode and loses at prefill, where stage 3 wins it back."""
-    from matplotlib.figure import Figure
-
-    from .plots import OKABE_ITO
-
     rs = results.rows(BENCH_GPU, kind="stages", routing="balanced", root=root)
     if not rs:
         raise FileNotFoundError(f"no stages run under results/{BENCH_GPU}")
-    models = [m for m in MODELS if any(r["model"] == m for r in rs)]
-    with style():
-        fig = Figure(figsize=(10.0, 3.3), layout="constrained")
-        axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
-        for ax, model in zip(axes, models, strict=True):
-            mine = [r for r in rs if r["model"] == model]
-            loop = {r["tokens_per_gpu"]: r["median_us"] for r in mine if r["impl"] == "pearl-s1"}
-            ax.axhline(1.0, color="#555555", ls="--", lw=1, label="stage 1 (our per-expert loop)")
-            for i, (impl, label) in enumerate(RATIO_LABELS.items()):
-                pts = sorted(
-                    (r["tokens_per_gpu"], r["median_us"] / loop[r["tokens_per_gpu"]])
-                    for r in mine
-                    if r["impl"] == impl and r["tokens_per_gpu"] in loop
-                )
-                if pts:
-                    t, y = zip(*pts, strict=True)
-                    ax.plot(t, y, "-o", ms=3.5, color=OKABE_ITO[i], label=label)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log", base=2)
-            ticks = sorted(loop)
-            ax.set_xticks(ticks, labels=[str(t) for t in ticks], fontsize=7)
-            ax.set_yticks([0.5, 0.7, 1, 1.4, 2], labels=["0.5", "0.7", "1", "1.4", "2"])
-            ax.minorticks_off()
-            ax.set_title(model, fontsize=9)
-            ax.set_xlabel("tokens per GPU")
-        axes[0].set_ylabel("time / stage-1 loop time")
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=7)
-        fig.suptitle(
-            f"Time relative to our stage-1 loop (below 1: faster), measured on {_measured_on(rs)}",
-            fontsize=9,
-        )
+    panels = {}
+    for model in [m for m in MODELS if any(r["model"] == m for r in rs)]:
+        mine = [r for r in rs if r["model"] == model]
+        loop = {r["tokens_per_gpu"]: r["median_us"] for r in mine if r["impl"] == "pearl-s1"}
+        panels[model] = {
+            label: sorted(
+                (r["tokens_per_gpu"], r["median_us"] / loop[r["tokens_per_gpu"]])
+                for r in mine
+                if r["impl"] == impl and r["tokens_per_gpu"] in loop
+            )
+            for impl, label in RATIO_LABELS.items()
+        }
+    fig = plot_stage_ratios(
+        panels,
+        baseline="stage 1 (our per-expert loop)",
+        title="Time relative to our stage-1 loop (below 1: faster), "
+        f"measured on {_measured_on(rs)}",
+    )
     return _save(fig, out_dir, "stage_ratios_h200")
-
-
-def plot_ring_sweep(series, floor_s: float | None, gpu: str, source: str, title: str = ""):
-    """Measured latency against ring depth, one line per tile shape (``series[label] = [(ring
-    depth, seconds), ...]``), with the floor dashed; ``gpu`` and ``source`` come from the data."""
-    from matplotlib.figure import Figure
-
-    from .plots import OKABE_ITO
-
-    with style():
-        fig = Figure(figsize=(6.4, 3.4), layout="constrained")
-        ax = fig.add_subplot()
-        for i, (label, pts) in enumerate(series.items()):
-            d, t = zip(*sorted(pts), strict=True)
-            ax.plot(d, [s * 1e6 for s in t], "-o", ms=4, color=OKABE_ITO[i], label=label)
-        if floor_s:
-            ax.axhline(floor_s * 1e6, color="#555555", ls="--", label="floor (run's read ceiling)")
-        ax.set_xlabel("ring depth (A/B entries per SM)")
-        ax.set_ylabel("latency (us)")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7, title=f"measured on {gpu}", title_fontsize=7)
-        ax.set_title(f"{title}\n{source}" if title else source, fontsize=8)
-    return fig
 
 
 def stage_sweep_figure(out_dir: Path, root: Path | None = None) -> list[Path]:

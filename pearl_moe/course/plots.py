@@ -832,6 +832,53 @@ def plot_pct_of_floor(
 
 
 # ---------------------------------------------------------------------------- stage notebooks
+def plot_stage_ratios(panels, baseline: str, title: str):
+    """One panel per model: each line a multiple of the baseline's time against tokens per GPU
+    (``panels[model][label] = [(tokens, ratio), ...]``), log-log, the baseline dashed at 1."""
+    with style():
+        fig = Figure(figsize=(10.0, 3.3), layout="constrained")
+        axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+        for ax, (model, lines) in zip(axes, panels.items(), strict=True):
+            ax.axhline(1.0, color="#555555", ls="--", lw=1, label=baseline)
+            ticks = set()
+            for i, (label, pts) in enumerate(lines.items()):
+                if pts:
+                    tokens, ratios = zip(*pts, strict=True)
+                    ticks.update(tokens)
+                    ax.plot(tokens, ratios, "-o", ms=3.5, color=OKABE_ITO[i], label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+            ax.set_xticks(sorted(ticks), labels=[str(t) for t in sorted(ticks)], fontsize=7)
+            ax.set_yticks([0.5, 0.7, 1, 1.4, 2], labels=["0.5", "0.7", "1", "1.4", "2"])
+            ax.minorticks_off()
+            ax.set_title(model, fontsize=9)
+            ax.set_xlabel("tokens per GPU")
+        axes[0].set_ylabel("time / stage-1 loop time")
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=7)
+        fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def plot_ring_sweep(series, floor_s: float | None, gpu: str, source: str, title: str = ""):
+    """Measured latency against ring depth, one line per tile shape (``series[label] = [(ring
+    depth, seconds), ...]``), with the floor dashed; ``gpu`` and ``source`` come from the data."""
+    with style():
+        fig = Figure(figsize=(6.4, 3.4), layout="constrained")
+        ax = fig.add_subplot()
+        for i, (label, pts) in enumerate(series.items()):
+            d, t = zip(*sorted(pts), strict=True)
+            ax.plot(d, [s * 1e6 for s in t], "-o", ms=4, color=OKABE_ITO[i], label=label)
+        if floor_s:
+            ax.axhline(floor_s * 1e6, color="#555555", ls="--", label="floor (run's read ceiling)")
+        ax.set_xlabel("ring depth (A/B entries per SM)")
+        ax.set_ylabel("latency (us)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, title=f"measured on {gpu}", title_fontsize=7)
+        ax.set_title(f"{title}\n{source}" if title else source, fontsize=8)
+    return fig
+
+
 def plot_stage_sweep(
     measured: Sequence[tuple[int, float]] | Mapping[str, Sequence[tuple[int, float]]] | None,
     modeled: Mapping[str, Sequence[tuple[int, float]]],
