@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Decides whether the ping-pong epilogue through shared memory + TMA (pingpong_tma_store.patch)
-# goes into the package and the tuner's candidates. On this machine's copy of the tree: apply the
+# goes into the package and the tuner's candidates. Written for the package at commit aaf3d12
+# (check it out first: the patch applies there, tests/test_trial_patches.py checks it). On this
+# machine's copy of the tree: apply the
 # patch, run the sm_90a ping-pong GPU tests (the new variants and ring cases among them), then
 # time the held-out set's 4096-token layers (every one left above the tie after the uniform
 # warpgroup index is a down projection on a ping-pong tile) with the default call, quack's
