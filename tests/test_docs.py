@@ -83,6 +83,14 @@ def test_every_relative_link_of_a_notebook_resolves(path):
     assert not broken, f"{path.name}: broken links {broken}"
 
 
+def test_every_relative_link_of_the_studies_index_resolves():
+    """experiments/README.md: its "cited by" column links the notebooks and pages that cite each
+    study."""
+    path = ROOT / "experiments" / "README.md"
+    broken = broken_links(path.read_text(), path.parent, ROOT)
+    assert not broken, f"experiments/README.md: broken links {broken}"
+
+
 def test_a_broken_link_is_found(tmp_path):
     (tmp_path / "there.md").write_text("# A heading\n")
     text = "[ok](there.md) [ok](there.md#a-heading) [no](missing.md) [no](there.md#nope) `[x](y)`"
