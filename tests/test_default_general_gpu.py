@@ -37,7 +37,8 @@ CASES = gpu_cases.default_call_cases()
     ],
 )  # fmt: skip
 def test_the_default_call_is_right_on_held_out_layers(arch, case):
-    choice = autotune.pick(arch, case.n, case.k, case.experts, case.rows,
+    p = case.problem
+    choice = autotune.pick(arch, p.n, p.k, p.experts, p.rows,
                            autotune.gpu_name("cuda"))  # what grouped_gemm picks on this GPU  # fmt: skip
     if arch == "sm_90a":  # the Hopper tables cover these shapes by their neighbours
         assert not choice.source.startswith("heuristic"), choice.source

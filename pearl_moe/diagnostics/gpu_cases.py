@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ..config import GemmConfig
 from ..kernels.ladder import stage_config
-from ..workloads import MODELS
+from ..workloads import MODELS, GroupedProblem
 
 __all__ = [
     "ARCHS",
@@ -121,12 +121,9 @@ class Case:
             object.__setattr__(self, "activation", self.config.activation)
 
     @property
-    def experts(self) -> int:
-        return len(self.counts)
-
-    @property
-    def rows(self) -> int:
-        return sum(self.counts)
+    def problem(self) -> GroupedProblem:
+        """The case's problem (its experts, rows, offsets)."""
+        return GroupedProblem(self.k, self.n, self.counts, self.id)
 
     def resolved(self, arch: str, gpu: str | None = None) -> tuple[int, GemmConfig]:
         """``(stage, config)`` as :func:`pearl_moe.grouped_gemm` resolves them: the course's
@@ -137,7 +134,7 @@ class Case:
         if self.config is None:
             if self.stage is None:
                 return api.default_choice(
-                    arch, self.n, self.k, self.experts, self.rows, gpu, self.activation
+                    arch, self.n, self.k, len(self.counts), sum(self.counts), gpu, self.activation
                 )
             config = api.default_config(arch, self.stage)
             if self.activation is not None:
@@ -773,7 +770,7 @@ def compile_requests(arch: str = "sm_100a", gpu: str = "B200") -> dict[tuple, li
         stage, config = case.resolved(arch, gpu)
         if stage < 3 and config.acc_buffers != 1:
             config = config.with_(acc_buffers=1)  # what stages 1 and 2 compile with
-        key = (stage, config, case.n, case.k, case.experts, case.ctas)
+        key = (stage, config, case.n, case.k, len(case.counts), case.ctas)
         requests.setdefault(key, []).append(label)
     return requests
 
