@@ -29,7 +29,8 @@ def pretend_gpu(monkeypatch, arch):
     monkeypatch.setattr(autotune, "gpu_name", lambda device=None: gpu)
 
 
-def _weights(experts, hidden, inter, seed=0):
+def expert_weights(experts, hidden, inter, seed=0):
+    """``(w_gate_up, w_down)`` bf16 ~ N(0, 1 / fan_in) (also the other CPU layer tests')."""
     g = torch.Generator().manual_seed(seed)
     w13 = (torch.randn(experts, 2 * inter, hidden, generator=g) * hidden**-0.5).bfloat16()
     w2 = (torch.randn(experts, hidden, inter, generator=g) * inter**-0.5).bfloat16()
@@ -100,7 +101,7 @@ def test_select_experts_is_softmax_top_k_renormalized():
 )
 def test_the_layer_matches_the_float32_reference_token_by_token(tokens, experts, top_k, skew):
     hidden, inter = 64, 48
-    w13, w2 = _weights(experts, hidden, inter, seed=tokens)
+    w13, w2 = expert_weights(experts, hidden, inter, seed=tokens)
     g = torch.Generator().manual_seed(tokens)
     x = torch.randn(tokens, hidden, generator=g).bfloat16()
     logits = torch.randn(tokens, experts, generator=g)
@@ -114,14 +115,14 @@ def test_the_layer_matches_the_float32_reference_token_by_token(tokens, experts,
 
 
 def test_geglu_and_unnormalized_weights():
-    w13, w2 = _weights(5, 32, 16)
+    w13, w2 = expert_weights(5, 32, 16)
     x = torch.randn(7, 32).bfloat16()
     weights, ids = select_experts(torch.randn(7, 5), 2, renormalize=False)
     _check_layer(x, w13, w2, ids, weights, activation="geglu")
 
 
 def test_the_combine_is_deterministic_and_zero_tokens_give_an_empty_output():
-    w13, w2 = _weights(8, 64, 32)
+    w13, w2 = expert_weights(8, 64, 32)
     x = torch.randn(32, 64).bfloat16()
     weights, ids = select_experts(torch.randn(32, 8), 3)
     runs = [moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop")
@@ -133,7 +134,7 @@ def test_the_combine_is_deterministic_and_zero_tokens_give_an_empty_output():
 
 def test_the_module_from_a_checkpoints_tensors():
     experts, hidden, inter = 6, 32, 24
-    w13, w2 = _weights(experts, hidden, inter)
+    w13, w2 = expert_weights(experts, hidden, inter)
     router = torch.randn(experts, hidden) * hidden**-0.5
     gate, up = w13[:, :inter], w13[:, inter:]
     a = MoE.from_weights(router, w2, w_gate=gate, w_up=up, top_k=2, backend="loop")
@@ -162,7 +163,7 @@ def test_the_module_from_a_checkpoints_tensors():
 
 
 def test_bad_input_is_a_clear_error_before_any_work():
-    w13, w2 = _weights(4, 32, 16)
+    w13, w2 = expert_weights(4, 32, 16)
     x = torch.randn(5, 32).bfloat16()
     weights, ids = select_experts(torch.randn(5, 4), 2)
 
@@ -215,7 +216,7 @@ def test_the_package_exports_the_layer_without_importing_torch_up_front():
 def test_the_interleaved_gate_up_layout_gives_the_same_layer():
     from pearl_moe.kernels import interleave_gate_up
 
-    w13, w2 = _weights(4, 32, 24)
+    w13, w2 = expert_weights(4, 32, 24)
     x = torch.randn(9, 32).bfloat16()
     weights, ids = select_experts(torch.randn(9, 4), 2)
     concat = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop")
@@ -238,7 +239,7 @@ def test_the_in_kernel_gather_passes_x_and_the_index_to_the_gate_up_kernel(monke
     import pearl_moe.kernels as kernels
     from pearl_moe.moe import layer as moe_layer
 
-    w13, w2 = _weights(4, 32, 16)
+    w13, w2 = expert_weights(4, 32, 16)
     x = torch.randn(5, 32, generator=torch.Generator().manual_seed(3)).bfloat16()
     weights, ids = select_experts(torch.randn(5, 4, generator=torch.Generator().manual_seed(4)), 2)
     with pytest.raises(ValueError, match="gather must be one of"):
@@ -321,10 +322,10 @@ def test_the_kernels_are_asked_before_anything_launches(monkeypatch, arch):
     pretend_gpu(monkeypatch, arch)
     x = torch.randn(6, 64).bfloat16()
     logits = torch.randn(6, 4)
-    w13, w2 = _weights(4, 64, 32)
-    odd13, odd2 = _weights(4, 64, 100)  # intermediate 100: the down GEMM's k
+    w13, w2 = expert_weights(4, 64, 32)
+    odd13, odd2 = expert_weights(4, 64, 100)  # intermediate 100: the down GEMM's k
     narrow = torch.randn(6, 100).bfloat16()
-    w13_narrow, w2_narrow = _weights(4, 100, 32)  # hidden 100: the gate+up GEMM's k
+    w13_narrow, w2_narrow = expert_weights(4, 100, 32)  # hidden 100: the gate+up GEMM's k
     strided = w2.transpose(1, 2).contiguous().transpose(1, 2)  # w_down's shape, not contiguous
     cases = [
         ("not a multiple of 8", x, odd13, odd2, {}),
@@ -358,7 +359,7 @@ def test_the_kernels_are_asked_before_anything_launches(monkeypatch, arch):
 def test_contradictory_arguments_are_refused_before_any_work(monkeypatch):
     """router_logits with topk_weights, a top_k other than topk_ids' width, router_logits of the
     wrong width (global experts with an expert_map): refused, nothing run."""
-    w13, w2 = _weights(4, 32, 16)
+    w13, w2 = expert_weights(4, 32, 16)
     x = torch.randn(5, 32).bfloat16()
     logits = torch.randn(5, 4)
     weights, ids = select_experts(logits, 2)

@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_moe_layer import expert_weights  # noqa: E402
+
 from pearl_moe.moe import (  # noqa: E402
     MoE,
     combine,
@@ -19,13 +21,6 @@ from pearl_moe.moe import (  # noqa: E402
     select_experts,
 )
 from pearl_moe.moe import layer as moe_layer  # noqa: E402
-
-
-def _weights(experts, hidden, inter, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w13 = (torch.randn(experts, 2 * inter, hidden, generator=g) * hidden**-0.5).bfloat16()
-    w2 = (torch.randn(experts, hidden, inter, generator=g) * inter**-0.5).bfloat16()
-    return w13, w2
 
 
 def _poison(monkeypatch, value):
@@ -47,7 +42,7 @@ def _rel(out, ref):
 
 def test_masked_ids_add_exactly_zero_on_poisoned_memory(monkeypatch):
     experts, hidden, inter, tokens, top_k = 6, 64, 32, 24, 3
-    w13, w2 = _weights(experts, hidden, inter)
+    w13, w2 = expert_weights(experts, hidden, inter)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(tokens, hidden, generator=g).bfloat16()
     weights, ids = select_experts(torch.randn(tokens, experts, generator=g), top_k)
@@ -84,7 +79,7 @@ def test_masked_ids_add_exactly_zero_on_poisoned_memory(monkeypatch):
 
 
 def test_check_accepts_minus_one_and_refuses_other_ids_out_of_range():
-    w13, w2 = _weights(4, 32, 16)
+    w13, w2 = expert_weights(4, 32, 16)
     x = torch.randn(3, 32).bfloat16()
     weights, ids = select_experts(torch.randn(3, 4), 2)
     ids[0, 1] = -1
@@ -103,7 +98,7 @@ def test_an_expert_map_splits_the_layer_across_gpus(monkeypatch):
     -> local id, -1 elsewhere): each routes every token over the global experts, computes its
     own, and the two outputs add up to the whole layer's."""
     experts, hidden, inter, tokens, top_k = 8, 64, 32, 20, 3
-    w13, w2 = _weights(experts, hidden, inter, seed=3)
+    w13, w2 = expert_weights(experts, hidden, inter, seed=3)
     g = torch.Generator().manual_seed(4)
     x = torch.randn(tokens, hidden, generator=g).bfloat16()
     logits = torch.randn(tokens, experts, generator=g)
@@ -137,7 +132,7 @@ def test_the_module_under_expert_parallelism():
     """``MoE(..., expert_map=...)`` routes over the global experts and holds the mapped ones: the
     two halves of a layer add up to it."""
     experts, hidden, inter = 8, 32, 16
-    w13, w2 = _weights(experts, hidden, inter, seed=5)
+    w13, w2 = expert_weights(experts, hidden, inter, seed=5)
     router = torch.randn(experts, hidden) * hidden**-0.5
     whole = MoE.from_weights(router, w2, w_gate_up=w13, top_k=2, backend="loop")
     x = torch.randn(4, 3, hidden).bfloat16()

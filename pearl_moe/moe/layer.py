@@ -104,7 +104,18 @@ def _check_weights(x, w_gate_up, w_down):
     return experts, hidden, two_i // 2
 
 
-def _check_call(x, w_gate_up, w_down, top_k, expert_map, activation, backend, layout, gather):
+def _check_expert_map(expert_map, device) -> None:
+    if expert_map is not None and not (
+        isinstance(expert_map, torch.Tensor) and expert_map.dim() == 1 and expert_map.numel()
+        and expert_map.dtype in (torch.int32, torch.int64) and expert_map.device == device
+    ):  # fmt: skip
+        raise ValueError(
+            "expert_map must be a 1-D int32/int64 tensor on x's device: each global expert's "
+            "local id, -1 for an expert held elsewhere"
+        )
+
+
+def _check_call(x, w_gate_up, w_down, top_k, activation, backend, layout, gather):
     """Every check of a forward that reads no device value; returns the resolved backend. With
     the pearl backend the kernels are asked too (:func:`_check_kernels`), except while
     ``torch.compile`` traces (the custom op asks them when it runs)."""
@@ -117,14 +128,6 @@ def _check_call(x, w_gate_up, w_down, top_k, expert_map, activation, backend, la
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if gather not in GATHERS:
         raise ValueError(f"gather must be one of {GATHERS}, got {gather!r}")
-    if expert_map is not None and not (
-        isinstance(expert_map, torch.Tensor) and expert_map.dim() == 1 and expert_map.numel()
-        and expert_map.dtype in (torch.int32, torch.int64) and expert_map.device == x.device
-    ):  # fmt: skip
-        raise ValueError(
-            "expert_map must be a 1-D int32/int64 tensor on x's device: each global expert's "
-            "local id, -1 for an expert held elsewhere"
-        )
     backend = _resolve_backend(backend, x.device)
     if gather == "kernel" and backend != "pearl":
         raise ValueError(
@@ -172,6 +175,7 @@ def _check_kernels(x, w_gate_up, w_down, rows: int, activation, layout, gather) 
 
 def _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map) -> int:
     """The routing arguments of :func:`moe_forward`, contradictions refused; returns top_k."""
+    _check_expert_map(expert_map, x.device)
     if (router_logits is None) == (topk_ids is None):
         raise ValueError("give either router_logits (with top_k) or topk_ids and topk_weights")
     choosable = experts if expert_map is None else expert_map.shape[0]
@@ -256,11 +260,8 @@ def moe_forward(
     pass. ``gather="kernel"`` always fuses. Other backends apply it after their GEMM.
     """
     experts = _check_weights(x, w_gate_up, w_down)[0]
-    if expert_map is not None and not isinstance(expert_map, torch.Tensor):
-        raise ValueError("expert_map must be a tensor")
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
-    backend = _check_call(x, w_gate_up, w_down, k, expert_map, activation, backend,
-                          gate_up_layout, gather)  # fmt: skip
+    backend = _check_call(x, w_gate_up, w_down, k, activation, backend, gate_up_layout, gather)
     if router_logits is not None:
         topk_weights, topk_ids = select_experts(router_logits, k, renormalize=renormalize)
     if torch.compiler.is_compiling() and not return_routing:
@@ -406,9 +407,13 @@ class MoE(torch.nn.Module):
 
     The arguments are ``MoE(hidden, intermediate, experts, top_k, ...)``, this order (vLLM's
     ``FusedMoE`` and SonicMoE take ``(num_experts, top_k, hidden, intermediate)``: name them
-    when in doubt), every later one by keyword. A fresh layer is randomly initialised; a
-    checkpoint's tensors make one without a copy (:meth:`from_weights`); a Hugging Face block
-    converts with :func:`pearl_moe.moe.hf.from_hf`.
+    when in doubt), every later one by keyword: the routing (``score``, ``renormalize``,
+    ``n_group``, ``topk_group``, ``routed_scaling`` as :func:`select_experts` takes them;
+    ``correction_bias=True`` holds a bias buffer), the shared experts (``shared_intermediate``,
+    0 for none; ``shared_gate``), ``expert_map``, ``router_dtype``, ``return_router_logits``,
+    ``activation``, ``backend``, ``device``, ``gate_up_layout``. A fresh layer is randomly
+    initialised; a checkpoint's tensors make one without a copy (:meth:`from_weights`); a Hugging
+    Face block converts with :func:`pearl_moe.moe.hf.from_hf`.
 
     ``forward(x, check=True)``: ``x`` of any leading shape ``(..., hidden)``, output of the same
     shape (and the router logits with ``return_router_logits``, as Mixtral's block in
@@ -440,6 +445,9 @@ class MoE(torch.nn.Module):
         ):  # fmt: skip
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if expert_map is not None:
+            expert_map = torch.as_tensor(expert_map, device=device)
+            _check_expert_map(expert_map, expert_map.device)
         choosable = experts if expert_map is None else len(expert_map)
         if top_k > choosable:
             raise ValueError(f"top_k ({top_k}) exceeds the {choosable} experts")
@@ -455,17 +463,19 @@ class MoE(torch.nn.Module):
         self.backend, self.return_router_logits = backend, return_router_logits
         self.routing = dict(score=score, renormalize=renormalize, n_group=n_group,
                             topk_group=topk_group, scaling=routed_scaling)  # fmt: skip
-        bf16 = dict(device=device, dtype=torch.bfloat16)
         self.router = torch.nn.Linear(hidden, choosable, bias=False, device=device,
                                       dtype=router_dtype)  # fmt: skip
         self.router.weight.requires_grad_(False)
-        frozen = lambda *shape: torch.nn.Parameter(torch.empty(*shape, **bf16), requires_grad=False)  # noqa: E731
+
+        def frozen(*shape):
+            empty = torch.empty(*shape, device=device, dtype=torch.bfloat16)
+            return torch.nn.Parameter(empty, requires_grad=False)
+
         self.w_gate_up = frozen(experts, 2 * intermediate, hidden)
         self.w_down = frozen(experts, hidden, intermediate)
         bias = torch.zeros(choosable, device=device) if correction_bias else None
         self.register_buffer("correction_bias", bias)
-        self.register_buffer("expert_map", None if expert_map is None else
-                             torch.as_tensor(expert_map, device=device))  # fmt: skip
+        self.register_buffer("expert_map", expert_map)
         shared = shared_intermediate > 0
         self.shared_gate_up = frozen(2 * shared_intermediate, hidden) if shared else None
         self.shared_down = frozen(hidden, shared_intermediate) if shared else None
@@ -513,7 +523,8 @@ class MoE(torch.nn.Module):
         expert_map = kwargs.pop("expert_map", None)
         layer = cls(hidden, inter, experts, top_k, device="meta", router_dtype=router_dtype,
                     correction_bias=correction_bias is not None, shared_intermediate=shared_i,
-                    shared_gate=shared_gate is not None, expert_map=expert_map, **kwargs)  # fmt: skip
+                    shared_gate=shared_gate is not None, expert_map=expert_map,
+                    **kwargs)  # fmt: skip
         interleave = layer.gate_up_layout == "interleaved"
         gate_up = (w_gate_up,) if w_gate_up is not None else (w_gate, w_up)
         shape = (experts, 2 * inter, hidden)
@@ -549,8 +560,8 @@ class MoE(torch.nn.Module):
             raise ValueError(f"x must be (..., {self.w_down.shape[1]}), got {tuple(shape)}")
         flat = x.reshape(-1, shape[-1])
         with torch.no_grad():
-            backend = _check_call(flat, self.w_gate_up, self.w_down, self.top_k, self.expert_map,
-                                  self.activation, self.backend, self.gate_up_layout, "copy")  # fmt: skip
+            backend = _check_call(flat, self.w_gate_up, self.w_down, self.top_k, self.activation,
+                                  self.backend, self.gate_up_layout, "copy")  # fmt: skip
             logits, weights, ids = self.route(flat)
             args = (flat, self.w_gate_up, self.w_down, ids, weights, self.expert_map,
                     self.activation, backend, check, self.gate_up_layout, "copy")  # fmt: skip
