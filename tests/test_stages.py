@@ -14,6 +14,7 @@ from pearl_moe.course.doc_tables import (
     render_options_table,
     render_speed_table,
     render_stage_table,
+    render_steps_table,
     update_doc,
     update_docs,
 )
@@ -106,8 +107,10 @@ def test_speed_table_says_when_nothing_was_recorded(tmp_path):
 
 
 def test_stage_table_shows_the_measured_step_of_stages_4_to_7():
-    """Each measured step once, on the stage's first notebook that runs on Hopper (the steps
-    were measured with the sm_90a kernels): stage 7's on 07b, not on the Blackwell notebook."""
+    """Each measured step once, short (decode · prefill), on the stage's first notebook that runs
+    on Hopper (the steps were measured with the sm_90a kernels): stage 7's on 07b, not on the
+    Blackwell notebook. The ranges, shapes and runs are in docs/performance.md's steps block, which
+    the table links."""
     steps = measured_steps()
     if not {4, 5, 6, 7} <= set(steps):
         pytest.skip("no ablation of stages 4-7 committed")
@@ -121,13 +124,31 @@ def test_stage_table_shows_the_measured_step_of_stages_4_to_7():
             continue
         row = next(line for line in table.splitlines() if line.startswith(f"| {stage.label} |"))
         step = steps[stage.taught_stage]
+        cell = f"| ×{step['decode']['geomean']:.2f} · ×{step['prefill']['geomean']:.2f} |"
         if stage is not first[stage.taught_stage]:
-            assert "decode ×" not in row, f"{stage.label} repeats stage {stage.taught_stage}'s step"
+            assert cell not in row and row.endswith("| - |"), (
+                f"{stage.label} repeats stage {stage.taught_stage}'s step"
+            )
             continue
         assert step["kind"] == "ablation" and step["method"] == "paired per round"
-        assert f"decode ×{step['decode']['geomean']:.2f}" in row
-        assert f"prefill ×{step['prefill']['geomean']:.2f}" in row
-    assert "results/H200/ablation.json.gz" in table
+        assert row.endswith(cell), row
+    assert "](docs/performance.md#each-kernel-stage-against-the-one-before)" in table
+    assert len(table.split("\n\n", 1)[1].split()) < 40, "the course map's note stays short"
+
+
+def test_steps_block_has_each_step_with_its_range_and_run():
+    """docs/performance.md's steps block: every measured step with its decode and prefill range
+    and the run it comes from (the long form of the course map's column)."""
+    steps = measured_steps()
+    table = render_steps_table()
+    for n, step in steps.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| {n} / {n - 1} |"))
+        q = step["decode"]
+        assert f"×{q['geomean']:.2f} ({q['lo']:.2f}-{q['hi']:.2f})" in row
+        assert f"`{step['kind']}.json" in row
+    if {4, 5, 6, 7} <= set(steps):
+        assert "results/H200/ablation.json.gz" in table and "paired per round" in table
+    assert "No `stages` or `ablation` run" in render_steps_table(ROOT / "no-such-folder")
 
 
 def test_headline_is_plain_words_from_one_run():
@@ -144,6 +165,20 @@ def test_headline_is_plain_words_from_one_run():
     assert f"| {geomean(held):.2f} ({max(held):.2f}) |" in row
     assert row.split("|")[3].strip() == str(len(held))
     assert "No `compare` run" in render_headline_table(results_root=ROOT / "no-such-folder")
+
+
+def test_headline_says_how_it_relates_to_the_course_run():
+    """The headline's run is not the one notebook 08a teaches: the block names that run and gives
+    its course geomeans, so the two sets of numbers for the same shapes are not read as one."""
+    from pearl_moe.bench.compare import compare_summary, geomean
+
+    table = render_headline_table()
+    s = compare_summary(read_run(ROOT / "results" / "H200" / "compare.json.gz"))
+    ratios = [r["ratio"] for r in s["rows"] if "ratio" in r]
+    note = next(line for line in table.splitlines() if line.startswith("Notebook 08a"))
+    assert "`results/H200/compare.json.gz`" in note
+    assert f"ratio {geomean(ratios):.2f} ({max(ratios):.2f}) over them all" in note
+    assert "times move between runs" in note
 
 
 def test_options_table_counts_the_committed_tables():

@@ -20,6 +20,7 @@ __all__ = [
     "STAGES",
     "measured_steps",
     "render_stage_table",
+    "render_steps_table",
     "render_speed_table",
     "render_compare_table",
     "render_general_table",
@@ -145,28 +146,25 @@ def measured_steps(results_root: Path | None = None, gpu: str = "H200") -> dict[
 
 
 def _step_cell(step: dict | None) -> str:
+    """A stage's step in the course map, short: decode · prefill (geomeans)."""
     if not step:
         return "-"
-    parts = []
-    for part in ("decode", "prefill"):
-        if part in step:
-            q = step[part]
-            parts.append(f"{part} {_x(q['geomean'])} ({q['lo']:.2f}-{q['hi']:.2f})")
-    return " · ".join(parts) + f"; all {_x(step['all']['geomean'])}"
+    return " · ".join(_x(step[part]["geomean"]) for part in ("decode", "prefill") if part in step)
+
+
+#: Where the course map's step column is explained (a heading of docs/performance.md).
+STEPS_ANCHOR = "docs/performance.md#each-kernel-stage-against-the-one-before"
 
 
 def render_stage_table(results_root: Path | None = None) -> str:
     """The course map: every notebook with what it teaches, where it runs live and its time, and
-    each kernel stage's measured step on the H200 (time against the previous stage, from
-    ``results/H200``; nothing typed by hand), shown on the stage's first notebook that runs on
-    Hopper (the steps were measured with the sm_90a kernels)."""
-    from ..results import run_path
-
-    root = results_root or ROOT / "results"
+    each kernel stage's measured step on the H200 in two short numbers (decode · prefill: time
+    against the previous stage, from ``results/H200``; nothing typed by hand), shown on the
+    stage's first notebook that runs on Hopper (the steps were measured with the sm_90a kernels).
+    How the steps are taken, with their ranges, is :func:`render_steps_table`'s block."""
     steps = measured_steps(results_root)
     rows = [
-        "| # | notebook | you'll learn | runs on | minutes "
-        "| measured step on the H200: time / previous stage |",
+        "| # | notebook | you'll learn | runs on | minutes | H200 step: decode · prefill |",
         "|---|---|---|---|---|---|",
     ]
     # a stage's step once, on its first notebook that runs on Hopper (the steps are sm_90a's)
@@ -180,6 +178,37 @@ def render_stage_table(results_root: Path | None = None) -> str:
         if s.taught_stage and step_row.get(s.taught_stage) == s.label:
             step = _step_cell(steps.get(s.taught_stage))
         rows.append(f"| {s.label} | {name} | {s.idea} | {s.runs_on} | {s.minutes} | {step} |")
+    if steps:
+        rows += [
+            "",
+            "H200 step: the stage's time over the previous stage's, measured (below 1: faster); "
+            f"shapes, ranges and runs: [docs/performance.md]({STEPS_ANCHOR}).",
+        ]
+    return "\n".join(rows)
+
+
+def render_steps_table(results_root: Path | None = None) -> str:
+    """Each kernel stage against the one before on the H200, with the range over the shapes and
+    the run it comes from: the long form of the course map's step column."""
+    from ..results import run_path
+
+    root = results_root or ROOT / "results"
+    steps = measured_steps(results_root)
+    if not steps:
+        return "_No `stages` or `ablation` run recorded for H200 yet._"
+    rows = [
+        "| kernel stage | decode | prefill | all | run |",
+        "|---|---|---|---|---|",
+    ]
+    for n, st in sorted(steps.items()):
+        cells = []
+        for part in ("decode", "prefill"):
+            q = st.get(part)
+            cells.append(f"{_x(q['geomean'])} ({q['lo']:.2f}-{q['hi']:.2f})" if q else "-")
+        rows.append(
+            f"| {n} / {n - 1} | {cells[0]} | {cells[1]} | {_x(st['all']['geomean'])} | "
+            f"`{run_path('H200', st['kind'], root).name}` |"
+        )
     notes = []
     for kind, method in STEP_SOURCES:
         mine = {n: st for n, st in steps.items() if st["kind"] == kind}
@@ -198,14 +227,14 @@ def render_stage_table(results_root: Path | None = None) -> str:
             f"{'/'.join(map(str, pre))} (prefill), balanced routing, in brackets the range over "
             "those shapes"
         )
-    if notes:
-        rows += [
-            "",
-            "Measured step: the kernel stage a notebook teaches against the one before it, "
-            "measured on the H200 with the sm_90a kernels (below 1: the stage is faster). "
-            + ". ".join(notes)
-            + ". The figure `ablation_h200` shows every shape with the spread of its rounds.",
-        ]
+    rows += [
+        "",
+        "Each kernel stage's time over the previous stage's, measured on the H200 with the sm_90a "
+        "kernels (below 1: the stage is faster); the course map in the README shows the decode "
+        "and prefill geomeans on the stage's notebook. "
+        + ". ".join(notes)
+        + ". The figure `ablation_h200` shows every shape with the spread of its rounds.",
+    ]
     return "\n".join(rows)
 
 
@@ -695,6 +724,51 @@ def _pct(values: list[float]) -> str:
     return f"{100 * geomean([v / 100 for v in values]):.0f}%"
 
 
+def _course_run_note(general: dict, root: Path, gpu: str) -> list[str]:
+    """How the headline's course rows relate to the course's own run (``compare``, notebook 08a):
+    its baselines, its geomeans, and what differs at 1024 tokens; every number from the two
+    runs."""
+    from ..bench.compare import compare_summary, geomean
+    from ..results import load_run, run_path
+
+    try:
+        run = load_run(gpu, "compare", root)
+    except FileNotFoundError:
+        return []
+    course = compare_summary(run)
+    rows = [r for r in course["rows"] if "ratio" in r]
+    at = {r["problem"]: r for r in rows if r["tokens"] == 1024}
+    if not rows or not at:
+        return []
+    timed = {(r["problem"], r["impl"]) for r in run["records"] if r["status"] == "ok"}
+    absent = [b for b in course["baselines"] if any((pid, b) not in timed for pid in at)]
+    here = [g for g in general["rows"] if g["problem"] in at and "ratio" in g]
+    baselines = [BASELINE_WORDS.get(b, b) for b in course["baselines"]]
+    text = (
+        f"Notebook 08a teaches the course's own run (`results/{gpu}/"
+        f"{run_path(gpu, 'compare', root).name}`): the same {len(rows)} shapes of the course's "
+        "models in another run, against " + ", ".join(baselines[:-1]) + f" and {baselines[-1]}; "
+        f"ratio {geomean([r['ratio'] for r in rows]):.2f} ({max(r['ratio'] for r in rows):.2f}) "
+        f"over them all, {geomean([r['ratio'] for r in at.values()]):.2f} "
+        f"({max(r['ratio'] for r in at.values()):.2f}) at 1024 tokens."
+    )
+    if absent and here:
+        fastest = sum(g["best"] in absent for g in here)
+        again = [g["ours_us"] / at[g["problem"]]["ours_us"] for g in here]
+        same = all(g.get("ours_config") == at[g["problem"]].get("ours_config") for g in here)
+        text += (
+            f" At 1024 tokens that run has no {' or '.join(BASELINE_WORDS.get(b, b) for b in absent)}"
+            " (the fastest baseline of this run on "
+            + (f"all {len(here)}" if fastest == len(here) else f"{fastest} of those {len(here)}")
+            + " shapes), and "
+            f"the default call took {min(again):.2f}-{max(again):.2f}x as long here as there"
+            + (" with the same configurations" if same else "")
+            + ": "
+            "times move between runs (notebook A1), so a ratio compares only within its run."
+        )
+    return ["", text]
+
+
 def render_headline_table(results_root: Path | None = None, gpu: str = "H200") -> str:
     """The README's speed table, in plain words: the default call against the fastest tuned
     baseline on each shape, grouped by tokens per GPU, on the course's models and on models no one
@@ -741,6 +815,8 @@ def render_headline_table(results_root: Path | None = None, gpu: str = "H200") -
             f"{_pct([r['best_pct_floor'] for r in rows])} | "
             f"{geomean([r['ratio'] for r in rows]):.2f} ({max(r['ratio'] for r in rows):.2f}) |"
         )
+    if kind == "compare_general":
+        lines += _course_run_note(s, root, gpu)
     try:
         from ..bench import layer
 
@@ -837,6 +913,7 @@ def render_options_table(tables: dict[str, dict] | None = None) -> str:
 DOC_BLOCKS: dict[str, dict] = {
     "README.md": {"stages": render_stage_table, "headline": render_headline_table},
     "docs/performance.md": {
+        "steps": render_steps_table,
         "ceilings": render_ceilings_table,
         "compare": render_compare_table,
         "speed": render_speed_table,
