@@ -83,8 +83,8 @@ _ALL = "CPU · Hopper · Blackwell"
 _HOPPER = "CPU · Hopper"
 
 STAGES: tuple[Stage, ...] = (
-    Stage("00a", "00a_setup_and_tour", "Setup and tour", "what this machine can run; how far the baselines sit from the floor", None, 30, _HOPPER),
-    Stage("00b", "00b_why_grouped_gemm", "Why grouped GEMM", "a per-expert loop leaves the GPU idle; one launch fills it", None, 55),
+    Stage("00a", "00a_setup_and_tour", "Setup and tour", "what this machine can run; how far the baselines sit from the floor", None, 35, _HOPPER),
+    Stage("00b", "00b_why_grouped_gemm", "Why grouped GEMM", "a per-expert loop leaves the GPU idle; one launch fills it", None, 60),
     Stage("00c", "00c_cute_primer", "CuTe primer", "layouts, swizzles, TMA boxes, mbarrier rings, wgmma and tcgen05", None, 60),
     Stage("00d", "00d_dsl_rules", "CuTe DSL rules", "trace time and run time, Constexpr, loops, branches, partitions, pipelines", None, 60),
     Stage("01a", "01a_stage1_kernel", "Stage 1: the GEMM kernel", "TMA ring, tensor cores, TMA-store epilogue; write the producer", 1, 60, _ALL),
