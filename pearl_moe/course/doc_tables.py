@@ -98,11 +98,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("06", "06_wide_b_loads", "Stage 6: wide B loads", "one B ring entry spans two K tiles: 256 B per weight row", 6, 60, _ALL),
     Stage("07a", "07a_split_accumulator_blackwell", "Stage 7: split accumulator (Blackwell)", "two TMEM slots of a 256 x 512 tile, released apart", 7, 60, "CPU · Blackwell"),
     Stage("07b", "07b_split_accumulator_hopper", "Stage 7: split accumulator (Hopper)", "two consumer warpgroups take turns", 7, 45, _HOPPER),
-    Stage("08a", "08a_benchmarks", "Benchmarks", "the default call against every baseline; what each stage bought", None, 55, _HOPPER),
-    Stage("08b", "08b_default_call", "The default call", "how grouped_gemm picks a configuration, judged on layers no one tuned", None, 50, _HOPPER),
+    Stage("08a", "08a_benchmarks", "Benchmarks", "the default call against every baseline; what each stage bought", None, 60, _HOPPER),
+    Stage("08b", "08b_default_call", "The default call", "how grouped_gemm picks a configuration, judged on layers no one tuned", None, 55, _HOPPER),
     Stage("09", "09_moe_layer", "The whole MoE layer", "routing, gather, gate+up with fused SwiGLU, down, combine", None, 60, _ALL),
-    Stage("A1", "A1_measuring_honestly", "Appendix: measuring honestly", "interleaved rounds, the power cap, drift, Nsight Compute", None, 50),
-    Stage("A2", "A2_latency_model", "Appendix: the latency model", "what the model counts, which terms are fitted, how far to trust it", None, 50),
+    Stage("A1", "A1_measuring_honestly", "Appendix: measuring honestly", "interleaved rounds, the power cap, drift, Nsight Compute", None, 55),
+    Stage("A2", "A2_latency_model", "Appendix: the latency model", "what the model counts, which terms are fitted, how far to trust it", None, 60),
 )  # fmt: skip
 
 
