@@ -166,6 +166,9 @@ def source_diff(old, new, context: int = 3) -> str:
         target, method = item if isinstance(item, tuple) else (item, None)
         panels.append(get_source(target, method))
     (a, where_a), (b, where_b) = panels
+    # every line ends in a newline, the last one too: a source without it would glue its last
+    # removed line to the next added one ("-    return x+    if ...")
+    a, b = (text if text.endswith("\n") else text + "\n" for text in (a, b))
     return "".join(
         difflib.unified_diff(
             a.splitlines(keepends=True),

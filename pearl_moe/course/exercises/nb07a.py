@@ -8,6 +8,10 @@ part A, ``drain_tile`` (the epilogue waits for and releases each slot on its own
 ``mma_tile`` (the MMA warp acquires slot 0, runs atom 0 on held ring entries, acquires slot 1,
 lets atom 1 catch up, commits each slot). The starter's two functions treat the accumulator as
 one slot. The checks read the compile; each names its part, so either part can be checked alone.
+Part A's are read off the PTX in program order (the drain's steps are unrolled): each slot released
+after its own TMEM reads and a ``tcgen05.wait::ld``, and each step stored before the next is read,
+because ``TileDrain`` holds one register buffer (``tests/test_exercise_wrong_answers.py`` holds
+answers that must fail).
 """
 
 from __future__ import annotations
@@ -20,6 +24,15 @@ SM100 = ("sm_100a",)
 #: An mbarrier arrive that is not a TMA producer's ``expect_tx``: in the exercise's kernel, only
 #: the epilogue's release of an accumulator slot (the MMA warp releases with tcgen05.commit).
 RELEASE = r"\bmbarrier\.arrive(?!\.expect_tx)\b"
+#: The epilogue's events, in the order the PTX lists them: a TMEM read into the one register
+#: buffer of ``TileDrain``, the wait for the reads to land, a global store of that buffer, a
+#: slot's release. The scaffold has no other global store and no other TMEM read.
+EVENTS = {
+    "ld": r"\btcgen05\.ld\.",
+    "wait": r"\btcgen05\.wait::ld\b",
+    "st": r"\bst\.global\b",
+    "release": RELEASE,
+}
 
 
 def ptx_lines(report, pattern: str) -> list[int]:
@@ -27,9 +40,48 @@ def ptx_lines(report, pattern: str) -> list[int]:
     return [i for i, line in enumerate(report.ptx.splitlines()) if re.search(pattern, line)]
 
 
-def _released_before_last_read(report) -> bool:
-    releases, reads = ptx_lines(report, RELEASE), ptx_lines(report, r"\btcgen05\.ld\b")
-    return bool(releases and reads) and releases[0] < reads[-1]
+def epilogue_events(ptx: str) -> list[str]:
+    """The kinds of :data:`EVENTS` (``"ld"``, ``"wait"``, ``"st"``, ``"release"``) of the PTX's
+    lines, in program order. The drain's steps are unrolled at compile time, so one tile's
+    epilogue is a straight run of them (stores under a branch for the row guard)."""
+    events = []
+    for line in ptx.splitlines():
+        for kind, pattern in EVENTS.items():
+            if re.search(pattern, line):
+                events.append(kind)
+                break
+    return events
+
+
+def each_read_stored_before_the_next(ptx: str) -> bool:
+    """Every TMEM read is stored before the next read overwrites the register buffer: reads and
+    stores alternate (``ld st.. ld st.. ..``), starting with a read and ending with a store.
+    Reading all of a slot's steps and then storing them stores the last step's values 8 times."""
+    runs = []
+    for kind in epilogue_events(ptx):
+        if kind in ("ld", "st") and (not runs or runs[-1] != kind or kind == "ld"):
+            runs.append(kind)
+    return bool(runs) and runs == ["ld", "st"] * (len(runs) // 2) and len(runs) % 2 == 0
+
+
+def slots_released_after_their_reads(ptx: str, slots: int = 2) -> bool:
+    """Each slot is released once, after its own TMEM reads and before the next slot's: with
+    ``n`` reads per tile, release ``s`` follows exactly ``(s + 1) n / slots`` reads, and a
+    ``tcgen05.wait::ld`` lies between the last of them and the release (the reads have landed
+    before the MMA warp may overwrite the columns)."""
+    events = epilogue_events(ptx)
+    reads = events.count("ld")
+    releases = [i for i, kind in enumerate(events) if kind == "release"]
+    if reads == 0 or reads % slots or len(releases) != slots:
+        return False
+    for s, at in enumerate(releases):
+        before = events[:at]
+        if before.count("ld") != (s + 1) * reads // slots:
+            return False
+        last_read = max(i for i, kind in enumerate(before) if kind == "ld")
+        if "wait" not in before[last_read:]:
+            return False
+    return True
 
 
 register(
@@ -39,8 +91,8 @@ register(
         task=(
             "Split the 512-column accumulator of a 128 x 512 tile into two 256-column slots, one "
             "per UMMA atom, each released on its own. Part A (drain_tile): the epilogue waits for "
-            "slot 0, reads it, releases it after its last TMEM read, then does the same for slot "
-            "1. Part B (mma_tile): the MMA warp acquires slot 0, runs atom 0 alone on the first "
+            "slot 0, reads and stores it step by step, releases it after its last TMEM read, then "
+            "does the same for slot 1. Part B (mma_tile): the MMA warp acquires slot 0, runs atom 0 alone on the first "
             "ring entries and holds them, acquires slot 1, lets atom 1 catch up on the held "
             "entries, then runs both atoms and commits each slot. The rest of the kernel is a "
             "scaffold. sm_100a only: tensor memory and tcgen05 exist only on Blackwell."
@@ -57,9 +109,15 @@ register(
                 SM100,
             ),
             Check(
-                "part A: slot 0 is released before the last TMEM read (an arrive between the "
-                "tcgen05.ld)",
-                _released_before_last_read,
+                "part A: each slot released after its own 8 TMEM reads (tcgen05.ld) and a "
+                "tcgen05.wait::ld, before the next slot's reads",
+                lambda r: slots_released_after_their_reads(r.ptx),
+                SM100,
+            ),
+            Check(
+                "part A: each step stored before the next step is read (one register buffer: "
+                "tcgen05.ld and global stores alternate)",
+                lambda r: each_read_stored_before_the_next(r.ptx),
                 SM100,
             ),
             Check(

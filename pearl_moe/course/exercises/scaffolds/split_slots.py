@@ -17,8 +17,8 @@ two functions the lesson is about, which :func:`launch` takes as arguments:
   one), the ring entries waited on and released, each slot acquired and committed. Returns
   ``(tiled_mma, ab_consumer, acc_state)``, the three values the tile loop carries.
 * ``drain_tile(acc_pipeline, acc_state, epi)``, the epilogue's part of one tile: wait for each
-  slot, read it out of TMEM (``epi.load(step)``), release it, store it (``epi.store(step)``).
-  Returns ``acc_state``.
+  slot, then step by step read it out of TMEM (``epi.load(step)``) and store it
+  (``epi.store(step)``), releasing the slot after its last read. Returns ``acc_state``.
 
 Compiles on a CPU (``example_args`` gives placeholder pointers); nothing here has run on a GPU.
 """
@@ -62,9 +62,11 @@ def umma(tiled_mma, acc, tCrA, tCrB, atom: cutlass.Constexpr, kb, index):
 class TileDrain:
     """The epilogue's view of one tile, for ``drain_tile``: ``steps`` steps of ``EPI_N`` columns
     (steps ``0 .. steps/2 - 1`` read slot 0, the rest slot 1). Each epilogue thread owns one row:
-    ``load(step)`` reads that step's columns of it out of TMEM into registers (``tcgen05.ld``,
-    asynchronous until ``cute.arch.fence_view_async_tmem_load()``), ``store(step)`` converts
-    them to bf16 and stores them, unless the row is at or past ``m``."""
+    ``load(step)`` reads that step's columns of it out of TMEM into registers (``tcgen05.ld``;
+    ``cute.arch.fence_view_async_tmem_load()`` waits until the reads have landed), ``store(step)``
+    converts them to bf16 and stores them, unless the row is at or past ``m``. There is one
+    register buffer (32 fp32 a thread): a load overwrites it, a store writes what it holds, so each
+    step must be stored before the next is loaded."""
 
     def __init__(self, t2r, tTR_tAcc, tTR_gC, tTR_cC, rAcc, rC, m):
         self.t2r, self.tTR_tAcc, self.tTR_gC, self.tTR_cC = t2r, tTR_tAcc, tTR_gC, tTR_cC

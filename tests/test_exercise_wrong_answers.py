@@ -1,0 +1,122 @@
+"""Known wrong answers to the write-it-yourself exercises: each must fail its checker.
+
+``tests/test_exercises.py`` holds every solution to its checker and every notebook starter
+against it. A checker can still accept a broken answer that a learner is likely to write; each
+case here is such an answer, built from the solution by swapping one function, and must be
+rejected by the check that names its mistake (the others may pass).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pearl_moe.course.exercises import check_exercise, nb07a, solution_source
+
+# ------------------------------------------------------------------- 07-split-slots, part A
+#: Part A read-all-then-store-all: each slot's 8 steps are read into the one register buffer of
+#: ``TileDrain`` and only then stored, so every store writes the last step's values. It waits
+#: for and releases each slot at the right place, so the release checks pass.
+LOAD_ALL_THEN_STORE = """
+@cute.jit
+def drain_tile(acc_pipeline, acc_state, epi):
+    per_slot = epi.steps // SLOTS
+    for slot in cutlass.range_constexpr(SLOTS):
+        acc_pipeline.consumer_wait(acc_state)
+        for j in cutlass.range_constexpr(per_slot):
+            epi.load(slot * per_slot + j)
+            if cutlass.const_expr(j == per_slot - 1):
+                cute.arch.fence_view_async_tmem_load()
+                with cute.arch.elect_one():
+                    acc_pipeline.consumer_release(acc_state)
+                acc_state.advance()
+        for j in cutlass.range_constexpr(per_slot):
+            epi.store(slot * per_slot + j)
+    return acc_state
+"""
+
+#: Part A released too early: each slot is handed back after its first TMEM read, while the
+#: epilogue still has 7 steps of it to read (the MMA warp may overwrite them).
+RELEASE_AFTER_FIRST_READ = """
+@cute.jit
+def drain_tile(acc_pipeline, acc_state, epi):
+    per_slot = epi.steps // SLOTS
+    for slot in cutlass.range_constexpr(SLOTS):
+        acc_pipeline.consumer_wait(acc_state)
+        for j in cutlass.range_constexpr(per_slot):
+            epi.load(slot * per_slot + j)
+            if cutlass.const_expr(j == 0):
+                cute.arch.fence_view_async_tmem_load()
+                with cute.arch.elect_one():
+                    acc_pipeline.consumer_release(acc_state)
+                acc_state.advance()
+            epi.store(slot * per_slot + j)
+    return acc_state
+"""
+
+SPLIT_SLOTS_WRONG = {
+    "load-all-then-store-all": (LOAD_ALL_THEN_STORE, "each step stored before the next"),
+    "release-after-first-read": (RELEASE_AFTER_FIRST_READ, "each slot released after its own"),
+}
+
+
+def with_drain_tile(source: str, drain_tile: str) -> str:
+    """The solution module with its ``drain_tile`` (part A) replaced by ``drain_tile``."""
+    pattern = re.compile(r"@cute\.jit\ndef drain_tile\(.*?(?=\n# -{10})", re.S)
+    assert len(pattern.findall(source)) == 1, "the solution's drain_tile moved"
+    return pattern.sub(lambda _m: drain_tile.strip() + "\n\n", source)
+
+
+# PTX in the order the compiler lists it, cut to the lines the checks read
+def _ptx(*kinds: str) -> str:
+    line = {
+        "ld": "tcgen05.ld.sync.aligned.32x32b.x32.b32 {%r1, %r2}, [%r3];",
+        "wait": "tcgen05.wait::ld.sync.aligned;",
+        "st": "st.global.v4.b32 [%rd10], {%r4, %r5, %r6, %r7};",
+        "release": "mbarrier.arrive.shared.b64 %rd1, [%r78], %r9;",
+        "tma": "mbarrier.arrive.expect_tx.shared.b64 %rd2, [%r9+16], %r2;",
+        "bra": "@%p96 bra $L__BB0_82;",
+    }
+    return "\n".join(line[k] for k in kinds)
+
+
+def _slot(release: bool = True) -> list[str]:
+    steps = []
+    for j in range(8):
+        steps += ["ld"] + (["wait", "release"] if release and j == 7 else []) + ["bra", "st", "st"]
+    return steps
+
+
+def test_the_order_checks_read_the_ptx_in_program_order():
+    good = _ptx("tma", *_slot(), *_slot())
+    assert nb07a.each_read_stored_before_the_next(good)
+    assert nb07a.slots_released_after_their_reads(good)
+    # every read of a slot, then every store: one register buffer holds only the last read
+    slot = ["ld"] * 8 + ["wait", "release"] + ["st"] * 8
+    assert not nb07a.each_read_stored_before_the_next(_ptx(*slot, *slot))
+    assert nb07a.slots_released_after_their_reads(_ptx(*slot, *slot))
+    # a store before its read stores what the buffer held before
+    assert not nb07a.each_read_stored_before_the_next(_ptx("st", *_slot(), *_slot(), "ld"))
+    # one release for both slots (the starter), a release without the wait, an early release
+    assert not nb07a.slots_released_after_their_reads(_ptx(*_slot(False), *_slot()))
+    no_wait = [k for k in _slot() if k != "wait"]
+    assert not nb07a.slots_released_after_their_reads(_ptx(*no_wait, *_slot()))
+    early = ["ld", "wait", "release"] + ["st", "ld"] * 7 + ["st"]
+    assert not nb07a.slots_released_after_their_reads(_ptx(*early, *_slot()))
+    assert not nb07a.each_read_stored_before_the_next("")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SPLIT_SLOTS_WRONG))
+def test_split_slots_rejects_a_broken_epilogue(case):
+    from pearl_moe.course.scratch import compile_scratch
+
+    drain_tile, failing = SPLIT_SLOTS_WRONG[case]
+    source = with_drain_tile(solution_source("07-split-slots"), drain_tile)
+    got = check_exercise("07-split-slots", compile_scratch(source, ("sm_100a",)), out=None)
+    assert not got.ok, f"the checker accepts {case}:\n{got!r}"
+    missed = [text for ok, text in got.lines if not ok]
+    assert any(failing in text for text in missed), f"{case} failed for another reason: {missed}"
+    # part B is the solution's: its checks still pass, so the verdict names part A
+    assert all(ok for ok, text in got.lines if "part B" in text), repr(got)
