@@ -419,8 +419,10 @@ class GemmConfig:
         return self.cta_tile_n * self.tile_k * self.b_k_tiles * self.dtype_bytes
 
     @property
-    def b_box_row_bytes(self) -> int:
-        """Contiguous bytes of one weight row that a single B TMA box fetches."""
+    def b_entry_row_bytes(self) -> int:
+        """Contiguous bytes of one weight row that one B ring entry holds: 128 for one K tile, 256
+        for an entry of two. The TMA still fetches them in boxes of 128-byte rows (the 128-byte
+        swizzle caps a box's row), so a two-K-tile entry is two boxes under one barrier."""
         return self.tile_k * self.b_k_tiles * self.dtype_bytes
 
     @property

@@ -39,7 +39,7 @@ def test_a_stage_halves_with_64_row_tiles():
 def test_b_stage_of_two_k_tiles():
     wide = BLOG.with_(b_k_tiles=2)
     assert BLOG.b_entry_bytes == 16 * KB and wide.b_entry_bytes == 32 * KB
-    assert (BLOG.b_box_row_bytes, wide.b_box_row_bytes) == (128, 256)
+    assert (BLOG.b_entry_row_bytes, wide.b_entry_row_bytes) == (128, 256)
     resolved = resolve(wide.with_(tile_m=64, epilogue="direct_store"))
     assert resolved.b_ring_depth == -(-resolved.ring_depth // 2)
     assert smem_budget(resolved).fits
