@@ -7,20 +7,233 @@ its *full* barrier is armed with, the one lane that arms it (the whole warp runs
 producer's own wait on the *empty* barrier (the starter has only the consumers' wait). TMA and
 mbarriers are the same hardware on Hopper and Blackwell, so the kernel is compiled and checked for
 both targets.
+
+The compiled code cannot show whether the producer's wait names the right parity: a wrong parity
+compiles to the same instructions with another operand. So one more check reads the learner's
+source instead: it finds the producer's ``mbarrier_wait`` on an *empty* barrier, evaluates its
+parity argument on the CPU for every K tile of a few laps (running the plain assignments of the
+producer's loop, so a parity kept in a variable works too), does the same for the consumers' wait
+on *full*, and replays the ring protocol with those parities (:func:`replay_ring`): each barrier
+counts its completed phases, and a wait for parity ``p`` passes while the barrier's current phase
+has the other parity, as on the GPU. The replay runs the producer as far ahead as it can, then the
+consumers as far ahead as they can, then seeded random interleavings; it fails on a refill of an
+entry the consumers have not read yet (a race on the GPU) and on a wait that can never pass (a
+hang on the GPU).
 """
 
+from __future__ import annotations
+
+import ast
 import dataclasses
+import random
+from pathlib import Path
 
 from . import (
+    Check,
     Exercise,
     expect_tx_includes,
     family_at_least,
     opcode_count_at_least,
     register,
+    scratch_module,
 )
 
 #: One ring entry of the exercise kernel: a 128 x 64 box of A and one of B, in bf16.
 ENTRY_BYTES = 2 * 128 * 64 * 2
+
+#: K tiles the replay runs: five and a half laps of a 4-entry ring.
+REPLAY_K_TILES = 22
+
+
+class ParityError(AssertionError):
+    """The producer's parity cannot be read or replays to a race or a hang."""
+
+
+# ------------------------------------------------------------------------------ the replay
+def replay_ring(producer_parity, consumer_parity, ring: int, order: str = "producer", seed=0):
+    """Replay the full/empty ring over ``len(producer_parity)`` K tiles; return ``None`` if every K
+    tile is filled once and read once in order, else a sentence saying what went wrong.
+
+    ``producer_parity[kt]``: the parity the producer waits for on ``empty[kt % ring]`` before it
+    fills K tile ``kt``; ``consumer_parity[kt]``: the consumers' parity on ``full[kt % ring]``.
+    A barrier counts its completed phases; ``wait(p)`` passes while that count's parity is not
+    ``p`` (a fresh barrier, 0 phases completed, lets a wait for parity 1 pass). The TMA lands at
+    once, so a fill completes a phase of ``full[s]``; the consumers' release completes one of
+    ``empty[s]``. ``order``: ``"producer"`` (the producer moves whenever it can), ``"consumer"``
+    or ``"random"`` (seeded)."""
+    k_tiles = len(producer_parity)
+    empty_done = [0] * ring  # completed phases of empty[s]
+    full_done = [0] * ring
+    kp = kc = 0  # the next K tile the producer fills, the consumers read
+    rng = random.Random(seed)
+
+    def producer_can():
+        return kp < k_tiles and empty_done[kp % ring] % 2 != producer_parity[kp]
+
+    def consumer_can():
+        return kc < k_tiles and full_done[kc % ring] % 2 != consumer_parity[kc]
+
+    while kp < k_tiles or kc < k_tiles:
+        can_p, can_c = producer_can(), consumer_can()
+        if not (can_p or can_c):
+            if kp < k_tiles:
+                s = kp % ring
+                return (
+                    f"K tile {kp} (entry {s}, lap {kp // ring}): the producer waits on empty[{s}] "
+                    f"for parity {producer_parity[kp]}, but that phase never completes: the "
+                    f"consumers are waiting for data only the producer can send (a hang on the GPU)"
+                )
+            s = kc % ring
+            return (
+                f"K tile {kc}: the consumers wait on full[{s}] for parity {consumer_parity[kc]}, "
+                f"which never completes (a hang on the GPU)"
+            )
+        if order == "producer":
+            move_p = can_p
+        elif order == "consumer":
+            move_p = not can_c
+        else:
+            move_p = can_p and (not can_c or rng.random() < 0.5)
+        if move_p:
+            s, lap = kp % ring, kp // ring
+            if empty_done[s] < lap:  # lap `lap` of entry s needs laps 0..lap-1 read and released
+                return (
+                    f"K tile {kp} (entry {s}, lap {lap}): the producer's wait for parity "
+                    f"{producer_parity[kp]} passed before the consumers had read K tile "
+                    f"{kp - ring} from entry {s}: the TMA overwrites data the consumers have not read "
+                    f"(a race on the GPU)"
+                )
+            full_done[s] += 1
+            kp += 1
+        else:
+            s, lap = kc % ring, kc // ring
+            if full_done[s] < lap + 1:
+                return f"K tile {kc}: the consumers read entry {s} before it was filled"
+            empty_done[s] += 1
+            kc += 1
+    return None
+
+
+# ------------------------------------------------------------------ reading the learner's source
+def _source_of(report) -> str:
+    return Path(report.files["ptx"]).with_name("scratch_kernel.py").read_text()
+
+
+def _is_wait_on(node, barrier: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute | ast.Name)
+        and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+        == "mbarrier_wait"
+        and len(node.args) >= 2
+        and any(isinstance(n, ast.Name) and n.id == barrier for n in ast.walk(node.args[0]))
+    )
+
+
+def _loop_around(tree, barrier: str):
+    """The innermost ``for`` loop around the wait on ``barrier``, and the statements before that
+    loop in the block that holds it (a variable set up before the loop)."""
+    found = []
+
+    def visit(body, before):
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, ast.For) and any(_is_wait_on(n, barrier) for n in ast.walk(stmt)):
+                inner = [s for s in stmt.body if isinstance(s, ast.For)]
+                if not any(any(_is_wait_on(n, barrier) for n in ast.walk(s)) for s in inner):
+                    found.append((stmt, before + body[:i]))
+            for field in ("body", "orelse"):
+                sub = getattr(stmt, field, None)
+                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                    visit(sub, before + body[:i])
+
+    visit(tree.body, [])
+    return found[0] if found else (None, [])
+
+
+def _run(stmts, env, barrier, waits, kt):
+    """Run the plain statements of one loop trip (assignments, ``if`` on values it can evaluate,
+    ``with`` blocks) and record the parity of each wait on ``barrier``."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.Expr) and _is_wait_on(stmt.value, barrier):
+            value = eval(compile(ast.Expression(stmt.value.args[1]), "<parity>", "eval"), env)
+            waits.append((kt, int(value)))
+        elif isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if all(isinstance(t, ast.Name) for t in targets) and stmt.value is not None:
+                if isinstance(stmt, ast.AugAssign):
+                    expr = ast.BinOp(ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
+                    value = eval(
+                        compile(ast.fix_missing_locations(ast.Expression(expr)), "<a>", "eval"), env
+                    )
+                else:
+                    value = eval(compile(ast.Expression(stmt.value), "<a>", "eval"), env)
+                for t in targets:
+                    env[t.id] = value
+        elif isinstance(stmt, ast.If):
+            try:
+                taken = bool(eval(compile(ast.Expression(stmt.test), "<if>", "eval"), env))
+            except Exception:  # a run-time test the CPU cannot evaluate
+                taken = None
+            if taken is None:
+                if any(_is_wait_on(n, barrier) for n in ast.walk(stmt)):
+                    raise ParityError("the wait sits under an `if` the replay cannot evaluate")
+                continue
+            _run(stmt.body if taken else stmt.orelse, env, barrier, waits, kt)
+        elif isinstance(stmt, ast.With):
+            _run(stmt.body, env, barrier, waits, kt)
+
+
+def wait_parities(source: str, module, barrier: str, k_tiles: int) -> list[int]:
+    """The parity of the wait on ``barrier`` (``"empty"`` or ``"full"``) for K tiles
+    ``0 .. k_tiles - 1``, evaluated on the CPU from the kernel's source."""
+    tree = ast.parse(source)
+    loop, before = _loop_around(tree, barrier)
+    if loop is None or not isinstance(loop.target, ast.Name):
+        raise ParityError(
+            f"no `cute.arch.mbarrier_wait({barrier} + s, parity)` inside a `for kt in ...` loop"
+        )
+    env = dict(vars(module))
+    for stmt in before:  # a phase variable set up before the loop, say
+        try:
+            _run([stmt], env, barrier, [], None)
+        except Exception:  # run-time values (thread index, ...) stay unknown
+            continue
+    waits: list[tuple[int, int]] = []
+    for kt in range(k_tiles):
+        env[loop.target.id] = kt
+        try:
+            _run(loop.body, env, barrier, waits, kt)
+        except ParityError:
+            raise
+        except Exception as exc:
+            raise ParityError(
+                f"cannot evaluate the parity of the wait on {barrier}[s] on the CPU "
+                f"({type(exc).__name__}: {exc}); write it from kt and RING"
+            ) from None
+    per_tile = {}
+    for kt, parity in waits:
+        per_tile.setdefault(kt, parity)
+    if sorted(per_tile) != list(range(k_tiles)):
+        raise ParityError(f"the wait on {barrier}[s] does not run once per K tile")
+    bad = {p for p in per_tile.values() if p not in (0, 1)}
+    if bad:
+        raise ParityError(f"a parity is 0 or 1; the wait on {barrier}[s] names {sorted(bad)}")
+    return [per_tile[kt] for kt in range(k_tiles)]
+
+
+def _parity_replays(report) -> bool:
+    module = scratch_module(report)
+    source = _source_of(report)
+    ring = int(module.RING)
+    producer = wait_parities(source, module, "empty", REPLAY_K_TILES)
+    consumer = wait_parities(source, module, "full", REPLAY_K_TILES)
+    orders = [("producer", 0), ("consumer", 0)] + [("random", seed) for seed in range(8)]
+    for order, seed in orders:
+        problem = replay_ring(producer, consumer, ring, order, seed)
+        if problem:
+            raise ParityError(problem)
+    return True
+
 
 register(
     Exercise(
@@ -51,6 +264,12 @@ register(
                     "the producer waits on empty[s] as the consumers wait on full[s] "
                     "(2 mbarrier waits, SYNCS.PHASECHK...TRYWAIT)"
                 ),
+            ),
+            Check(
+                f"the producer's parity on empty[s], replayed with the consumers' over "
+                f"{REPLAY_K_TILES} K tiles: no refill of an unread entry, no wait that never ends",
+                _parity_replays,
+                ("sm_90a",),
             ),
         ),
     )
