@@ -3,8 +3,9 @@ a small randomly initialised block of each family (Mixtral, Qwen2-MoE with its g
 expert, Qwen3-MoE, DeepSeek-V3 with grouped top-k, correction bias, routed scaling and shared
 experts), each with its own config, against the converted layer on the loop backend: the same
 router logits bit for bit, the same choices for every token, the outputs token by token within
-bf16 rounding. Also the conversion's memory (at most one extra copy of the weights) and
-transformers 4's layout (a list of expert MLPs).
+bf16 rounding. Also the conversion's memory (at most one extra copy of the weights),
+transformers 4's layout (a list of expert MLPs), and (marked ``gpu``) each family on the
+package's kernels against the block on a Hopper or Blackwell GPU.
 
 ``transformers`` is a test-only dependency (the ``dev`` extra, which CI installs). Outside CI a
 checkout without it skips this module instead of failing at collection; under CI (``CI`` set) the
@@ -93,6 +94,39 @@ def test_a_converted_block_routes_and_computes_as_the_block(family):
     assert layer.w_gate_up.data_ptr() == block.experts.gate_up_proj.data_ptr()  # held, not copied
     assert (layer.shared_gate_up is not None) == (family in ("qwen2_moe", "deepseek_v3"))
     assert (layer.shared_gate is not None) == (family == "qwen2_moe")
+
+
+#: GPU sizes the kernels take (hidden and intermediate multiples of 16 for the fused activation)
+GPU_SIZES = {
+    "mixtral": dict(intermediate_size=128),
+    "qwen2_moe": dict(moe_intermediate_size=128, shared_expert_intermediate_size=256),
+    "qwen3_moe": dict(moe_intermediate_size=128),
+    "deepseek_v3": dict(moe_intermediate_size=128),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["concat", "interleaved"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_converted_block_computes_as_the_block_on_the_kernels(family, layout):
+    """On a Hopper or Blackwell GPU: the converted layer on this package's grouped GEMMs (the
+    pearl backend; with the interleaved layout, the activation fused into the gate+up epilogue)
+    against the Hugging Face block itself, token by token, on fresh random tokens."""
+    if torch.cuda.get_device_capability()[0] not in (9, 10):
+        pytest.skip("the pearl backend needs a Hopper or Blackwell GPU")
+    hidden = 256
+    block = hf_block(family, hidden=hidden, **GPU_SIZES[family]).cuda()
+    layer = from_hf(block, backend="pearl", gate_up_layout=layout)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(2, 64, hidden, generator=g, device="cuda").bfloat16()
+    with torch.no_grad():
+        want = block(x)
+    want = want[0] if isinstance(want, tuple) else want
+    out = layer(x)
+    out = out[0] if isinstance(out, tuple) else out
+    assert out.shape == x.shape and torch.isfinite(out).all()
+    err = (out.float() - want.float()).norm(dim=-1) / want.float().norm(dim=-1)
+    assert err.max().item() < 0.02, err.max().item()
 
 
 def test_deepseek_routing_depends_on_its_groups_bias_and_scaling():
