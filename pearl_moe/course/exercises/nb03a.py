@@ -270,7 +270,7 @@ register(
             "Make the kernel persistent: write seek(mOffs, tile, expert, first, rows), which walks "
             "forward from expert (whose first tile is number first) to the expert that owns tile "
             "and returns it with its first tile (E past the last tile), and put each role's work "
-            "in a loop over the CTA's tiles c, c + C, c + 2C, ... (C = cute.arch.grid_dim()), "
+            "in a loop over the CTA's tiles c, c + C, c + 2C, ... (ctas, _, _ = cute.arch.grid_dim()), "
             "carrying the ring position from one tile into the next, with no CTA-wide barrier "
             "between tiles."
         ),
