@@ -88,7 +88,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("00c", "00c_cute_primer", "CuTe primer", "layouts, swizzles, TMA boxes, mbarrier rings, wgmma and tcgen05", None, 65),
     Stage("00d", "00d_dsl_rules", "CuTe DSL rules", "trace time and run time, Constexpr, loops, branches, partitions, pipelines", None, 60),
     Stage("01a", "01a_stage1_kernel", "Stage 1: the GEMM kernel", "TMA ring, tensor cores, TMA-store epilogue; write the producer", 1, 65, _ALL),
-    Stage("01b", "01b_per_expert_loop", "Stage 1: the per-expert loop", "budgets, occupancy and the cost of one launch per expert", 1, 50, _ALL),
+    Stage("01b", "01b_per_expert_loop", "Stage 1: the per-expert loop", "budgets, occupancy and the cost of one launch per expert", 1, 55, _ALL),
     Stage("02", "02_grouped_gemm", "Stage 2: grouped GEMM", "CTA (x, y, z) computes tile (x, y) of expert z", 2, 65, _ALL),
     Stage("03a", "03a_persistent_schedule", "Stage 3: the persistent schedule", "one CTA per SM walks only the real tiles", 3, 60, _ALL),
     Stage("03b", "03b_warp_roles", "Stage 3: warp roles", "TMA, MMA and epilogue warps meet at mbarriers", 3, 45, _ALL),
