@@ -92,17 +92,17 @@ STAGES: tuple[Stage, ...] = (
     Stage("02", "02_grouped_gemm", "Stage 2: grouped GEMM", "CTA (x, y, z) computes tile (x, y) of expert z", 2, 65, _ALL),
     Stage("03a", "03a_persistent_schedule", "Stage 3: the persistent schedule", "one CTA per SM walks only the real tiles", 3, 60, _ALL),
     Stage("03b", "03b_warp_roles", "Stage 3: warp roles", "TMA, MMA and epilogue warps meet at mbarriers", 3, 45, _ALL),
-    Stage("03c", "03c_bytes_in_flight", "Stage 3: bytes in flight", "Little's law: what ring depth and tile height buy", 3, 55, _ALL),
-    Stage("04", "04_direct_store", "Stage 4: direct store", "no 24 KB epilogue buffer: one more ring entry; 256-bit stores", 4, 65, _ALL),
+    Stage("03c", "03c_bytes_in_flight", "Stage 3: bytes in flight", "Little's law: what ring depth and tile height buy", 3, 60, _ALL),
+    Stage("04", "04_direct_store", "Stage 4: direct store", "no 24 KB epilogue buffer: one more ring entry; 256-bit stores", 4, 60, _ALL),
     Stage("05", "05_64_row_tiles", "Stage 5: 64-row tiles", "1-CTA tile_m = 64: 8 KB A ring entries, 9 ring entries", 5, 60, _ALL),
-    Stage("06", "06_wide_b_loads", "Stage 6: wide B loads", "one B ring entry spans two K tiles: 256 B of each weight row, two 128-byte boxes", 6, 65, _ALL),
+    Stage("06", "06_wide_b_loads", "Stage 6: wide B loads", "one B ring entry spans two K tiles: 256 B of each weight row, two 128-byte boxes", 6, 70, _ALL),
     Stage("07a", "07a_split_accumulator_blackwell", "Stage 7: split accumulator (Blackwell)", "two TMEM slots of a 256 x 512 tile, released apart; write the hand-over", 7, 65, "CPU · Blackwell"),
-    Stage("07b", "07b_split_accumulator_hopper", "Stage 7: split accumulator (Hopper)", "two consumer warpgroups take turns", 7, 45, _HOPPER),
+    Stage("07b", "07b_split_accumulator_hopper", "Stage 7: split accumulator (Hopper)", "two consumer warpgroups take turns", 7, 50, _HOPPER),
     Stage("08a", "08a_benchmarks", "Benchmarks", "the default call against every baseline; what each stage bought", None, 60, _HOPPER),
     Stage("08b", "08b_default_call", "The default call", "how grouped_gemm picks a configuration, judged on layers no one tuned", None, 55, _HOPPER),
     Stage("09", "09_moe_layer", "The whole MoE layer", "routing, gather, gate+up with fused SwiGLU, down, combine", None, 60, _ALL),
     Stage("A1", "A1_measuring_honestly", "Appendix: measuring honestly", "interleaved rounds, the power cap, drift, Nsight Compute", None, 55),
-    Stage("A2", "A2_latency_model", "Appendix: the latency model", "what the model counts, which terms are fitted, how far to trust it", None, 60),
+    Stage("A2", "A2_latency_model", "Appendix: the latency model", "what the model counts, which terms are fitted, how far to trust it", None, 65),
 )  # fmt: skip
 
 
