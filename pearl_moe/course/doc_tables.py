@@ -83,7 +83,7 @@ _ALL = "CPU · Hopper · Blackwell"
 _HOPPER = "CPU · Hopper"
 
 STAGES: tuple[Stage, ...] = (
-    Stage("00a", "00a_setup_and_tour", "Setup and tour", "what this machine can run; how far the baselines sit from the floor", None, 35, _HOPPER),
+    Stage("00a", "00a_setup_and_tour", "Setup and tour", "what this machine can run; how far the baselines sit from the floor", None, 40, _HOPPER),
     Stage("00b", "00b_why_grouped_gemm", "Why grouped GEMM", "a per-expert loop leaves the GPU idle; one launch fills it", None, 60),
     Stage("00c", "00c_cute_primer", "CuTe primer", "layouts, swizzles, TMA boxes, mbarrier rings, wgmma and tcgen05", None, 65),
     Stage("00d", "00d_dsl_rules", "CuTe DSL rules", "trace time and run time, Constexpr, loops, branches, partitions, pipelines", None, 60),
