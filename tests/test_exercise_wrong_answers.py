@@ -61,6 +61,61 @@ SPLIT_SLOTS_WRONG = {
 }
 
 
+# ------------------------------------------------------------------- 07-split-slots, part B
+#: Part B's natural slip: slot 0 committed right after the hold loop, as if atom 0 were done. The
+#: third loop still adds atom 0's remaining K tiles to columns 0-255, and a tcgen05.commit covers
+#: only the UMMAs issued before it, so the epilogue would drain half-summed columns. The counts
+#: (16 UMMAs, 4 commits) are the solution's.
+COMMIT_SLOT0_AFTER_HOLD = """
+@cute.jit
+def mma_tile(tiled_mma, ab_consumer, acc_pipeline, acc_state, acc, tCrA, tCrB, k_tiles, hold):
+    kblocks = cute.size(tCrA, mode=[2])
+    catch_up = ab_consumer.clone()
+    acc_pipeline.producer_acquire(acc_state)
+    slot0 = acc_state.clone()
+    acc_state.advance()
+    tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+    for _k in cutlass.range(hold, unroll=1):
+        entry = ab_consumer.wait_and_advance()
+        for kb in cutlass.range(kblocks, unroll_full=True):
+            umma(tiled_mma, acc, tCrA, tCrB, 0, kb, entry.index)
+            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+    acc_pipeline.producer_commit(slot0)
+    acc_pipeline.producer_acquire(acc_state)
+    slot1 = acc_state.clone()
+    acc_state.advance()
+    tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+    for _k in cutlass.range(hold, unroll=1):
+        entry = catch_up.current_handle()
+        for kb in cutlass.range(kblocks, unroll_full=True):
+            umma(tiled_mma, acc, tCrA, tCrB, 1, kb, entry.index)
+            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+        entry.release()
+        catch_up.advance()
+    for _k in cutlass.range(hold, k_tiles, unroll=1):
+        entry = ab_consumer.wait_and_advance()
+        for kb in cutlass.range(kblocks, unroll_full=True):
+            umma(tiled_mma, acc, tCrA, tCrB, 0, kb, entry.index)
+            umma(tiled_mma, acc, tCrA, tCrB, 1, kb, entry.index)
+        entry.release()
+    acc_pipeline.producer_commit(slot1)
+    return tiled_mma, ab_consumer, acc_state
+"""
+
+SPLIT_SLOTS_WRONG_MMA = {
+    "commit-slot0-after-hold": (COMMIT_SLOT0_AFTER_HOLD, "each slot committed after the last UMMA"),
+}
+
+
+def with_function(source: str, name: str, replacement: str) -> str:
+    """The solution module with its ``@cute.jit`` function ``name`` replaced."""
+    pattern = re.compile(
+        rf"@cute\.jit\ndef {name}\(.*?(?=\n# -{{10}}|\n\n@cute\.jit\ndef host)", re.S
+    )
+    assert len(pattern.findall(source)) == 1, f"the solution's {name} moved"
+    return pattern.sub(lambda _m: replacement.strip() + "\n\n", source)
+
+
 def with_drain_tile(source: str, drain_tile: str) -> str:
     """The solution module with its ``drain_tile`` (part A) replaced by ``drain_tile``."""
     pattern = re.compile(r"@cute\.jit\ndef drain_tile\(.*?(?=\n# -{10})", re.S)
@@ -107,6 +162,23 @@ def test_the_order_checks_read_the_ptx_in_program_order():
     assert not nb07a.each_read_stored_before_the_next("")
 
 
+def test_the_commit_check_reads_the_mma_warps_order():
+    mma = "tcgen05.mma.cta_group::1.kind::f16.collector::a::discard [%r13], %rd1, %rd2, %r22, {%r8}, %p1;"
+    commit = "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r17];"
+    lines = {"m": mma, "c": commit}
+
+    def ptx(order: str) -> str:
+        return "\n".join(lines[k] for k in order.replace(" ", ""))
+
+    # hold loop, catch-up (+ ring release), both atoms (+ ring release), slot 0, slot 1
+    assert nb07a.slots_committed_after_the_last_umma(ptx("mmmm mmmmc mmmmmmmmc cc"))
+    # slot 0 committed after the hold loop: only the last ring release and slot 1 follow
+    assert not nb07a.slots_committed_after_the_last_umma(ptx("mmmmc mmmmc mmmmmmmmc c"))
+    # the starter: one loop of both atoms, its ring release, one commit
+    assert not nb07a.slots_committed_after_the_last_umma(ptx("mmmmmmmmcc"))
+    assert not nb07a.slots_committed_after_the_last_umma("")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(SPLIT_SLOTS_WRONG))
 def test_split_slots_rejects_a_broken_epilogue(case):
@@ -120,3 +192,18 @@ def test_split_slots_rejects_a_broken_epilogue(case):
     assert any(failing in text for text in missed), f"{case} failed for another reason: {missed}"
     # part B is the solution's: its checks still pass, so the verdict names part A
     assert all(ok for ok, text in got.lines if "part B" in text), repr(got)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SPLIT_SLOTS_WRONG_MMA))
+def test_split_slots_rejects_a_broken_mma_warp(case):
+    from pearl_moe.course.scratch import compile_scratch
+
+    mma_tile, failing = SPLIT_SLOTS_WRONG_MMA[case]
+    source = with_function(solution_source("07-split-slots"), "mma_tile", mma_tile)
+    got = check_exercise("07-split-slots", compile_scratch(source, ("sm_100a",)), out=None)
+    assert not got.ok, f"the checker accepts {case}:\n{got!r}"
+    missed = [text for ok, text in got.lines if not ok]
+    assert any(failing in text for text in missed), f"{case} failed for another reason: {missed}"
+    # part A is the solution's: its checks still pass, so the verdict names part B
+    assert all(ok for ok, text in got.lines if "part A" in text), repr(got)

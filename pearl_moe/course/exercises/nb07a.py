@@ -10,8 +10,11 @@ lets atom 1 catch up, commits each slot). The starter's two functions treat the 
 one slot. The checks read the compile; each names its part, so either part can be checked alone.
 Part A's are read off the PTX in program order (the drain's steps are unrolled): each slot released
 after its own TMEM reads and a ``tcgen05.wait::ld``, and each step stored before the next is read,
-because ``TileDrain`` holds one register buffer (``tests/test_exercise_wrong_answers.py`` holds
-answers that must fail).
+because ``TileDrain`` holds one register buffer. Part B's order is read off the PTX too: a
+``tcgen05.commit`` arrives once every earlier UMMA of its thread has finished, so a slot committed
+before a loop that still writes its atom hands the epilogue half-summed columns; both slot commits
+must follow the tile's last UMMA (``tests/test_exercise_wrong_answers.py`` holds answers that must
+fail).
 """
 
 from __future__ import annotations
@@ -84,6 +87,25 @@ def slots_released_after_their_reads(ptx: str, slots: int = 2) -> bool:
     return True
 
 
+def slots_committed_after_the_last_umma(ptx: str, slots: int = 2) -> bool:
+    """Both slots are committed after the tile's last UMMA in program order. The MMA warp's tile is
+    a straight run of its three loops; the last UMMA is in the third (both atoms), whose ring
+    release follows it, then one commit per slot: at least ``1 + slots`` ``tcgen05.commit`` after
+    the last ``tcgen05.mma``. A slot committed right after the hold loop (before the third loop
+    writes its atom again) leaves ``slots`` there. ``tcgen05.commit`` arrives when every earlier
+    UMMA of the thread has finished, so what follows the commit in program order is not covered."""
+    events = []
+    for line in ptx.splitlines():
+        if re.search(r"\btcgen05\.mma\b", line):
+            events.append("mma")
+        elif re.search(r"\btcgen05\.commit\b", line):
+            events.append("commit")
+    if "mma" not in events:
+        return False
+    last = len(events) - 1 - events[::-1].index("mma")
+    return events[last + 1 :].count("commit") >= 1 + slots
+
+
 register(
     Exercise(
         key="07-split-slots",
@@ -130,6 +152,13 @@ register(
                 "part B: the MMA warp commits each slot: at least 4 tcgen05.commit (2 ring "
                 "releases, after the catch-up and after both atoms, + 1 per slot)",
                 lambda r: len(ptx_lines(r, r"\btcgen05\.commit\b")) >= 4,
+                SM100,
+            ),
+            Check(
+                "part B: each slot committed after the last UMMA that writes it (a commit covers "
+                "only the UMMAs before it): in the PTX, the third loop's ring release and both "
+                "slot commits follow the tile's last tcgen05.mma",
+                lambda r: slots_committed_after_the_last_umma(r.ptx),
                 SM100,
             ),
         ),
