@@ -129,6 +129,23 @@ def test_a_converted_block_computes_as_the_block_on_the_kernels(family, layout):
     assert err.max().item() < 0.02, err.max().item()
 
 
+@pytest.mark.parametrize("method", ["greedy", "group_limited_greedy"])
+def test_a_router_it_does_not_implement_is_refused(method):
+    """DeepSeek-V2's block is built like V3's but routes otherwise (a group scored by its best
+    expert, no renormalisation): converted as V3 it would compute something else, so it is
+    refused by name; a module that is no MoE block is a ValueError too, not an AttributeError."""
+    module = importlib.import_module("transformers.models.deepseek_v2.modeling_deepseek_v2")
+    config = transformers.DeepseekV2Config(
+        hidden_size=HIDDEN, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+        n_group=2, topk_group=1, topk_method=method,
+    )  # fmt: skip
+    block = module.DeepseekV2Moe(config).to(torch.bfloat16)
+    with pytest.raises(ValueError, match=f"topk_method='{method}'"):
+        from_hf(block, backend="loop")
+    with pytest.raises(ValueError, match="not an MoE block"):
+        from_hf(torch.nn.Linear(HIDDEN, HIDDEN), backend="loop")
+
+
 def test_deepseek_routing_depends_on_its_groups_bias_and_scaling():
     """The DeepSeek-V3 block's choices differ from plain top-k (the groups and the bias move
     them), so the test above checks those steps; the weights carry the routed scaling."""

@@ -374,6 +374,9 @@ def test_contradictory_arguments_are_refused_before_any_work(monkeypatch):
         "expert_map must be": dict(topk_ids=ids, topk_weights=weights,
                                    expert_map=expert_map.float()),
         "topk_ids need topk_weights": dict(topk_ids=ids),
+        "renormalize applies to router_logits": dict(topk_ids=ids, topk_weights=weights,
+                                                     renormalize=False),
+        "top_k >= 1": dict(topk_ids=ids[:, :0], topk_weights=weights[:, :0]),
     }  # fmt: skip
     layer = MoE.from_weights(torch.randn(4, 32), w2, w_gate_up=w13, top_k=2, backend="loop")
     wrong = torch.randn(5, 31).bfloat16()
@@ -388,3 +391,28 @@ def test_contradictory_arguments_are_refused_before_any_work(monkeypatch):
     out = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, top_k=2, backend="loop")
     assert torch.equal(out, moe_forward(x, w13, w2, router_logits=logits, top_k=2,
                                         backend="loop"))  # fmt: skip
+
+
+def test_a_layer_that_could_never_route_or_run_is_refused_when_built():
+    """The routing's groups, the shared experts' arguments, the interleaved layout's rows and the
+    expert map's values are checked when the layer is built, not at its first call."""
+    w13, w2 = expert_weights(4, 32, 16)
+    router = torch.randn(4, 32)
+    cases = {
+        "n_group must divide": lambda: MoE(32, 16, 8, 2, n_group=3),
+        "topk_group must pick": lambda: MoE(32, 16, 8, 2, n_group=4, topk_group=9),
+        r"topk_group=5 needs groups": lambda: MoE(32, 16, 8, 2, topk_group=5),
+        "give shared_intermediate": lambda: MoE(32, 16, 8, 2, shared_gate=True),
+        "intermediate % 8": lambda: MoE(32, 12, 8, 2, gate_up_layout="interleaved"),
+        "expert_map value 5": lambda: MoE(32, 16, 2, 1, expert_map=[0, 1, 5]),
+        "give shared_gate_up": lambda: MoE.from_weights(
+            router, w2, w_gate_up=w13, top_k=2, shared_down=torch.randn(32, 8).bfloat16()),
+        "expert_map value 7": lambda: MoE.from_weights(
+            torch.randn(5, 32), w2, w_gate_up=w13, top_k=2, expert_map=[0, 1, 2, 3, 7]),
+    }  # fmt: skip
+    for message, build in cases.items():
+        with pytest.raises(ValueError, match=message):
+            build()
+    # the same arguments, consistent, build
+    MoE(32, 16, 8, 2, n_group=4, topk_group=2)
+    MoE.from_weights(torch.randn(5, 32), w2, w_gate_up=w13, top_k=2, expert_map=[0, 1, 2, 3, -1])

@@ -13,9 +13,12 @@ transformers 4 (a ``ModuleList`` of expert MLPs, ``w1``/``w3``/``w2`` or
   ``e_score_correction_bias``, ``norm_topk_prob``, ``routed_scaling_factor``; the router in
   float32 as the block computes it; the shared experts.
 
-The block is read through its attributes: this module imports nothing of transformers. The
-weights are held, not copied, where they already are in the layer's layout (transformers 5's bf16
-experts); otherwise they are converted once (:meth:`MoE.from_weights`).
+The block is read through its attributes: this module imports nothing of transformers, and a
+block built like these (the same attribute names and routing) converts too. A block whose router
+has settings this module does not read (DeepSeek-V2's ``topk_method``: greedy or group-limited
+top-k by the group's best score, no renormalisation) or that lacks what it reads is refused with
+a ``ValueError``. The weights are held, not copied, where they already are in the layer's layout
+(transformers 5's bf16 experts); otherwise they are converted once (:meth:`MoE.from_weights`).
 """
 
 from __future__ import annotations
@@ -84,9 +87,30 @@ def from_hf(
     ``block`` does, found by running it on one token. The router runs in the block's dtype (its
     router weight's; float32 for DeepSeek-V3), so the layer routes every token as the block does.
     """
+    try:
+        return _from_hf(block, backend, gate_up_layout, return_router_logits)
+    except AttributeError as err:
+        raise ValueError(
+            f"{type(block).__name__} is not an MoE block from_hf reads: {err}"
+        ) from err
+
+
+#: Router settings of blocks whose routing the layer does not implement: (attribute, the values
+#: it takes). DeepSeek-V2 scores a group by its best expert and never renormalises.
+UNREAD = {"topk_method": ("noaux_tc",)}
+
+
+def _from_hf(block, backend, gate_up_layout, return_router_logits) -> MoE:
     with torch.no_grad():
         gate = block.gate
         config = _attr(("config",), block, block.experts)
+        for name, read in UNREAD.items():
+            value = _attr((name,), gate, block, config)
+            if value is not None and value not in read:
+                raise ValueError(
+                    f"{type(block).__name__}: {name}={value!r} routes in a way the layer does not "
+                    f"implement (it implements {', '.join(map(repr, read))})"
+                )
         gate_up, down, act = _experts(block.experts)
         activation = _activation(act)
         kwargs = dict(top_k=int(_attr(("top_k", "num_experts_per_tok"), gate, block, config)),

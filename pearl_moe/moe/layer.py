@@ -34,7 +34,8 @@ graph. Every shape, dtype, layout and argument problem is a ``ValueError`` raise
 is launched (with the pearl backend the kernels' own validation is asked first).
 
 Under ``torch.compile`` the experts run as one custom op, ``torch.ops.pearl_moe.moe_experts``
-(with a fake implementation for tracing), so a compiled model keeps the layer in its graph.
+(with a fake implementation for tracing), so a compiled model keeps the layer in its graph (not
+``moe_forward(..., return_routing=True)``, whose routing tensors the op does not return).
 """
 
 from __future__ import annotations
@@ -43,7 +44,15 @@ import torch
 
 from . import glue_kernels
 from .reference import ACTIVATIONS, GATE_UP_LAYOUTS, gated, grouped_mm_loop
-from .routing import SCORES, Routing, check_ids, check_topk, local_ids, route_topk, select_experts
+from .routing import (
+    Routing,
+    check_ids,
+    check_routing,
+    check_topk,
+    local_ids,
+    route_topk,
+    select_experts,
+)
 
 __all__ = ["MoE", "moe_forward", "grouped", "combine", "BACKENDS", "GATHERS"]
 
@@ -217,7 +226,7 @@ def moe_forward(
     topk_weights=None,
     expert_map=None,
     activation: str = "swiglu",
-    renormalize: bool = True,
+    renormalize: bool | None = None,
     backend: str = "auto",
     check: bool = True,
     return_routing: bool = False,
@@ -263,7 +272,10 @@ def moe_forward(
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
     backend = _check_call(x, w_gate_up, w_down, k, activation, backend, gate_up_layout, gather)
     if router_logits is not None:
+        renormalize = True if renormalize is None else renormalize
         topk_weights, topk_ids = select_experts(router_logits, k, renormalize=renormalize)
+    elif renormalize is not None:
+        raise ValueError("renormalize applies to router_logits; topk_weights are taken as given")
     if torch.compiler.is_compiling() and not return_routing:
         return torch.ops.pearl_moe.moe_experts(x, w_gate_up, w_down, topk_ids, topk_weights,
                                                expert_map, activation, backend, check,
@@ -448,6 +460,8 @@ class MoE(torch.nn.Module):
         if expert_map is not None:
             expert_map = torch.as_tensor(expert_map, device=device)
             _check_expert_map(expert_map, expert_map.device)
+            if expert_map.device.type != "meta":  # its values, once, on the host
+                check_ids(expert_map[:0], experts, expert_map)
         choosable = experts if expert_map is None else len(expert_map)
         if top_k > choosable:
             raise ValueError(f"top_k ({top_k}) exceeds the {choosable} experts")
@@ -455,10 +469,15 @@ class MoE(torch.nn.Module):
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        check_routing(choosable, top_k, score, n_group, topk_group)
+        if gate_up_layout == "interleaved" and intermediate % 8:
+            raise ValueError(
+                f"the interleaved layout needs intermediate % 8 == 0, got {intermediate}"
+            )
         if not isinstance(shared_intermediate, int) or shared_intermediate < 0:
             raise ValueError(f"shared_intermediate must be >= 0, got {shared_intermediate!r}")
+        if shared_gate and not shared_intermediate:
+            raise ValueError("shared_gate gates the shared experts: give shared_intermediate > 0")
         self.gate_up_layout, self.top_k, self.activation = gate_up_layout, top_k, activation
         self.backend, self.return_router_logits = backend, return_router_logits
         self.routing = dict(score=score, renormalize=renormalize, n_group=n_group,
@@ -520,6 +539,10 @@ class MoE(torch.nn.Module):
         shared_i = 0 if shared_gate_up is None else shared_gate_up.shape[0] // 2
         if shared_i and shared_down is None:
             raise ValueError("shared_gate_up needs shared_down")
+        if not shared_i and (shared_down is not None or shared_gate is not None):
+            raise ValueError(
+                "shared_down and shared_gate belong to shared experts: give shared_gate_up"
+            )
         expert_map = kwargs.pop("expert_map", None)
         layer = cls(hidden, inter, experts, top_k, device="meta", router_dtype=router_dtype,
                     correction_bias=correction_bias is not None, shared_intermediate=shared_i,
@@ -538,6 +561,7 @@ class MoE(torch.nn.Module):
             layer.correction_bias = bias.data
         if expert_map is not None:
             layer.expert_map = torch.as_tensor(expert_map, device=layer.w_down.device)
+            check_ids(layer.expert_map[:0], experts, layer.expert_map)  # its values, once
         if shared_i:
             layer.shared_gate_up = _param(shared_gate_up, "shared_gate_up", (2 * shared_i, hidden))
             layer.shared_down = _param(shared_down, "shared_down", (hidden, shared_i))

@@ -69,6 +69,27 @@ class Routing:
         return self.token_of_row.shape[0]
 
 
+def check_routing(experts: int, top_k, score: str = "softmax", n_group=1, topk_group=1) -> None:
+    """``ValueError`` unless :func:`select_experts` can route over ``experts`` experts with these
+    arguments (the layer asks it when it is built, before any token comes)."""
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    if not isinstance(top_k, int) or not 1 <= top_k <= experts:
+        raise ValueError(f"top_k must be an integer from 1 to the {experts} experts, got {top_k!r}")
+    if not (isinstance(n_group, int) and n_group >= 1 and experts % n_group == 0):
+        raise ValueError(f"n_group must divide the {experts} experts, got {n_group!r}")
+    if n_group == 1 and topk_group != 1:
+        raise ValueError(f"topk_group={topk_group!r} needs groups of experts (n_group > 1)")
+    if n_group > 1 and not (
+        isinstance(topk_group, int) and 1 <= topk_group <= n_group
+        and top_k <= topk_group * (experts // n_group) and experts // n_group >= 2
+    ):  # fmt: skip
+        raise ValueError(
+            f"topk_group must pick 1 to {n_group} groups of {experts // n_group} (at least 2) "
+            f"experts holding top_k={top_k}, got {topk_group!r}"
+        )
+
+
 def select_experts(
     router_logits,
     top_k: int,
@@ -94,23 +115,10 @@ def select_experts(
     the same choices."""
     import torch
 
-    if score not in SCORES:
-        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
     if not isinstance(router_logits, torch.Tensor) or router_logits.dim() != 2:
         raise ValueError("router_logits must be a 2-D tensor (tokens, experts)")
     experts = router_logits.shape[1]
-    if not isinstance(top_k, int) or not 1 <= top_k <= experts:
-        raise ValueError(f"top_k must be an integer from 1 to the {experts} experts, got {top_k!r}")
-    if not (isinstance(n_group, int) and n_group >= 1 and experts % n_group == 0):
-        raise ValueError(f"n_group must divide the {experts} experts, got {n_group!r}")
-    if n_group > 1 and not (
-        isinstance(topk_group, int) and 1 <= topk_group <= n_group
-        and top_k <= topk_group * (experts // n_group) and experts // n_group >= 2
-    ):  # fmt: skip
-        raise ValueError(
-            f"topk_group must pick 1 to {n_group} groups of {experts // n_group} (at least 2) "
-            f"experts holding top_k={top_k}, got {topk_group!r}"
-        )
+    check_routing(experts, top_k, score, n_group, topk_group)
     if bias is not None and tuple(getattr(bias, "shape", ())) != (experts,):
         raise ValueError(f"bias must be a tensor of shape ({experts},)")
     logits = router_logits.float()
@@ -148,8 +156,8 @@ def check_topk(topk_ids, topk_weights) -> None:
     tensor of its shape on its device (nothing read from the device)."""
     import torch
 
-    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
-        raise ValueError("topk_ids must be a 2-D tensor (tokens, top_k)")
+    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2 or topk_ids.shape[1] < 1:
+        raise ValueError("topk_ids must be a 2-D tensor (tokens, top_k) with top_k >= 1")
     if topk_ids.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
     if not isinstance(topk_weights, torch.Tensor) or topk_weights.shape != topk_ids.shape:
