@@ -13,13 +13,18 @@ after its own TMEM reads and a ``tcgen05.wait::ld``, and each step stored before
 because ``TileDrain`` holds one register buffer. Part B's order is read off the PTX too: a
 ``tcgen05.commit`` arrives once every earlier UMMA of its thread has finished, so a slot committed
 before a loop that still writes its atom hands the epilogue half-summed columns; both slot commits
-must follow the tile's last UMMA (``tests/test_exercise_wrong_answers.py`` holds answers that must
-fail).
+must follow the tile's last UMMA. What the PTX cannot show, which slot each acquire and commit
+names, is read off the learner's source (:func:`slot_order`): the MMA warp's three K loops are
+given, and the part B the learner writes is one acquire of each slot, slot 0 before the hold loop
+and slot 1 after it, and each slot's commit after the last loop, through a copy of its state
+(``tests/test_exercise_wrong_answers.py`` holds answers that must fail).
 """
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 from . import Check, Exercise, register
 
@@ -106,6 +111,177 @@ def slots_committed_after_the_last_umma(ptx: str, slots: int = 2) -> bool:
     return events[last + 1 :].count("commit") >= 1 + slots
 
 
+# ------------------------------------------------------------------ part B, from the source
+class SlotOrderError(AssertionError):
+    """The MMA warp's acquires and commits of the two slots are out of place."""
+
+
+class _State:
+    """A pipeline state of the accumulator, counted in slots from the tile's first."""
+
+    def __init__(self, slot: int = 0):
+        self.slot = slot
+
+
+def _first_line(stmt) -> str:
+    return ast.unparse(stmt).splitlines()[0]
+
+
+def _call_name(node) -> str | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
+
+
+def slot_order(source: str, function: str = "mma_tile") -> list[tuple[str, int | None]]:
+    """The MMA warp's tile as it touches the accumulator pipeline, in program order:
+    ``("acquire", s)``, ``("commit", s)`` (``s``: the slot, counted from the tile's first) and
+    ``("loop", None)`` for each K loop, read off ``function``'s body in ``source``. The state it
+    gets (its fourth argument) is slot 0; ``x = state.clone()`` copies a state, ``y = x`` names
+    the same one, ``state.advance()`` moves it on a slot. Raises :class:`SlotOrderError` where a
+    slot is acquired or committed inside a K loop or under an ``if``, or through a name that is not
+    a state, and returns with ``("return", s)``: the slot of the state the tile hands back."""
+    tree = ast.parse(source)
+    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    if len(fns) != 1:
+        raise SlotOrderError(f"no function {function}() in the cell")
+    fn = fns[0]
+    params = [a.arg for a in fn.args.args]
+    if len(params) < 4:
+        raise SlotOrderError(f"{function}() lost its arguments")
+    states = {params[3]: _State()}
+    pipe_calls = ("producer_acquire", "producer_commit")
+
+    def touches(node) -> bool:
+        for n in ast.walk(node):
+            name = _call_name(n)
+            if name in pipe_calls:
+                return True
+            if name in ("advance", "clone") and isinstance(n.func.value, ast.Name):
+                if n.func.value.id in states:
+                    return True
+        return False
+
+    def state_of(expr) -> _State:
+        if isinstance(expr, ast.Name) and expr.id in states:
+            return states[expr.id]
+        if _call_name(expr) == "clone" and isinstance(expr.func.value, ast.Name):
+            if expr.func.value.id in states:
+                return _State(states[expr.func.value.id].slot)
+        raise SlotOrderError(
+            f"{ast.unparse(expr)} is not an accumulator state (acc_state or "
+            "a copy of it, acc_state.clone())"
+        )
+
+    events: list[tuple[str, int | None]] = []
+
+    def run(body):
+        for stmt in body:
+            if isinstance(stmt, ast.For | ast.While):
+                if touches(stmt):
+                    raise SlotOrderError(
+                        f"{_first_line(stmt)}: a slot is acquired, committed or advanced inside "
+                        "a K loop: each slot is acquired and committed once per tile, between the "
+                        "loops"
+                    )
+                events.append(("loop", None))
+            elif isinstance(stmt, ast.With):
+                run(stmt.body)
+            elif isinstance(stmt, ast.Return):
+                value = stmt.value
+                if isinstance(value, ast.Tuple) and len(value.elts) == 3:
+                    events.append(("return", state_of(value.elts[2]).slot))
+                return
+            elif isinstance(stmt, ast.Expr) and _call_name(stmt.value) in pipe_calls:
+                call = stmt.value
+                if len(call.args) != 1:
+                    raise SlotOrderError(f"{_first_line(stmt)}: {call.func.attr} takes one state")
+                kind = "acquire" if call.func.attr == "producer_acquire" else "commit"
+                events.append((kind, state_of(call.args[0]).slot))
+            elif isinstance(stmt, ast.Expr) and _call_name(stmt.value) == "advance":
+                state_of(stmt.value.func.value).slot += 1
+            elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+                is_state = isinstance(stmt.value, ast.Name) and stmt.value.id in states
+                if _call_name(stmt.value) == "clone" and isinstance(
+                    stmt.value.func.value, ast.Name
+                ):
+                    is_state = is_state or stmt.value.func.value.id in states
+                if is_state and isinstance(target, ast.Name):
+                    states[target.id] = state_of(stmt.value)
+                elif touches(stmt):
+                    raise SlotOrderError(
+                        f"{_first_line(stmt)}: write an acquire, a commit or an advance as a "
+                        "statement of its own"
+                    )
+            elif touches(stmt):
+                raise SlotOrderError(
+                    f"{_first_line(stmt)}: an acquire, a commit or an advance under "
+                    f"{type(stmt).__name__.lower()}: write it as a statement of the tile's body"
+                )
+
+    run(fn.body)
+    return events
+
+
+def slot_order_problem(events: list[tuple[str, int | None]]) -> str | None:
+    """``None`` if ``events`` (from :func:`slot_order`) are the split accumulator's: slot 0
+    acquired before the first K loop (the hold loop), slot 1 after it and before the second (the
+    catch-up), each slot acquired once and committed once after the last K loop, and the state
+    handed back two slots on. Else a sentence saying what is out of place."""
+    loops = [i for i, (kind, _) in enumerate(events) if kind == "loop"]
+    if len(loops) != 3:
+        n = len(loops)
+        return f"the tile has {n} K loop(s): keep the given three (hold, catch-up, both atoms)"
+    acquires = [(i, s) for i, (kind, s) in enumerate(events) if kind == "acquire"]
+    commits = [(i, s) for i, (kind, s) in enumerate(events) if kind == "commit"]
+    if [s for _, s in acquires] != [0, 1]:
+        return (
+            f"the tile acquires slots {[s for _, s in acquires]}: it acquires slot 0, then "
+            "(after an advance) slot 1, once each"
+        )
+    (at0, _), (at1, _) = acquires
+    if at0 > loops[0]:
+        return (
+            "slot 0 is acquired after the hold loop: atom 0 writes it there, so acquire it before"
+        )
+    if not loops[0] < at1 < loops[1]:
+        if at1 < loops[0]:
+            return (
+                "slot 1 is acquired before the hold loop: atom 0 then waits for the whole drain "
+                "and the split buys nothing; acquire it between the hold loop and the catch-up"
+            )
+        return (
+            "slot 1 is acquired after the catch-up loop, which writes it: acquire it between "
+            "the hold loop and the catch-up"
+        )
+    if sorted(s for _, s in commits) != [0, 1]:
+        return (
+            f"the tile commits slots {[s for _, s in commits]}: commit slot 0 and slot 1 once "
+            "each, through the copy of each slot's state taken when it was acquired"
+        )
+    if any(i < loops[2] for i, _ in commits):
+        return (
+            "a slot is committed before the last K loop, which still writes both atoms: a "
+            "tcgen05.commit covers only the UMMAs issued before it"
+        )
+    back = [s for kind, s in events if kind == "return"]
+    if back != [2]:
+        return (
+            f"the tile hands back a state {back[0] if back else '?'} slot(s) on: the next tile "
+            "starts two slots on (one advance after each acquire)"
+        )
+    return None
+
+
+def _slots_in_order(report) -> bool:
+    source = Path(report.files["ptx"]).with_name("scratch_kernel.py").read_text()
+    problem = slot_order_problem(slot_order(source))
+    if problem:
+        raise SlotOrderError(problem)
+    return True
+
+
 register(
     Exercise(
         key="07-split-slots",
@@ -114,10 +290,11 @@ register(
             "Split the 512-column accumulator of a 128 x 512 tile into two 256-column slots, one "
             "per UMMA atom, each released on its own. Part A (drain_tile): the epilogue waits for "
             "slot 0, reads and stores it step by step, releases it after its last TMEM read, then "
-            "does the same for slot 1. Part B (mma_tile): the MMA warp acquires slot 0, runs atom 0 alone on the first "
-            "ring entries and holds them, acquires slot 1, lets atom 1 catch up on the held "
-            "entries, then runs both atoms and commits each slot. The rest of the kernel is a "
-            "scaffold. sm_100a only: tensor memory and tcgen05 exist only on Blackwell."
+            "does the same for slot 1. Part B (mma_tile, whose three K loops are given): the MMA "
+            "warp acquires slot 0 before the hold loop, slot 1 between the hold loop and the "
+            "catch-up, and commits each slot, through a copy of its state, after the last loop. "
+            "The rest of the kernel is a scaffold. sm_100a only: tensor memory and tcgen05 "
+            "exist only on Blackwell."
         ),
         checks=(
             Check(
@@ -159,6 +336,13 @@ register(
                 "only the UMMAs before it): in the PTX, the third loop's ring release and both "
                 "slot commits follow the tile's last tcgen05.mma",
                 lambda r: slots_committed_after_the_last_umma(r.ptx),
+                SM100,
+            ),
+            Check(
+                "part B, read from your source: slot 0 acquired before the hold loop, slot 1 "
+                "between the hold loop and the catch-up, each committed once after the last loop "
+                "through its own state, the state handed back two slots on",
+                _slots_in_order,
                 SM100,
             ),
         ),
