@@ -3,7 +3,8 @@
 ``tests/test_exercises.py`` holds every solution to its checker and every notebook starter
 against it. A checker can still accept a broken answer that a learner is likely to write; each
 case here is such an answer, built from the solution by swapping one function, and must be
-rejected by the check that names its mistake (the others may pass).
+rejected by the check that names its mistake (the others may pass). Fast tests hold the checks
+that read a learner's source or PTX to snippets; the compiled cases are marked slow.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 
 import pytest
 
-from pearl_moe.course.exercises import check_exercise, nb07a, solution_source
+from pearl_moe.course.exercises import check_exercise, nb01a, nb07a, solution_source
 
 # ------------------------------------------------------------------- 07-split-slots, part A
 #: Part A read-all-then-store-all: each slot's 8 steps are read into the one register buffer of
@@ -102,8 +103,48 @@ def mma_tile(tiled_mma, ab_consumer, acc_pipeline, acc_state, acc, tCrA, tCrB, k
     return tiled_mma, ab_consumer, acc_state
 """
 
+#: Part B with both slots acquired before the hold loop: every count and the commits' place are
+#: the solution's, so the PTX checks pass, but atom 0 now waits for the epilogue to drain both
+#: slots of the previous tile, and the split buys nothing. Only the source check sees it.
+ACQUIRE_BOTH_FIRST = """
+@cute.jit
+def mma_tile(tiled_mma, ab_consumer, acc_pipeline, acc_state, acc, tCrA, tCrB, k_tiles, hold):
+    kblocks = cute.size(tCrA, mode=[2])
+    catch_up = ab_consumer.clone()
+    acc_pipeline.producer_acquire(acc_state)
+    slot0 = acc_state.clone()
+    acc_state.advance()
+    acc_pipeline.producer_acquire(acc_state)
+    slot1 = acc_state.clone()
+    acc_state.advance()
+    tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+    for _k in cutlass.range(hold, unroll=1):
+        entry = ab_consumer.wait_and_advance()
+        for kb in cutlass.range(kblocks, unroll_full=True):
+            umma(tiled_mma, acc, tCrA, tCrB, 0, kb, entry.index)
+            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+    tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+    for _k in cutlass.range(hold, unroll=1):
+        entry = catch_up.current_handle()
+        for kb in cutlass.range(kblocks, unroll_full=True):
+            umma(tiled_mma, acc, tCrA, tCrB, 1, kb, entry.index)
+            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+        entry.release()
+        catch_up.advance()
+    for _k in cutlass.range(hold, k_tiles, unroll=1):
+        entry = ab_consumer.wait_and_advance()
+        for kb in cutlass.range(kblocks, unroll_full=True):
+            umma(tiled_mma, acc, tCrA, tCrB, 0, kb, entry.index)
+            umma(tiled_mma, acc, tCrA, tCrB, 1, kb, entry.index)
+        entry.release()
+    acc_pipeline.producer_commit(slot0)
+    acc_pipeline.producer_commit(slot1)
+    return tiled_mma, ab_consumer, acc_state
+"""
+
 SPLIT_SLOTS_WRONG_MMA = {
     "commit-slot0-after-hold": (COMMIT_SLOT0_AFTER_HOLD, "each slot committed after the last UMMA"),
+    "acquire-both-first": (ACQUIRE_BOTH_FIRST, "slot 1 between the hold loop and the catch-up"),
 }
 
 
@@ -179,6 +220,46 @@ def test_the_commit_check_reads_the_mma_warps_order():
     assert not nb07a.slots_committed_after_the_last_umma("")
 
 
+def _mma_tile_of(source: str) -> str:
+    """The solution module with ``mma_tile`` replaced by ``source``."""
+    return with_function(solution_source("07-split-slots"), "mma_tile", source)
+
+
+def test_the_slot_order_check_reads_the_source():
+    solution = solution_source("07-split-slots")
+    assert nb07a.slot_order_problem(nb07a.slot_order(solution)) is None
+    body = ACQUIRE_BOTH_FIRST
+    # both acquired before the hold loop: atom 0 waits for the whole drain
+    problem = nb07a.slot_order_problem(nb07a.slot_order(_mma_tile_of(body)))
+    assert problem and "slot 1 is acquired before the hold loop" in problem
+    # slot 0 committed after the hold loop
+    problem = nb07a.slot_order_problem(nb07a.slot_order(_mma_tile_of(COMMIT_SLOT0_AFTER_HOLD)))
+    assert problem and "before the last K loop" in problem
+    # committed through acc_state itself, two slots on: slot 2 is the next tile's slot 0
+    through_state = solution.replace("producer_commit(slot0)", "producer_commit(acc_state)")
+    problem = nb07a.slot_order_problem(nb07a.slot_order(through_state))
+    assert problem and "commits slots [2, 1]" in problem
+    # the clone forgotten for slot 1: slot1 is the state itself and moves on with it
+    aliased = solution.replace("slot1 = acc_state.clone()", "slot1 = acc_state")
+    problem = nb07a.slot_order_problem(nb07a.slot_order(aliased))
+    assert problem and "commits slots [0, 2]" in problem
+    # no advance after slot 0's acquire: slot 0 acquired twice
+    no_advance = solution.replace(
+        "    slot0 = acc_state.clone()\n    acc_state.advance()\n",
+        "    slot0 = acc_state.clone()\n",
+    )
+    assert no_advance != solution
+    problem = nb07a.slot_order_problem(nb07a.slot_order(no_advance))
+    assert problem and "acquires slots [0, 0]" in problem
+    # an acquire inside a K loop is refused outright
+    in_loop = solution.replace(
+        "        entry = catch_up.current_handle()",
+        "        acc_pipeline.producer_acquire(acc_state)\n        entry = catch_up.current_handle()",
+    )
+    with pytest.raises(nb07a.SlotOrderError, match="inside a K loop"):
+        nb07a.slot_order(in_loop)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(SPLIT_SLOTS_WRONG))
 def test_split_slots_rejects_a_broken_epilogue(case):
@@ -207,3 +288,56 @@ def test_split_slots_rejects_a_broken_mma_warp(case):
     assert any(failing in text for text in missed), f"{case} failed for another reason: {missed}"
     # part A is the solution's: its checks still pass, so the verdict names part B
     assert all(ok for ok, text in got.lines if "part A" in text), repr(got)
+
+
+# ------------------------------------------------------------------- 01-ring-producer
+#: The producer arms full[s] from every lane of its warp: 32 arrivals on a barrier initialised for
+#: one. The SASS still has an ELECT (cute.copy elects the lane that issues a TMA copy), so only
+#: the source check sees it.
+ARMED_BY_THE_WARP = (
+    "            with cute.arch.elect_one():\n"
+    "                cute.arch.mbarrier_arrive_and_expect_tx(full + s, BYTES)\n",
+    "            cute.arch.mbarrier_arrive_and_expect_tx(full + s, BYTES)\n",
+)
+
+
+def test_the_one_lane_check_reads_the_source():
+    solution = solution_source("01-ring-producer")
+    assert nb01a.arm_calls_outside_one_lane(solution) == (1, [])
+    old, new = ARMED_BY_THE_WARP
+    assert old in solution
+    calls, bare = nb01a.arm_calls_outside_one_lane(solution.replace(old, new))
+    assert calls == 1 and bare == ["cute.arch.mbarrier_arrive_and_expect_tx(full + s, BYTES)"]
+    # a single-lane if is as good as elect_one; an if on anything else is not
+    for guard, one_lane in (
+        ("if cute.arch.lane_idx() == 0:", True),
+        ("if tidx % 32 == 0:", True),
+        ("if tidx == 128:", True),
+        ("if s == 0:", False),
+        ("if tidx < 160:", False),
+    ):
+        source = solution.replace("with cute.arch.elect_one():", guard)
+        assert bool(nb01a.arm_calls_outside_one_lane(source)[1]) != one_lane, guard
+    # the else branch of a lane test runs on the other 31 lanes
+    other_lanes = solution.replace(
+        old,
+        (
+            "            if tidx % 32 == 0:\n                pass\n            else:\n"
+            "                cute.arch.mbarrier_arrive_and_expect_tx(full + s, BYTES)\n"
+        ),
+    )
+    assert nb01a.arm_calls_outside_one_lane(other_lanes)[1]
+
+
+@pytest.mark.slow
+def test_ring_producer_rejects_full_armed_by_the_whole_warp():
+    from pearl_moe.course.scratch import compile_scratch
+
+    old, new = ARMED_BY_THE_WARP
+    source = solution_source("01-ring-producer").replace(old, new)
+    got = check_exercise(
+        "01-ring-producer", compile_scratch(source, ("sm_100a", "sm_90a")), out=None
+    )
+    assert not got.ok, f"the checker accepts full[s] armed by 32 lanes:\n{got!r}"
+    missed = [text for ok, text in got.lines if not ok]
+    assert len(missed) == 1 and "one lane of the producer warp arms full[s]" in missed[0], missed

@@ -3,14 +3,18 @@
 The starter (notebook cell ``exercise-01-ring-producer``) is a whole kernel but for the producer's
 loop body: the consumers already wait on ``full[s]`` and release ``empty[s]``. Its checks read what
 the compiler made of the producer: the two TMA loads of a ring entry, the ``expect_tx`` byte count
-its *full* barrier is armed with, the one lane that arms it (the whole warp runs the loop), and the
-producer's own wait on the *empty* barrier (the starter has only the consumers' wait). TMA and
-mbarriers are the same hardware on Hopper and Blackwell, so the kernel is compiled and checked for
-both targets.
+its *full* barrier is armed with, and the producer's own wait on the *empty* barrier (the starter
+has only the consumers' wait). TMA and mbarriers are the same hardware on Hopper and Blackwell, so
+the kernel is compiled and checked for both targets.
 
-The compiled code cannot show whether the producer's wait names the right parity: a wrong parity
-compiles to the same instructions with another operand. So one more check reads the learner's
-source instead: it finds the producer's ``mbarrier_wait`` on an *empty* barrier, evaluates its
+The one lane that arms *full* (the whole warp runs the loop, and ``full[s]`` expects one arrival)
+is read off the learner's source (:func:`armed_from_one_lane`): an ``ELECT`` in the SASS proves
+nothing, since ``cute.copy`` of a TMA atom elects a lane of its own, so a producer that arms
+``full[s]`` from all 32 lanes compiles to one too.
+
+The compiled code cannot show whether the producer's wait names the right parity either: a wrong
+parity compiles to the same instructions with another operand. So one more check reads the
+learner's source: it finds the producer's ``mbarrier_wait`` on an *empty* barrier, evaluates its
 parity argument on the CPU for every K tile of a few laps (running the plain assignments of the
 producer's loop, so a parity kept in a variable works too), does the same for the consumers' wait
 on *full*, and replays the ring protocol with those parities (:func:`replay_ring`): each barrier
@@ -221,6 +225,96 @@ def wait_parities(source: str, module, barrier: str, k_tiles: int) -> list[int]:
     return [per_tile[kt] for kt in range(k_tiles)]
 
 
+#: Calls whose value is a thread's index: a name bound from one (``tidx, _, _ =
+#: cute.arch.thread_idx()``, ``lane = cute.arch.lane_idx()``) or from an expression of such a name
+#: (``lane = tidx % 32``) names a lane.
+LANE_SOURCES = ("thread_idx", "lane_idx")
+
+
+def _callee(node) -> str | None:
+    if isinstance(node, ast.Call):
+        func = node.func
+        return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return None
+
+
+def _lane_names(tree) -> set[str]:
+    names: set[str] = set()
+
+    def mentions_lane(expr) -> bool:
+        return any(
+            _callee(n) in LANE_SOURCES or (isinstance(n, ast.Name) and n.id in names)
+            for n in ast.walk(expr)
+        )
+
+    for _ in range(3):  # a name derived from a name derived from thread_idx()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and mentions_lane(node.value):
+                for target in node.targets:
+                    names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _one_lane_guard(stmt, lanes: set[str]) -> bool:
+    """``with cute.arch.elect_one():``, or an ``if`` that lets one lane through: an ``==`` test
+    of a thread or lane index (``if cute.arch.lane_idx() == 0:``, ``if tidx % 32 == 0:``)."""
+    if isinstance(stmt, ast.With):
+        return any(_callee(item.context_expr) == "elect_one" for item in stmt.items)
+    if isinstance(stmt, ast.If):
+        test = stmt.test
+        return (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)
+            and any(
+                _callee(n) in LANE_SOURCES or (isinstance(n, ast.Name) and n.id in lanes)
+                for n in ast.walk(test)
+            )
+        )
+    return False
+
+
+def arm_calls_outside_one_lane(source: str) -> tuple[int, list[str]]:
+    """How many ``mbarrier_arrive_and_expect_tx`` calls ``source`` has, and the text of each that
+    no single-lane guard (:func:`_one_lane_guard`) encloses: run by the whole warp, it arrives 32
+    times on a barrier initialised for one arrival."""
+    tree = ast.parse(source)
+    lanes = _lane_names(tree)
+    calls, bare = 0, []
+
+    def visit(node, guarded: bool):
+        nonlocal calls
+        if _callee(node) == "mbarrier_arrive_and_expect_tx":
+            calls += 1
+            if not guarded:
+                bare.append(ast.unparse(node))
+        inner = guarded or (isinstance(node, ast.With | ast.If) and _one_lane_guard(node, lanes))
+        for field, value in ast.iter_fields(node):
+            # an if's else branch runs on the other lanes: it is not guarded by the test
+            sub_guarded = inner if not (isinstance(node, ast.If) and field == "orelse") else guarded
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST):
+                    visit(child, sub_guarded)
+
+    visit(tree, False)
+    return calls, bare
+
+
+def armed_from_one_lane(report) -> bool:
+    calls, bare = arm_calls_outside_one_lane(_source_of(report))
+    if not calls:
+        raise AssertionError(
+            "no cute.arch.mbarrier_arrive_and_expect_tx(full + s, ...) in the cell"
+        )
+    if bare:
+        raise AssertionError(
+            f"{bare[0]} runs on all 32 lanes of the producer warp, 32 arrivals on a full[s] "
+            "initialised for one; put it under "
+            "`with cute.arch.elect_one():`"
+        )
+    return True
+
+
 def _parity_replays(report) -> bool:
     module = scratch_module(report)
     source = _source_of(report)
@@ -254,9 +348,12 @@ register(
                 expect_tx_includes(ENTRY_BYTES),
                 what=f"full[s] armed with one entry's bytes, A box + B box (expect_tx {ENTRY_BYTES})",
             ),
-            dataclasses.replace(
-                opcode_count_at_least(r"^ELECT$", 1),
-                what="one lane of the producer warp arms full[s] (cute.arch.elect_one(): ELECT)",
+            Check(
+                "one lane of the producer warp arms full[s]: mbarrier_arrive_and_expect_tx under "
+                "`with cute.arch.elect_one():` (read from your source; cute.copy elects a lane "
+                "of its own, so an ELECT in the SASS does not show it)",
+                armed_from_one_lane,
+                ("sm_90a",),
             ),
             dataclasses.replace(
                 opcode_count_at_least(r"^SYNCS\.PHASECHK\..*TRYWAIT", 2),
