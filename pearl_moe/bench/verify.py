@@ -70,8 +70,11 @@ def random_inputs(counts, n, k, W=None, seed=0, device="cuda"):
     return A, W, offs
 
 
-def run_checked(fn, A, W, offs, host_offsets) -> dict:
-    """Poison an output, run ``fn(A, W, offs, out)``, compare with reference and torch bf16."""
+def run_checked(fn, A, W, offs, host_offsets, cpu_reference: bool = False) -> dict:
+    """Poison an output, run ``fn(A, W, offs, out)``, compare with reference and torch bf16.
+
+    ``cpu_reference``: compute both references on the CPU, so that the GPU runs only ``fn``'s
+    kernels (what a compute-sanitizer run should see)."""
     import torch
 
     from ..moe.reference import grouped_mm_loop
@@ -79,4 +82,6 @@ def run_checked(fn, A, W, offs, host_offsets) -> dict:
     out = torch.full((A.shape[0], W.shape[1]), float("nan"), dtype=torch.bfloat16, device=A.device)
     fn(A, W, offs, out)
     torch.cuda.synchronize()
+    if cpu_reference:
+        A, W, out = A.cpu(), W.cpu(), out.cpu()
     return compare(out, reference(A, W, host_offsets), grouped_mm_loop(A, W, host_offsets))

@@ -582,11 +582,17 @@ def launch(case: Case, A, W, offsets, out):
 
 
 def check_case(
-    case: Case, seed: int = 0, W=None, cu_seqlens: bool = False, keep_output: bool = False
+    case: Case,
+    seed: int = 0,
+    W=None,
+    cu_seqlens: bool = False,
+    keep_output: bool = False,
+    cpu_reference: bool = False,
 ) -> dict:
     """Run ``case`` (unfused) into a NaN-poisoned output and compare with the fp32 reference;
     ``cu_seqlens``: pass E + 1 offsets with a leading 0; ``keep_output``: the output tensor
-    under ``"output"``."""
+    under ``"output"``; ``cpu_reference``: the references on the CPU (the GPU runs only the
+    case's kernels, what a sanitizer should see)."""
     import torch
 
     from ..bench.verify import random_inputs, run_checked
@@ -601,16 +607,19 @@ def check_case(
         launch(case, A, W, o, out)
         kept.append(out)
 
-    res = run_checked(run, A, W, offs, host)
+    res = run_checked(run, A, W, offs, host, cpu_reference=cpu_reference)
     if keep_output:
         res["output"] = kept[0]
     return res
 
 
-def check_fused(case: Case, seed: int = 0, keep_output: bool = False) -> dict:
+def check_fused(
+    case: Case, seed: int = 0, keep_output: bool = False, cpu_reference: bool = False
+) -> dict:
     """Run a fused ``case`` on interleaved ``[gate; up]`` weights into the middle of a NaN buffer
     (4 KB guard bands each side, 32-byte aligned) and compare ``act(gate) * up`` with the fp32
-    reference; ``guard_intact`` says no write landed outside ``out``."""
+    reference; ``guard_intact`` says no write landed outside ``out``; ``cpu_reference`` as in
+    :func:`check_case`."""
     import torch
 
     from ..bench.verify import compare, random_inputs, reference
@@ -630,9 +639,12 @@ def check_fused(case: Case, seed: int = 0, keep_output: bool = False) -> dict:
     guard_ok = bool(
         torch.isnan(buf[:guard]).all() and torch.isnan(buf[guard + out.numel() :]).all()
     )
+    got = out
+    if cpu_reference:
+        A, W, got = A.cpu(), W.cpu(), out.cpu()
     ref = gated(reference(A, W, host), activation)
     torch_out = gated(grouped_mm_loop(A, W, host), activation).to(torch.bfloat16)
-    res = compare(out, ref, torch_out)
+    res = compare(got, ref, torch_out)
     res["guard_intact"] = guard_ok
     res["ok"] = bool(res["ok"] and guard_ok)
     if keep_output:
@@ -640,10 +652,12 @@ def check_fused(case: Case, seed: int = 0, keep_output: bool = False) -> dict:
     return res
 
 
-def check_any(case: Case, seed: int = 0, keep_output: bool = False) -> dict:
+def check_any(
+    case: Case, seed: int = 0, keep_output: bool = False, cpu_reference: bool = False
+) -> dict:
     """:func:`check_fused` for a fused case, else :func:`check_case`."""
     check = check_fused if case.activation else check_case
-    return check(case, seed, keep_output=keep_output)
+    return check(case, seed, keep_output=keep_output, cpu_reference=cpu_reference)
 
 
 def check_guard_band(arch: str, stage: int, config, bad: list[int]) -> dict:
