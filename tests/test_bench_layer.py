@@ -982,6 +982,30 @@ def test_forward_steps_follow_the_fused_label():
     assert compare.forward_steps(rec("torch")) == []
 
 
+def test_the_one_launch_gather_is_one_step_of_the_profile():
+    """Where the routing's launch also gathered x's rows (the label layer_impls records), the
+    forward's chain has one ``metadata+gather`` step in place of two, the sum adds it once and
+    the table shows it in the metadata column, marked ``+``, with no gather step."""
+    from pearl_moe.bench.layer_impls import ONE_LAUNCH_GATHER
+
+    fused = "activation in the gate+up epilogue"
+    one = {"impl": "pearl-fused", "config": {"fused": fused, "gather": ONE_LAUNCH_GATHER}}
+    assert compare.forward_steps(one) == ["metadata+gather", "gate+up (fused)", "down", "combine"]
+    plain = {"impl": "pearl", "config": {"gather": ONE_LAUNCH_GATHER}}
+    assert compare.forward_steps(plain)[:2] == ["metadata+gather", "gate+up"]
+    apart = {"impl": "pearl-fused", "config": {"fused": fused, "gather": "index_select after"}}
+    assert compare.forward_steps(apart)[:2] == ["metadata", "gather"]
+    steps = {"metadata": 2.0, "gather": 3.0, "metadata+gather": 2.5, "gate+up (fused)": 20.0,
+             "down": 12.0, "combine": 2.0}  # fmt: skip
+    chain = compare.forward_steps(one)
+    row = {"problem": "p", "model": "Qwen3-30B-A3B", "ep": 1, "tokens": 1, "routing": "balanced",
+           "floor_us": 24.0, "chain": chain, "steps_us": steps,
+           "sum_us": sum(steps[s] for s in chain), "whole_us": 37.0}  # fmt: skip
+    assert row["sum_us"] == pytest.approx(36.5)
+    line = compare.format_step_profile([row]).splitlines()[-1].split()
+    assert line[4:7] == ["2.5+", "-", "20.0*"] and line[7] == "-" and "36.5" in line
+
+
 def test_the_layers_kernels_are_precompiled_both_gemms_fused_and_not(monkeypatch):
     """Before the ceilings are probed, the kernels our forwards run on every problem compile in
     the background: the gate+up with and without the fused activation, the down GEMM, the

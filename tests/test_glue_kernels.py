@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 INTERPRETED = textwrap.dedent(
     """
     import torch
-    from pearl_moe.moe import glue_kernels, route_topk
+    from pearl_moe.moe import glue_kernels, route_and_gather, route_topk
     from pearl_moe.moe.layer import combine
 
     torch.manual_seed(7)
@@ -47,6 +47,19 @@ INTERPRETED = textwrap.dedent(
             for field in FIELDS:
                 a, b = getattr(want, field), getattr(got, field)
                 assert a.dtype == b.dtype and torch.equal(a, b), (tokens, experts, field, a, b)
+            # the gathered rows: in the layout's one launch up to 256 rows, and by the kernel
+            # at any size when asked; x a column slice of a wider tensor (its own row stride)
+            wide = torch.randn(tokens, 300).bfloat16()
+            x = wide[:, 3:203]
+            got, A = route_and_gather(ids.to(id_dtype), weights, experts, x, check=False,
+                                      kernels=True)
+            assert torch.equal(A, x[want.token_of_row]), (tokens, experts, "A")
+            for field in FIELDS:
+                assert torch.equal(getattr(want, field), getattr(got, field)), field
+            if tokens * top_k > glue_kernels.BLOCK_ROWS:
+                a = glue_kernels.route_rows(ids.to(id_dtype).reshape(-1), weights.reshape(-1),
+                                            experts, top_k, x=x)[-1]
+                assert torch.equal(a, x[want.token_of_row]), (tokens, experts, "chunks")
         if routing != "bad":
             used = want.counts.sum().item()
             assert used == tokens * top_k and torch.equal(
@@ -97,13 +110,14 @@ COMPILED = textwrap.dedent(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from pearl_moe.moe import _glue_triton as k
-    from pearl_moe.moe.glue_kernels import _next_pow2
+    from pearl_moe.moe.glue_kernels import _gather_blocks, _next_pow2
 
     target = GPUTarget("cuda", 90, 32)
     ROUTE = dict(w_ptr="*fp32", hist_ptr="*i32", base_ptr="*i32", counts_ptr="*i32",
                  offsets_ptr="*i32", token_ptr="*i64", row_of_flat_ptr="*i64",
-                 weight_ptr="*fp32", rows="i32", chunks="i32", top_k="i32")
-    CONST = ("E", "BINS", "BLOCK", "STEP", "CSTEP", "SINGLE")
+                 weight_ptr="*fp32", x_ptr="*bf16", a_ptr="*bf16", rows="i32", chunks="i32",
+                 top_k="i32", hidden="i32", x_stride="i32")
+    CONST = ("E", "BINS", "BLOCK", "STEP", "CSTEP", "SINGLE", "GATHER", "HBLOCK", "CB")
     built = 0
     # (experts, rows per chunk, id type, weight type): decode's 16-row chunk with int32 ids and
     # bf16 weights, a count of bins below a warp, E + 2 a power of two, and the largest chunk
@@ -114,9 +128,10 @@ COMPILED = textwrap.dedent(
                    BINS="constexpr", BLOCK="constexpr")
         src = ASTSource(k.count_chunk, sig, constexprs=dict(E=experts, BINS=bins, BLOCK=block))
         triton.compile(src, target=target); built += 1
-        for single in (True, False):
+        for single in (True, False):  # the one launch gathers x's rows as well
+            hblock, cb = _gather_blocks(block, 2048)
             consts = dict(E=experts, BINS=bins, BLOCK=block, STEP=min(32, block), CSTEP=8,
-                          SINGLE=single)
+                          SINGLE=single, GATHER=single, HBLOCK=hblock, CB=cb)
             sig = dict(ROUTE, ids_ptr=ids, w_ptr=w, **{c: "constexpr" for c in CONST})
             kernel = triton.compile(ASTSource(k.place_chunk, sig, constexprs=consts),
                                     target=target)

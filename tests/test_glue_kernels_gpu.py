@@ -103,3 +103,56 @@ def test_the_glue_kernels_replay_in_a_cuda_graph():
         assert torch.equal(routing.row_of_slot, want.row_of_slot)
         assert torch.equal(routing.offsets, want.offsets)
         assert torch.equal(out, combine(y, want))  # the eager kernel, the same bits
+
+
+@pytest.mark.parametrize("tokens,top_k,experts,hidden", [
+    (1, 8, 128, 2048), (16, 8, 20, 5120), (32, 8, 64, 7168), (1, 2, 8, 4096), (33, 8, 16, 2048),
+    (200, 6, 20, 1000),
+])  # fmt: skip
+def test_route_and_gather_writes_the_routed_rows_in_one_launch_at_decode(
+    tokens, top_k, experts, hidden
+):
+    """``A`` equals ``x[token_of_row]`` and the routing the torch layout; up to 256 routed rows
+    (one chunk) the layout's launch writes ``A`` (one kernel in all), beyond it an
+    ``index_select`` follows the layout's two launches. Masked ids too: their rows are copied."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from pearl_moe.moe import route_and_gather
+
+    ids, weights = _ids(tokens, top_k, experts, "balanced", seed=tokens + hidden)
+    ids[0, 0] = -1  # a masked choice
+    x = torch.randn(tokens, hidden + 8, device="cuda").bfloat16()[:, 8:]  # its own row stride
+    want = route_topk(ids, weights, experts, check=False, kernels=False)
+    routing, A = route_and_gather(ids, weights, experts, x, check=False)  # compiles
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        routing, A = route_and_gather(ids, weights, experts, x, check=False)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    assert torch.equal(A, x[want.token_of_row])
+    for field in FIELDS:
+        assert torch.equal(getattr(want, field), getattr(routing, field)), field
+    assert (len(kernels) == 1) == (tokens * top_k <= 256), [e.name for e in kernels]
+
+
+def test_route_and_gather_replays_in_a_cuda_graph():
+    """Captured at decode size (one launch), replayed on new choices and new x in place."""
+    from pearl_moe.moe import route_and_gather
+
+    tokens, top_k, experts, hidden = 16, 8, 64, 2048
+    ids, weights = _ids(tokens, top_k, experts, "balanced", seed=11)
+    x = torch.randn(tokens, hidden, device="cuda").bfloat16()
+    route_and_gather(ids, weights, experts, x, check=False)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        routing, A = route_and_gather(ids, weights, experts, x, check=False)
+    for seed in (12, 13):
+        new_ids, new_weights = _ids(tokens, top_k, experts, "skewed", seed=seed)
+        ids.copy_(new_ids)
+        weights.copy_(new_weights)
+        x.normal_()
+        graph.replay()
+        want = route_topk(ids, weights, experts, kernels=False)
+        assert torch.equal(routing.row_of_slot, want.row_of_slot)
+        assert torch.equal(A, x[want.token_of_row])

@@ -671,12 +671,17 @@ def forward_steps(record: dict) -> list[str]:
     step of :data:`LAYER_STEPS`, and so does ``pearl-fused`` where the label says the activation
     ran as a pass of its own; else ``pearl-fused`` runs the fused gate+up and no activation.
     Empty for an implementation that is not cut into those steps (``pearl-gather``, theirs)."""
-    fused = (record.get("config") or {}).get("fused", "")
+    config = record.get("config") or {}
+    fused = config.get("fused", "")
     if record["impl"] == "pearl" or fused.startswith("activation as a pass"):
-        return list(LAYER_STEPS)
-    if record["impl"] == "pearl-fused" and fused.startswith("activation in the gate+up epilogue"):
-        return ["metadata", "gather", "gate+up (fused)", "down", "combine"]
-    return []
+        steps = list(LAYER_STEPS)
+    elif record["impl"] == "pearl-fused" and fused.startswith("activation in the gate+up epilogue"):
+        steps = ["metadata", "gather", "gate+up (fused)", "down", "combine"]
+    else:
+        return []
+    if config.get("gather", "").startswith("in the routing metadata's launch"):
+        steps[:2] = ["metadata+gather"]  # one launch for both
+    return steps
 
 
 def step_profile(run: dict, ours: str = "pearl-fused") -> list[dict]:
@@ -715,20 +720,26 @@ def step_profile(run: dict, ours: str = "pearl-fused") -> list[dict]:
 
 def format_step_profile(rows: list[dict], ours: str = "pearl-fused") -> str:
     """:func:`step_profile` as text: one line per problem, the steps in forward order (gate+up:
-    the fused one where ours fused it, marked ``*``, and then no activation), their sum, the
-    whole layer's graph, the gap, and from the trace the launches and idle time per forward."""
+    the fused one where ours fused it, marked ``*``, and then no activation; metadata: the one
+    launch that also gathers where ours ran it, marked ``+``, and then no gather step), their
+    sum, the whole layer's graph, the gap, and from the trace the launches and idle time per
+    forward."""
     head = (f"{'layer':<24}{'tok':>5}{'floor':>8}" + "".join(f"{s:>11}" for s in LAYER_STEPS)
             + f"{'sum':>9}{'whole':>9}{'gap':>8}{'launches':>9}{'idle':>7}")  # fmt: skip
     lines = [f"us per call (medians); whole: {ours}'s forward in one CUDA graph; gap = whole - "
-             "sum of its steps; launches and idle (between kernels): profiled replays", head,
+             "sum of its steps; launches and idle (between kernels): profiled replays; * the "
+             "activation in gate+up's epilogue, + the gather in the metadata's launch", head,
              "-" * len(head)]  # fmt: skip
     for r in rows:
         fused = "gate+up (fused)" in r["chain"]
+        one_launch = "metadata+gather" in r["chain"]
         cells = []
         for s in LAYER_STEPS:
             if s == "gate+up" and fused:
                 cells.append(_num(r["steps_us"].get("gate+up (fused)"), ".1f") + "*")
-            elif s == "activation" and fused:
+            elif s == "metadata" and one_launch:
+                cells.append(_num(r["steps_us"].get("metadata+gather"), ".1f") + "+")
+            elif (s == "activation" and fused) or (s == "gather" and one_launch):
                 cells.append("-")
             else:
                 cells.append(_num(r["steps_us"].get(s), ".1f"))

@@ -474,9 +474,11 @@ def time_layers(
 
 # ------------------------------------------------------------------------------ steps
 #: The steps of our forward (:func:`step_calls`), in order; ``gate+up (fused)`` stands for
-#: ``gate+up`` and ``activation`` together when the activation is fused into the epilogue.
+#: ``gate+up`` and ``activation`` together when the activation is fused into the epilogue, and
+#: ``metadata+gather`` for ``metadata`` and ``gather`` when the routing's one launch copies the
+#: rows (:func:`pearl_moe.moe.route_and_gather`, at decode).
 STEPS = ("router", "metadata", "gather", "gate+up", "activation", "down", "combine",
-         "gate+up (fused)")  # fmt: skip
+         "gate+up (fused)", "metadata+gather")  # fmt: skip
 #: The steps the step profile (``--steps``) times: the layer's own (the router is not the layer's:
 #: every implementation is given its choices).
 PROFILE_STEPS = STEPS[1:]
@@ -490,7 +492,7 @@ def step_calls(inputs: dict, backend: str = "pearl") -> dict:
     import torch
     import torch.nn.functional as F
 
-    from ..moe import combine, route_topk, select_experts
+    from ..moe import combine, route_and_gather, route_topk, select_experts
     from ..moe.layer import grouped
     from ..moe.reference import gated
 
@@ -511,6 +513,8 @@ def step_calls(inputs: dict, backend: str = "pearl") -> dict:
         "down": lambda: grouped(a, w_down, routing.offsets, backend),
         "combine": lambda: combine(y, routing),
     }
+    calls_tail = {"metadata+gather": lambda: route_and_gather(ids, weights, experts, x,
+                                                              check=False)[1]}  # fmt: skip
     if backend == "pearl":
         from ..kernels import grouped_gemm, interleave_gate_up
 
@@ -518,6 +522,7 @@ def step_calls(inputs: dict, backend: str = "pearl") -> dict:
         calls["gate+up (fused)"] = lambda: grouped_gemm(
             A, w_fused, routing.offsets, check=False, activation="swiglu"
         )
+    calls.update(calls_tail)
     return calls
 
 

@@ -59,6 +59,19 @@ def gemm_choices(inputs: dict, fused: bool, gather: bool = False) -> dict:
     return kernels
 
 
+def gather_label(inputs: dict) -> str:
+    """How our forward's gathered copy of x is made on these inputs (recorded with each time)."""
+    from ..moe.routing import gathers_in_one_launch
+
+    if gathers_in_one_launch(inputs["topk_ids"]):
+        return ONE_LAUNCH_GATHER
+    return "index_select after the routing metadata"
+
+
+#: :func:`gather_label` where the routing metadata's one launch also copies x's routed rows.
+ONE_LAUNCH_GATHER = "in the routing metadata's launch (route_and_gather)"
+
+
 def _pearl(inputs: dict) -> Prepared:
     from ..moe import moe_forward
 
@@ -68,8 +81,9 @@ def _pearl(inputs: dict) -> Prepared:
             topk_weights=inputs["topk_weights"], backend="pearl", check=False,
         )  # fmt: skip
 
-    return Prepared(run, {"backend": "pearl", "fused": "none (gather, activation, combine apart)",
-                          "glue": glue(), **gemm_choices(inputs, fused=False)})  # fmt: skip
+    return Prepared(run, {"backend": "pearl", "fused": "none (activation and combine apart)",
+                          "gather": gather_label(inputs), "glue": glue(),
+                          **gemm_choices(inputs, fused=False)})  # fmt: skip
 
 
 def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
@@ -97,7 +111,9 @@ def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
     if gather == "kernel":
         fused += "; x read through the gather index by the gate+up kernel (no gathered copy)"
     kernels = gemm_choices(inputs, fuses, gather == "kernel")
-    return Prepared(run, {"backend": "pearl", "fused": fused, "glue": glue(), **kernels})
+    how = gather_label(inputs) if gather == "copy" else "in the gate+up kernel (a_index)"
+    return Prepared(run, {"backend": "pearl", "fused": fused, "gather": how, "glue": glue(),
+                          **kernels})  # fmt: skip
 
 
 def _pearl_gather(inputs: dict) -> Prepared:

@@ -442,9 +442,7 @@ def _compile_job(job: dict) -> dict:
         os.environ["CUTE_DSL_DUMP_DIR"] = dump
         start = time.perf_counter()
         if "sms" in job:  # a persistent grid of that many CTAs
-            compiled = module.compile_kernel(
-                config, job["n"], job["k"], job["experts"], job["sms"]
-            )
+            compiled = module.compile_kernel(config, job["n"], job["k"], job["experts"], job["sms"])
         else:
             compiled = module.compile_fake(config, job["m"], job["n"], job["k"], job["experts"])
         seconds = time.perf_counter() - start

@@ -7,7 +7,7 @@ never loads it)."""
 
 from .layer import BACKENDS, MoE, combine, moe_forward
 from .reference import ACTIVATIONS, reference_moe, torch_composition
-from .routing import Routing, local_ids, route_topk, select_experts
+from .routing import Routing, local_ids, route_and_gather, route_topk, select_experts
 
 __all__ = [
     "ACTIVATIONS",
@@ -18,6 +18,7 @@ __all__ = [
     "local_ids",
     "moe_forward",
     "reference_moe",
+    "route_and_gather",
     "route_topk",
     "select_experts",
     "torch_composition",

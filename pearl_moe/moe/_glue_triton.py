@@ -32,13 +32,20 @@ def count_chunk(ids_ptr, hist_ptr, rows, E: tl.constexpr, BINS: tl.constexpr,
 
 @triton.jit
 def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, token_ptr,
-                row_of_flat_ptr, weight_ptr, rows, chunks, top_k, E: tl.constexpr,
-                BINS: tl.constexpr, BLOCK: tl.constexpr, STEP: tl.constexpr,
-                CSTEP: tl.constexpr, SINGLE: tl.constexpr):  # fmt: skip
+                row_of_flat_ptr, weight_ptr, x_ptr, a_ptr, rows, chunks, top_k, hidden,
+                x_stride, E: tl.constexpr, BINS: tl.constexpr, BLOCK: tl.constexpr,
+                STEP: tl.constexpr, CSTEP: tl.constexpr, SINGLE: tl.constexpr,
+                GATHER: tl.constexpr, HBLOCK: tl.constexpr, CB: tl.constexpr):  # fmt: skip
     """Sorted row of every routed row of this chunk: the first row of its bin, plus the rows of
     that bin in earlier chunks, plus those earlier in this chunk (a stable counting sort).
-    ``SINGLE`` (one chunk): the counts come from this chunk alone and ``hist`` is not read."""
+    ``SINGLE`` (one chunk): the counts come from this chunk alone and ``hist`` is not read.
+
+    ``GATHER``: program ``(chunk, h)`` also copies columns ``[h * HBLOCK, (h + 1) * HBLOCK)`` of
+    each of the chunk's rows of ``x`` to its sorted row of ``a`` (``a = x[token_of_row]``), so
+    the gather needs no launch of its own. Every program of a chunk computes the chunk's rows
+    (integer work on a few hundred ids); those with ``h = 0`` store the metadata."""
     chunk = tl.program_id(0)
+    hb = tl.program_id(1)
     start = chunk * BLOCK
     lane = tl.arange(0, BLOCK)
     offs = start + lane
@@ -61,11 +68,13 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
             before += tl.sum(tl.where(c[:, None] < chunk, tile, 0), axis=0)
     # first sorted row of each bin: the rows of all lower bins
     first = tl.cumsum(total, axis=0) - total
-    if chunk == 0:
+    if (chunk == 0) & (hb == 0):
         tl.store(counts_ptr + b, total, mask=b < E)
         tl.store(offsets_ptr + b, first + total, mask=b < E)
     # this chunk's first row of each bin, through memory so that each row can read its bin's
-    tl.store(base_ptr + chunk * BINS + b, first + before)
+    # (a scratch row of this program's own)
+    scratch = base_ptr + (chunk * tl.num_programs(1) + hb) * BINS
+    tl.store(scratch + b, first + before)
     tl.debug_barrier()
     # stable rank within the chunk: the earlier rows of the chunk in the same bin
     rank = tl.zeros([BLOCK], dtype=tl.int32)
@@ -74,12 +83,23 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
         other = _bins_of(ids_ptr, start + j, (start + j) < rows, E, BINS)
         same = (other[None, :] == bins[:, None]) & (j[None, :] < lane[:, None])
         rank += tl.sum(same.to(tl.int32), axis=1)
-    row = tl.load(base_ptr + chunk * BINS + bins, mask=mask, other=0) + rank
-    # a masked choice's slot points nowhere: the combine skips it (its row is never computed)
-    tl.store(row_of_flat_ptr + offs, tl.where(bins < E, row, -1).to(tl.int64), mask=mask)
-    tl.store(token_ptr + row, (offs // top_k).to(tl.int64), mask=mask)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(weight_ptr + row, w, mask=mask)
+    row = tl.load(scratch + bins, mask=mask, other=0) + rank
+    token = offs // top_k
+    if hb == 0:
+        # a masked choice's slot points nowhere: the combine skips it (its row is never computed)
+        tl.store(row_of_flat_ptr + offs, tl.where(bins < E, row, -1).to(tl.int64), mask=mask)
+        tl.store(token_ptr + row, token.to(tl.int64), mask=mask)
+        w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(weight_ptr + row, w, mask=mask)
+    if GATHER:
+        # a masked choice's row is copied too (sorted after every expert, never computed), so
+        # that every row of a is written
+        src = x_ptr + token.to(tl.int64)[:, None] * x_stride
+        dst = a_ptr + row.to(tl.int64)[:, None] * hidden
+        for c0 in tl.static_range(0, HBLOCK, CB):
+            col = hb * HBLOCK + c0 + tl.arange(0, CB)
+            keep = mask[:, None] & (col[None, :] < hidden)
+            tl.store(dst + col[None, :], tl.load(src + col[None, :], mask=keep), mask=keep)
 
 
 @triton.jit

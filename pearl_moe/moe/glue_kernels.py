@@ -12,7 +12,9 @@ Here each is one or two kernels:
   when there is one chunk), then each chunk places its rows: sorted row = first row of the expert
   + rows of that expert in earlier chunks + rows of it earlier in this chunk. Integer counts only,
   so the layout is exactly the one a stable sort gives (the torch version in
-  :func:`pearl_moe.moe.routing.route_topk` is the reference the tests compare with).
+  :func:`pearl_moe.moe.routing.route_topk` is the reference the tests compare with). Given the
+  layer's input ``x``, the placing launch also copies each routed row of ``x`` to its sorted row
+  (the gate+up GEMM's A): at decode the gather then costs no launch of its own.
 * :func:`combine_rows`: ``out[t] = sum_j w[t, j] * y[row_of_slot[t, j]]`` with the ``top_k``
   terms added in choice order in float32 registers: one read of ``y``, one write of ``out``, the
   same order on every call (deterministic, no atomics). A masked choice (its slot's row -1: an
@@ -43,6 +45,8 @@ CHUNK_STEP = 8
 #: quarter of it (one warp) below :data:`FEW_TOKENS` tokens.
 BLOCK_HIDDEN = 1024
 FEW_TOKENS = 64
+#: Elements of ``x`` one routing program copies when it also gathers the rows (16k: 32 KB of bf16).
+GATHER_ELEMENTS = 16384
 #: Most routed rows the routing kernels take (256 chunks: each placement program sums every
 #: chunk's counts, so their work grows with the square of the chunks); beyond, the torch version.
 MAX_KERNEL_ROWS = 65536
@@ -89,12 +93,22 @@ def _kernels():
     return k.count_chunk, k.place_chunk, k.combine
 
 
-def route_rows(ids, weights, experts: int, top_k: int):
+def _gather_blocks(block: int, hidden: int) -> tuple[int, int]:
+    """``(HBLOCK, CB)`` of the gather in :func:`route_rows`: the columns of ``x`` a program copies
+    (about 16k elements of its chunk's ``block`` rows: more programs when there are few rows) and
+    the columns of one load (a ``block x CB`` tile of about 4k elements)."""
+    hblock = max(64, min(1024, _next_pow2(hidden), GATHER_ELEMENTS // block))
+    return hblock, min(hblock, max(16, GATHER_ELEMENTS // 4 // block))
+
+
+def route_rows(ids, weights, experts: int, top_k: int, x=None):
     """Counting-sort the flat routed rows ``ids`` ``(rows,)`` (expert of each (token, choice),
     int32 or int64, contiguous) by expert, stably. ``weights`` ``(rows,)`` are the router weights.
     Returns ``(counts int32 (experts,), offsets int32 end offsets, token_of_row int64,
-    row_of_flat int64, weight_of_row float32)``: what :func:`pearl_moe.moe.routing.route_topk`
-    needs, equal to its torch version's. One launch when ``rows <= BLOCK_ROWS``, else two."""
+    row_of_flat int64, weight_of_row float32, a)``: what :func:`pearl_moe.moe.routing.route_topk`
+    needs, equal to its torch version's, and with ``x`` ``(tokens, hidden)`` the gathered rows
+    ``a = x[token_of_row]`` ``(rows, hidden)``, copied by the same launch (else ``a`` is None).
+    One launch when ``rows <= BLOCK_ROWS``, else two."""
     import torch
 
     _check_device(ids)
@@ -104,10 +118,20 @@ def route_rows(ids, weights, experts: int, top_k: int):
     block = max(16, min(BLOCK_ROWS, _next_pow2(rows)))  # 16 rows at 1 token and top-8
     chunks = max(1, -(-rows // block))
     bins = _next_pow2(experts + 2)  # the experts, bin E of bad ids, and one of padding
+    gather = x is not None
+    if gather:
+        if x.stride(-1) != 1:
+            x = x.contiguous()
+        hidden = x.shape[1]
+        a = torch.empty(rows, hidden, dtype=x.dtype, device=device)
+        hblock, cb = _gather_blocks(block, hidden)
+        hblocks = max(1, -(-hidden // hblock))
+    else:
+        a, hidden, hblock, cb, hblocks = None, 0, 16, 16, 1
     if rows == 0:
         zeros = torch.zeros(experts, dtype=torch.int32, device=device)
         empty = torch.empty(0, dtype=torch.int64, device=device)
-        return zeros, zeros.clone(), empty, empty.clone(), empty.float()
+        return zeros, zeros.clone(), empty, empty.clone(), empty.float(), a
     # every element of these is written by the kernels (no memset launches)
     counts = torch.empty(experts, dtype=torch.int32, device=device)
     offsets = torch.empty(experts, dtype=torch.int32, device=device)
@@ -116,16 +140,18 @@ def route_rows(ids, weights, experts: int, top_k: int):
     weight_of_row = torch.empty(rows, dtype=torch.float32, device=device)
     single = chunks == 1
     hist = torch.empty(1 if single else chunks * (experts + 1), dtype=torch.int32, device=device)
-    base = torch.empty(chunks * bins, dtype=torch.int32, device=device)
+    base = torch.empty(chunks * hblocks * bins, dtype=torch.int32, device=device)
     with _on(device):  # Triton launches on the current device: make it the tensors'
         if not single:
             count_chunk[(chunks,)](ids, hist, rows, E=experts, BINS=bins, BLOCK=block)
-        place_chunk[(chunks,)](
+        place_chunk[(chunks, hblocks)](
             ids, weights, hist, base, counts, offsets, token_of_row, row_of_flat, weight_of_row,
-            rows, chunks, top_k, E=experts, BINS=bins, BLOCK=block, STEP=min(RANK_STEP, block),
-            CSTEP=CHUNK_STEP, SINGLE=single,
+            x if gather else ids, a if gather else ids, rows, chunks, top_k, hidden,
+            x.stride(0) if gather else 0, E=experts, BINS=bins, BLOCK=block,
+            STEP=min(RANK_STEP, block), CSTEP=CHUNK_STEP, SINGLE=single, GATHER=gather,
+            HBLOCK=hblock, CB=cb,
         )  # fmt: skip
-    return counts, offsets, token_of_row, row_of_flat, weight_of_row
+    return counts, offsets, token_of_row, row_of_flat, weight_of_row, a
 
 
 def combine_rows(y, row_of_slot, weight_of_row):

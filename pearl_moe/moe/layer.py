@@ -13,7 +13,8 @@ common fused layout), ``w_down`` ``(experts, hidden, intermediate)``.
 The steps (each after the first a pass over HBM):
 
 1. routing metadata on the device (:mod:`pearl_moe.moe.routing`): no host sync;
-2. ``A = x[token_of_row]``: the routed rows, sorted by expert (a gather copy);
+2. ``A = x[token_of_row]``: the routed rows, sorted by expert (a gather copy; at decode, up to
+   256 routed rows, the routing's one kernel launch writes it: :func:`route_and_gather`);
 3. ``h = grouped_gemm(A, w_gate_up)``, then ``a = act(gate) * up`` in float32, stored in bf16; with
    ``gate_up_layout="interleaved"`` and the pearl backend, one step: the gate+up kernel's
    epilogue computes and stores ``a`` (:func:`pearl_moe.kernels.interleave_gate_up`);
@@ -50,6 +51,7 @@ from .routing import (
     check_routing,
     check_topk,
     local_ids,
+    route_and_gather,
     route_topk,
     select_experts,
 )
@@ -293,7 +295,10 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
         check_ids(ids, experts, expert_map)
     if expert_map is not None:
         ids = local_ids(ids, expert_map)
-    routing = route_topk(ids, weights, experts, check=False)
+    if gather == "kernel":
+        routing, A = route_topk(ids, weights, experts, check=False), None
+    else:  # the gathered copy; at decode the routing's one launch writes it
+        routing, A = route_and_gather(ids, weights, experts, x, check=False)
     if x.shape[0] == 0:
         return torch.zeros(0, x.shape[1], dtype=x.dtype, device=x.device), routing
     if gather == "kernel":
@@ -306,14 +311,12 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
     elif backend == "pearl" and layout == "interleaved":
         from ..kernels import grouped_gemm
 
-        A = x.index_select(0, routing.token_of_row)
         if fuses_activation(A.device, A.shape[0], w_gate_up):
             a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation)
         else:  # the activation-ready tiles measured slower than a separate pass costs
             h = grouped_gemm(A, w_gate_up, routing.offsets, check=False)
             a = gated(h, activation, layout).to(torch.bfloat16)
     else:
-        A = x.index_select(0, routing.token_of_row)
         h = grouped(A, w_gate_up, routing.offsets, backend)
         a = gated(h, activation, layout).to(torch.bfloat16)
     y = grouped(a, w_down, routing.offsets, backend)

@@ -20,7 +20,8 @@ so a CUDA graph can capture them):
 * ``weight_of_row``: the router weight of every sorted row (float32).
 
 The sort is stable, so within an expert rows keep token order, and the whole layout is a pure
-function of ``topk_ids``: the layer is deterministic.
+function of ``topk_ids``: the layer is deterministic. :func:`route_and_gather` also returns the
+gathered rows ``x[token_of_row]``; at decode the layout's one kernel launch copies them too.
 
 **Masked choices.** Under expert parallelism a GPU holds some of the experts and every token has
 choices that belong to another GPU: vLLM's ``expert_map`` maps them to -1 (:func:`local_ids`). A
@@ -35,7 +36,16 @@ from dataclasses import dataclass
 
 from . import glue_kernels
 
-__all__ = ["Routing", "route_topk", "select_experts", "local_ids", "check_topk", "SCORES"]
+__all__ = [
+    "Routing",
+    "route_topk",
+    "route_and_gather",
+    "gathers_in_one_launch",
+    "select_experts",
+    "local_ids",
+    "check_topk",
+    "SCORES",
+]
 
 #: How router logits become scores (:func:`select_experts`).
 SCORES = ("softmax", "sigmoid")
@@ -208,6 +218,54 @@ def route_topk(
     dozen, with a radix sort). ``None`` (default): on a CUDA device when Triton is there, up to
     :data:`~pearl_moe.moe.glue_kernels.MAX_KERNEL_ROWS` routed rows. Both give the same tensors.
     """
+    return _route(topk_ids, topk_weights, experts, check, kernels)[0]
+
+
+def route_and_gather(
+    topk_ids, topk_weights, experts: int, x, check: bool = True, kernels: bool | None = None
+):
+    """:func:`route_topk` and the gate+up GEMM's A, the routed rows ``x[token_of_row]`` sorted by
+    expert: ``(Routing, A)``, ``A`` ``(tokens x top_k, hidden)`` in ``x``'s dtype.
+
+    Where the layout takes one launch of the kernels (up to
+    :data:`~pearl_moe.moe.glue_kernels.BLOCK_ROWS` routed rows: decode), that launch also copies
+    the rows, so the gather costs no launch of its own; beyond, the copy is an ``index_select``
+    after the layout's launches. ``check`` and ``kernels`` as in :func:`route_topk`."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError("x must be a 2-D tensor (tokens, hidden)")
+    check_topk(topk_ids, topk_weights)
+    if x.shape[0] != topk_ids.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} tokens, topk_ids {topk_ids.shape[0]}")
+    if x.device != topk_ids.device:
+        raise ValueError(f"x is on {x.device}, topk_ids on {topk_ids.device}: one device")
+    routing, A = _route(topk_ids, topk_weights, experts, check, kernels, x)
+    if A is None:
+        A = x.index_select(0, routing.token_of_row)
+    return routing, A
+
+
+def gathers_in_one_launch(topk_ids, kernels: bool | None = None) -> bool:
+    """Whether :func:`route_and_gather` on these choices copies the rows in the layout's one
+    kernel launch (the kernels run, and the routed rows fit one chunk of
+    :data:`~pearl_moe.moe.glue_kernels.BLOCK_ROWS`)."""
+    if kernels is None:
+        kernels = _kernels_by_default(topk_ids)
+    return bool(kernels) and topk_ids.numel() <= glue_kernels.BLOCK_ROWS
+
+
+def _kernels_by_default(topk_ids) -> bool:
+    return (
+        topk_ids.is_cuda
+        and topk_ids.numel() <= glue_kernels.MAX_KERNEL_ROWS
+        and glue_kernels.available()
+    )
+
+
+def _route(topk_ids, topk_weights, experts: int, check: bool, kernels: bool | None, x=None):
+    """:func:`route_topk`'s work: ``(Routing, A)``, ``A`` the rows of ``x`` gathered by the
+    kernels' one launch where they ran it with ``x``, else None."""
     import torch
 
     check_topk(topk_ids, topk_weights)
@@ -217,16 +275,14 @@ def route_topk(
         check_ids(topk_ids, experts)
     tokens, top_k = topk_ids.shape
     if kernels is None:
-        kernels = (
-            topk_ids.is_cuda
-            and topk_ids.numel() <= glue_kernels.MAX_KERNEL_ROWS
-            and glue_kernels.available()
-        )
+        kernels = _kernels_by_default(topk_ids)
     if kernels:
-        counts, offsets, token_of_row, row_of_flat, weight_of_row = glue_kernels.route_rows(
-            topk_ids.reshape(-1).contiguous(), topk_weights.reshape(-1).contiguous(), experts, top_k
-        )
-        return Routing(
+        one_launch = x is not None and gathers_in_one_launch(topk_ids, kernels)
+        counts, offsets, token_of_row, row_of_flat, weight_of_row, A = glue_kernels.route_rows(
+            topk_ids.reshape(-1).contiguous(), topk_weights.reshape(-1).contiguous(), experts,
+            top_k, x=x if one_launch else None,
+        )  # fmt: skip
+        routing = Routing(
             topk_ids=topk_ids.long(),
             counts=counts,
             offsets=offsets,
@@ -234,6 +290,7 @@ def route_topk(
             row_of_slot=row_of_flat.view(tokens, top_k),
             weight_of_row=weight_of_row,
         )
+        return routing, A
     ids = topk_ids.reshape(-1).long()
     device = ids.device
     counts = torch.zeros(experts + 1, dtype=torch.int32, device=device)
@@ -247,7 +304,7 @@ def route_topk(
     rows = ids.numel()
     row_of_flat = torch.empty(rows, dtype=torch.int64, device=device)
     row_of_flat[order] = torch.arange(rows, device=device)
-    return Routing(
+    routing = Routing(
         topk_ids=ids.view(tokens, top_k),
         counts=counts,
         offsets=offsets,
@@ -255,3 +312,4 @@ def route_topk(
         row_of_slot=torch.where(valid, row_of_flat, -1).view(tokens, top_k),
         weight_of_row=topk_weights.reshape(-1)[order].float(),
     )
+    return routing, None
