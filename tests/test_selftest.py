@@ -308,3 +308,44 @@ def test_sanitizer_cases_stress_what_they_say(family):
     two_cta = [c for c in cases if c[2].cta_group == 2 and c[2].epilogue == "tma_store"]
     assert len(two_cta) == (1 if family == "sm_100a" else 0)
     assert len(cases) == (6 if family == "sm_100a" else 5)
+
+
+def test_the_sanitized_children_compute_their_references_on_the_cpu(monkeypatch):
+    """What compute-sanitizer wraps (the cases and the multi-tile cases) asks every check for
+    its references on the CPU, so the GPU runs our kernels only (cuBLAS's own kernels report
+    racecheck hazards, and excluding them by name made them fail under racecheck on an H100)."""
+    seen = []
+
+    def fake_check(case, seed=0, keep_output=False, cpu_reference=False, **kw):
+        seen.append((case.id, cpu_reference))
+        return {"ok": True}
+
+    monkeypatch.setattr(gpu_cases, "check_case", fake_check)
+    monkeypatch.setattr(gpu_cases, "check_any", fake_check)
+    assert selftest.run_cases("sm_90a") and selftest.run_multitile("sm_90a")
+    want = len(gpu_cases.SANITIZER["sm_90a"]) + len(gpu_cases.MULTI_TILE["sm_90a"])
+    assert len(seen) == want and all(cpu for _, cpu in seen), seen
+
+
+def test_a_cpu_reference_judges_the_output_as_the_gpu_reference_would(monkeypatch):
+    """``run_checked(..., cpu_reference=True)``: the references computed from CPU copies pass a
+    right answer and fail one with an unwritten element (the NaN poison left in place)."""
+    import torch
+
+    from pearl_moe.bench.verify import random_inputs, reference, run_checked
+
+    if not torch.cuda.is_available():  # the inputs are on the CPU here: nothing to wait for
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    A, W, offs = random_inputs((5, 0, 70, 33), 96, 72, seed=3, device="cpu")
+    host = offs.tolist()
+
+    def right(A, W, o, out):
+        out.copy_(reference(A, W, host).to(out.dtype))
+
+    def one_unwritten(A, W, o, out):
+        right(A, W, o, out)
+        out[3, 4] = float("nan")
+
+    assert run_checked(right, A, W, offs, host, cpu_reference=True)["ok"]
+    bad = run_checked(one_unwritten, A, W, offs, host, cpu_reference=True)
+    assert not bad["ok"] and bad["unwritten"] == 1
