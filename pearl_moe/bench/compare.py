@@ -667,9 +667,11 @@ LAYER_STEPS = ("metadata", "gather", "gate+up", "activation", "down", "combine")
 
 def forward_steps(record: dict) -> list[str]:
     """The steps a layer record's forward ran, whose step times add up to it, read from its
-    config's ``fused`` label (:mod:`pearl_moe.bench.layer_impls` writes it): ``pearl`` runs every
-    step of :data:`LAYER_STEPS`, and so does ``pearl-fused`` where the label says the activation
-    ran as a pass of its own; else ``pearl-fused`` runs the fused gate+up and no activation.
+    config's ``fused`` and ``gather`` labels (:mod:`pearl_moe.bench.layer_impls` writes them):
+    ``pearl`` runs every step of :data:`LAYER_STEPS`, and so does ``pearl-fused`` where the label
+    says the activation ran as a pass of its own; else ``pearl-fused`` runs the fused gate+up and
+    no activation. Where the gather ran in the routing metadata's launch, one ``metadata+gather``
+    step stands for ``metadata`` and ``gather``.
     Empty for an implementation that is not cut into those steps (``pearl-gather``, theirs)."""
     config = record.get("config") or {}
     fused = config.get("fused", "")

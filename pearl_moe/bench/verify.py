@@ -73,8 +73,8 @@ def random_inputs(counts, n, k, W=None, seed=0, device="cuda"):
 def run_checked(fn, A, W, offs, host_offsets, cpu_reference: bool = False) -> dict:
     """Poison an output, run ``fn(A, W, offs, out)``, compare with reference and torch bf16.
 
-    ``cpu_reference``: compute both references on the CPU, so that the GPU runs only ``fn``'s
-    kernels (what a compute-sanitizer run should see)."""
+    ``cpu_reference``: compute both references on the CPU, so that no cuBLAS GEMM runs on the
+    GPU (what a compute-sanitizer run should see)."""
     import torch
 
     from ..moe.reference import grouped_mm_loop

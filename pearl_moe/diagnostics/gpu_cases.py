@@ -591,8 +591,8 @@ def check_case(
 ) -> dict:
     """Run ``case`` (unfused) into a NaN-poisoned output and compare with the fp32 reference;
     ``cu_seqlens``: pass E + 1 offsets with a leading 0; ``keep_output``: the output tensor
-    under ``"output"``; ``cpu_reference``: the references on the CPU (the GPU runs only the
-    case's kernels, what a sanitizer should see)."""
+    under ``"output"``; ``cpu_reference``: the references on the CPU (no cuBLAS GEMM on the
+    GPU, what a sanitizer run should see)."""
     import torch
 
     from ..bench.verify import random_inputs, run_checked

@@ -454,9 +454,9 @@ def summary(phases: list[Phase], out: Path, gpu: str, record: dict | None = None
 def run_cases(family: str) -> bool:
     """Run the sanitizer cases of ``family`` (:data:`gpu_cases.SANITIZER`), each against the
     float32 reference on a NaN-poisoned output. What the sanitizers wrap (and a GPU test). The
-    references run on the CPU: the GPU runs our kernels only, so a sanitizer's report is about
-    them (cuBLAS's own kernels report racecheck hazards of their own on an H100). Returns True
-    when every case is right."""
+    references run on the CPU, so no cuBLAS GEMM runs under the sanitizer (cuBLAS's own kernels
+    report racecheck hazards on an H100): the GPU runs our kernels and PyTorch's small input,
+    fill and comparison kernels. Returns True when every case is right."""
     from .gpu_cases import SANITIZER, check_case
 
     ok = True

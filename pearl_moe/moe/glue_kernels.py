@@ -107,8 +107,9 @@ def route_rows(ids, weights, experts: int, top_k: int, x=None):
     Returns ``(counts int32 (experts,), offsets int32 end offsets, token_of_row int64,
     row_of_flat int64, weight_of_row float32, a)``: what :func:`pearl_moe.moe.routing.route_topk`
     needs, equal to its torch version's, and with ``x`` ``(tokens, hidden)`` the gathered rows
-    ``a = x[token_of_row]`` ``(rows, hidden)``, copied by the same launch (else ``a`` is None).
-    One launch when ``rows <= BLOCK_ROWS``, else two."""
+    ``a = x[token_of_row]`` ``(rows, hidden)``, copied by the same launch (else ``a`` is None;
+    an ``x`` whose columns are strided is first made contiguous, a copy of its own). One launch
+    when ``rows <= BLOCK_ROWS``, else two."""
     import torch
 
     _check_device(ids)
@@ -120,6 +121,11 @@ def route_rows(ids, weights, experts: int, top_k: int, x=None):
     bins = _next_pow2(experts + 2)  # the experts, bin E of bad ids, and one of padding
     gather = x is not None
     if gather:
+        if x.dim() != 2 or x.shape[0] * top_k != rows or x.device != device:
+            raise ValueError(
+                f"x must be (tokens, hidden) with {rows} / {top_k} tokens on {device}, got "
+                f"{tuple(x.shape)} on {x.device}"
+            )
         if x.stride(-1) != 1:
             x = x.contiguous()
         hidden = x.shape[1]

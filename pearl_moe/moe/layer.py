@@ -13,8 +13,9 @@ common fused layout), ``w_down`` ``(experts, hidden, intermediate)``.
 The steps (each after the first a pass over HBM):
 
 1. routing metadata on the device (:mod:`pearl_moe.moe.routing`): no host sync;
-2. ``A = x[token_of_row]``: the routed rows, sorted by expert (a gather copy; at decode, up to
-   256 routed rows, the routing's one kernel launch writes it: :func:`route_and_gather`);
+2. ``A = x[token_of_row]``: the routed rows, sorted by expert (a gather copy; on a GPU with the
+   glue kernels, up to 256 routed rows, the routing's one launch writes it:
+   :func:`route_and_gather`);
 3. ``h = grouped_gemm(A, w_gate_up)``, then ``a = act(gate) * up`` in float32, stored in bf16; with
    ``gate_up_layout="interleaved"`` and the pearl backend, one step: the gate+up kernel's
    epilogue computes and stores ``a`` (:func:`pearl_moe.kernels.interleave_gate_up`);
