@@ -10,10 +10,20 @@ that read a learner's source or PTX to snippets; the compiled cases are marked s
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from pearl_moe.course.exercises import check_exercise, nb01a, nb07a, solution_source
+from pearl_moe.course.exercises import (
+    check_exercise,
+    compile_solution,
+    nb01a,
+    nb03a,
+    nb06,
+    nb07a,
+    solution_source,
+)
 
 # ------------------------------------------------------------------- 07-split-slots, part A
 #: Part A read-all-then-store-all: each slot's 8 steps are read into the one register buffer of
@@ -56,9 +66,29 @@ def drain_tile(acc_pipeline, acc_state, epi):
     return acc_state
 """
 
+#: Part A waiting once: slot 0 is waited for, then both slots are read and released in turn. Slot
+#: 1 is read while the MMA warp may still be writing it (its commit is a separate arrival).
+WAIT_FOR_SLOT0_ONLY = """
+@cute.jit
+def drain_tile(acc_pipeline, acc_state, epi):
+    per_slot = epi.steps // SLOTS
+    acc_pipeline.consumer_wait(acc_state)
+    for slot in cutlass.range_constexpr(SLOTS):
+        for j in cutlass.range_constexpr(per_slot):
+            epi.load(slot * per_slot + j)
+            if cutlass.const_expr(j == per_slot - 1):
+                cute.arch.fence_view_async_tmem_load()
+                with cute.arch.elect_one():
+                    acc_pipeline.consumer_release(acc_state)
+                acc_state.advance()
+            epi.store(slot * per_slot + j)
+    return acc_state
+"""
+
 SPLIT_SLOTS_WRONG = {
     "load-all-then-store-all": (LOAD_ALL_THEN_STORE, "each step stored before the next"),
     "release-after-first-read": (RELEASE_AFTER_FIRST_READ, "each slot released after its own"),
+    "wait-for-slot0-only": (WAIT_FOR_SLOT0_ONLY, "each slot waited for on its own"),
 }
 
 
@@ -203,6 +233,21 @@ def test_the_order_checks_read_the_ptx_in_program_order():
     assert not nb07a.each_read_stored_before_the_next("")
 
 
+def test_the_wait_check_reads_the_ptx_in_program_order():
+    # the other roles' waits come first; then the epilogue waits before each slot's reads
+    good = _ptx("tma") + "\nmbarrier.try_wait.parity.shared.b64 P1, [%r1], %r2, 1;\n"
+    slot1 = "\nmbarrier.try_wait.parity.shared.b64 P1, [%r9], %r2, 1;\n"
+    assert nb07a.slots_waited_before_their_reads(good + _ptx(*_slot()) + slot1 + _ptx(*_slot()))
+    # one wait, for slot 0: slot 1 is read with no wait of its own
+    assert not nb07a.slots_waited_before_their_reads(good + _ptx(*_slot(), *_slot()))
+    # slot 1 waited for after its first read
+    late = _slot()
+    assert not nb07a.slots_waited_before_their_reads(
+        good + _ptx(*_slot(), *late[:1]) + slot1 + _ptx(*late[1:])
+    )
+    assert not nb07a.slots_waited_before_their_reads("")
+
+
 def test_the_commit_check_reads_the_mma_warps_order():
     mma = "tcgen05.mma.cta_group::1.kind::f16.collector::a::discard [%r13], %rd1, %rd2, %r22, {%r8}, %p1;"
     commit = "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r17];"
@@ -341,3 +386,101 @@ def test_ring_producer_rejects_full_armed_by_the_whole_warp():
     assert not got.ok, f"the checker accepts full[s] armed by 32 lanes:\n{got!r}"
     missed = [text for ok, text in got.lines if not ok]
     assert len(missed) == 1 and "one lane of the producer warp arms full[s]" in missed[0], missed
+
+
+def _with_source(key: str, source: str, tmp_path: Path) -> dict:
+    """The solution's compiled reports of ``key`` with ``source`` beside their PTX in place of the
+    solution's: the checks that read the source or run it on the CPU see ``source``, the ones
+    that read the compile see the solution's (no compile: for a wrong answer whose compile the
+    checks read no differently)."""
+    reports = {}
+    for arch, report in compile_solution(key).items():
+        folder = tmp_path / arch
+        folder.mkdir()
+        files = {}
+        for kind, path in report.files.items():
+            files[kind] = str(folder / Path(path).name)
+            Path(files[kind]).write_text(Path(path).read_text())
+        (folder / "scratch_kernel.py").write_text(source)
+        reports[arch] = replace(report, files=files)
+    return reports
+
+
+def _rejected(key: str, source: str, failing: str, tmp_path: Path) -> None:
+    got = check_exercise(key, _with_source(key, source, tmp_path), out=None)
+    assert not got.ok, f"the checker of {key} accepts it:\n{got!r}"
+    missed = [text for ok, text in got.lines if not ok]
+    assert missed and all(failing in text for text in missed), missed
+
+
+# ------------------------------------------------------------------- 03-persistent-loop
+#: seek loading the count at ``expert`` itself: the walk stops at expert == E, and both operands
+#: of ``and`` run, so it reads mOffs[E], one past the offsets. The schedule is the solution's (the
+#: walk ends whatever that count is), so only the source check sees it.
+UNCLAMPED_COUNT = ("cutlass.min(expert, experts - 1)", "expert")
+
+
+def test_the_clamp_check_reads_the_source():
+    solution = solution_source("03-persistent-loop")
+    assert nb03a.unclamped_offset_reads(solution) == []
+    old, new = UNCLAMPED_COUNT
+    assert solution.count(old) == 2
+    assert (
+        nb03a.unclamped_offset_reads(solution.replace(old, new))
+        == ["expert_tiles(mOffs, expert, rows)"] * 2
+    )
+    # the clamp assigned first, or the load under `if expert < experts:`, is as good
+    clamped = solution.replace(
+        "    count = expert_tiles(mOffs, cutlass.min(expert, experts - 1), rows)\n    while",
+        "    last = cutlass.min(expert, experts - 1)\n    count = expert_tiles(mOffs, last, rows)"
+        "\n    while",
+    )
+    assert clamped != solution and nb03a.unclamped_offset_reads(clamped) == []
+    guarded = solution.replace(
+        "        count = expert_tiles(mOffs, cutlass.min(expert, experts - 1), rows)\n",
+        "        if expert < experts:\n            count = expert_tiles(mOffs, expert, rows)\n",
+    )
+    assert guarded != solution and nb03a.unclamped_offset_reads(guarded) == []
+
+
+@pytest.mark.slow
+def test_persistent_loop_rejects_a_count_read_past_the_offsets(tmp_path):
+    old, new = UNCLAMPED_COUNT
+    source = solution_source("03-persistent-loop").replace(old, new)
+    _rejected("03-persistent-loop", source, "never reads past the E offsets", tmp_path)
+
+
+# ------------------------------------------------------------------- 06-two-box-b
+#: The sum's loop left at BK columns: the entry holds 2 * BK, so the sum covers half of each
+#: entry. The bytes armed and the boxes loaded are the solution's, so only the source check sees
+#: it.
+HALF_THE_ENTRY = ("cutlass.range(ENTRY_K, unroll=8)", "cutlass.range(BK, unroll=8)")
+
+
+def test_the_column_check_reads_the_source():
+    solution = solution_source("06-two-box-b")
+    names = {"BN": 128, "BK": 64, "ENTRY_K": 128, "RING": 2}
+    assert nb06.entry_columns_read(solution, names) == [("sB[tidx, c, slot]", 128)]
+    old, new = HALF_THE_ENTRY
+    assert old in solution
+    assert nb06.entry_columns_read(solution.replace(old, new), names) == [("sB[tidx, c, slot]", 64)]
+    for bound in ("2 * BK", "BK * 2"):
+        got = nb06.entry_columns_read(solution.replace(old, f"cutlass.range({bound})"), names)
+        assert got == [("sB[tidx, c, slot]", 128)], bound
+    # the two K tiles as two loops, or a loop over them around a loop over one
+    halves = solution.replace(
+        "        for c in cutlass.range(ENTRY_K, unroll=8):  # both K tiles of the entry\n"
+        "            acc += sB[tidx, c, slot].to(cutlass.Float32)\n",
+        "        for h in cutlass.range_constexpr(2):\n"
+        "            for c in cutlass.range(BK, unroll=8):\n"
+        "                acc += sB[tidx, h * BK + c, slot].to(cutlass.Float32)\n",
+    )
+    assert halves != solution
+    assert nb06.entry_columns_read(halves, names) == [("sB[tidx, h * BK + c, slot]", 128)]
+
+
+@pytest.mark.slow
+def test_two_box_b_rejects_a_sum_over_half_the_entry(tmp_path):
+    old, new = HALF_THE_ENTRY
+    source = solution_source("06-two-box-b").replace(old, new)
+    _rejected("06-two-box-b", source, "the sum reads every column of an entry", tmp_path)

@@ -8,8 +8,10 @@ every tile is taken to be expert 0's. The learner writes the walk and the loop.
 The checks: ``seek`` itself, run on the CPU for every CTA of small persistent grids (a
 ``@cute.jit`` function runs as host code too), against a NumPy replay of the static schedule
 (:func:`pearl_moe.kernels.host.schedule_tiles`), and once more with the offsets of the experts the
-walk has left behind overwritten (a walk that starts over at expert 0 reads them); then what the
-compiler made of the kernel on both targets: the grid size read on the device (``%nctaid.x`` in
+walk has left behind overwritten (a walk that starts over at expert 0 reads them); that every tile
+count ``seek`` loads is at ``cutlass.min(expert, E - 1)``, read off the source (an unclamped load
+reads ``mOffs[E]`` when the walk ends, which a run cannot see: the walk ends whatever it reads,
+:func:`unclamped_offset_reads`); then what the compiler made of the kernel on both targets: the grid size read on the device (``%nctaid.x`` in
 the PTX: the stride ``C``), the TMA load and every mbarrier arrive inside two nested loops
 (:func:`loop_depths`, natural loops of the SASS control-flow graph: the CTA's tiles around their K
 tiles, in both roles), and one CTA-wide barrier only, after the barrier init. Not the waits: an
@@ -18,7 +20,9 @@ its depth says nothing about the program. Not the ring position running on from 
 either: the compiled code does not show it reliably (the notebook asks about it instead).
 """
 
+import ast
 import re
+from pathlib import Path
 
 from . import Check, Exercise, register, scratch_module
 
@@ -262,6 +266,88 @@ def _walks_forward(report) -> bool:
     return True
 
 
+#: The helpers that read an expert's offsets: ``mOffs[expert - 1]`` and ``mOffs[expert]``.
+OFFSET_READERS = ("expert_tiles", "expert_rows")
+
+
+def _is_clamp(node) -> bool:
+    """``cutlass.min(x, y - 1)`` (either order, any ``min``): an index kept below ``y``."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 2):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name == "min" and any(
+        isinstance(a, ast.BinOp)
+        and isinstance(a.op, ast.Sub)
+        and isinstance(a.right, ast.Constant)
+        and a.right.value == 1
+        for a in node.args
+    )
+
+
+def unclamped_offset_reads(source: str, function: str = "seek") -> list[str]:
+    """The calls of ``expert_tiles`` / ``expert_rows`` in ``function`` of ``source`` whose expert
+    is not clamped below E: neither ``cutlass.min(expert, E - 1)`` (written in the call or
+    assigned to a name first) nor under an ``if`` that compares the expert with ``<``. The walk
+    stops at ``expert == E``, and both operands of ``and`` run, so an unclamped count reads
+    ``mOffs[E]``, one past the offsets; the schedule comes out right all the same (the walk ends
+    whatever the count), so a run on the CPU cannot see it and the source is read instead."""
+    tree = ast.parse(source)
+    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    if len(fns) != 1:
+        raise AssertionError(f"no function {function}() in the cell")
+    clamped = {
+        t.id
+        for n in ast.walk(fns[0])
+        if isinstance(n, ast.Assign) and _is_clamp(n.value)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    bad = []
+
+    def visit(node, guarded: bool):
+        if isinstance(node, ast.If):
+            lt = any(
+                isinstance(c, ast.Compare) and any(isinstance(op, ast.Lt) for op in c.ops)
+                for c in ast.walk(node.test)
+            )
+            visit(node.test, guarded)
+            for child in node.body:
+                visit(child, guarded or lt)
+            for child in node.orelse:
+                visit(child, guarded)
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in OFFSET_READERS and not guarded:
+                expert = node.args[1] if len(node.args) > 1 else None
+                for kw in node.keywords:
+                    if kw.arg == "expert":
+                        expert = kw.value
+                ok = expert is not None and (
+                    _is_clamp(expert) or (isinstance(expert, ast.Name) and expert.id in clamped)
+                )
+                if not ok:
+                    bad.append(ast.unparse(node))
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    visit(fns[0], False)
+    return bad
+
+
+def _counts_clamped(report) -> bool:
+    source = Path(report.files["ptx"]).with_name("scratch_kernel.py").read_text()
+    bad = unclamped_offset_reads(source)
+    if bad:
+        raise AssertionError(
+            f"{bad[0]}: the walk ends at expert == E, and both operands of `and` run, so this "
+            "loads mOffs[E], one past the E offsets; load the count at cutlass.min(expert, E - 1)"
+        )
+    return True
+
+
 register(
     Exercise(
         key="03-persistent-loop",
@@ -285,6 +371,11 @@ register(
                 "seek walks on from where the CTA's walk stands: called with (expert, first) of "
                 "the previous tile, it never reads the offsets of the experts before",
                 _walks_forward,
+            ),
+            Check(
+                "seek never reads past the E offsets: every tile count it loads is at "
+                "cutlass.min(expert, E - 1) (read from your source: a run cannot see it)",
+                _counts_clamped,
             ),
             Check(
                 "the kernel strides by the number of CTAs launched (it reads the grid size: "

@@ -34,12 +34,15 @@ SM100 = ("sm_100a",)
 RELEASE = r"\bmbarrier\.arrive(?!\.expect_tx)\b"
 #: The epilogue's events, in the order the PTX lists them: a TMEM read into the one register
 #: buffer of ``TileDrain``, the wait for the reads to land, a global store of that buffer, a
-#: slot's release. The scaffold has no other global store and no other TMEM read.
+#: slot's release, an mbarrier wait (the epilogue's ``consumer_wait`` for a slot, inline in the
+#: PTX; the other roles' waits come before the epilogue's code). The scaffold has no other global
+#: store and no other TMEM read.
 EVENTS = {
     "ld": r"\btcgen05\.ld\.",
     "wait": r"\btcgen05\.wait::ld\b",
     "st": r"\bst\.global\b",
     "release": RELEASE,
+    "acquire": r"\bmbarrier\.try_wait\b",
 }
 
 
@@ -88,6 +91,23 @@ def slots_released_after_their_reads(ptx: str, slots: int = 2) -> bool:
             return False
         last_read = max(i for i, kind in enumerate(before) if kind == "ld")
         if "wait" not in before[last_read:]:
+            return False
+    return True
+
+
+def slots_waited_before_their_reads(ptx: str, slots: int = 2) -> bool:
+    """Each slot is waited for on its own: with ``n`` reads per tile, an mbarrier wait
+    (``consumer_wait``) lies between the last TMEM read of slot ``s - 1`` and the first of slot
+    ``s`` (for slot 0, anywhere before its first read). A drain that waits for slot 0 only and
+    then reads both slots reads slot 1 while the MMA warp may still be writing it."""
+    events = epilogue_events(ptx)
+    reads = [i for i, kind in enumerate(events) if kind == "ld"]
+    if not reads or len(reads) % slots:
+        return False
+    per_slot = len(reads) // slots
+    for s in range(slots):
+        start = reads[s * per_slot - 1] if s else -1
+        if "acquire" not in events[start + 1 : reads[s * per_slot]]:
             return False
     return True
 
@@ -305,6 +325,12 @@ register(
             Check(
                 "part A: the epilogue releases each slot, 2 mbarrier arrives per tile",
                 lambda r: len(ptx_lines(r, RELEASE)) >= 2,
+                SM100,
+            ),
+            Check(
+                "part A: each slot waited for on its own (consumer_wait) before its first TMEM "
+                "read: an mbarrier wait between slot 0's last tcgen05.ld and slot 1's first",
+                lambda r: slots_waited_before_their_reads(r.ptx),
                 SM100,
             ),
             Check(
