@@ -513,8 +513,6 @@ def step_calls(inputs: dict, backend: str = "pearl") -> dict:
         "down": lambda: grouped(a, w_down, routing.offsets, backend),
         "combine": lambda: combine(y, routing),
     }
-    calls_tail = {"metadata+gather": lambda: route_and_gather(ids, weights, experts, x,
-                                                              check=False)[1]}  # fmt: skip
     if backend == "pearl":
         from ..kernels import grouped_gemm, interleave_gate_up
 
@@ -522,7 +520,7 @@ def step_calls(inputs: dict, backend: str = "pearl") -> dict:
         calls["gate+up (fused)"] = lambda: grouped_gemm(
             A, w_fused, routing.offsets, check=False, activation="swiglu"
         )
-    calls.update(calls_tail)
+    calls["metadata+gather"] = lambda: route_and_gather(ids, weights, experts, x, check=False)[1]
     return calls
 
 

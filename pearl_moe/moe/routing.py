@@ -235,11 +235,6 @@ def route_and_gather(
 
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError("x must be a 2-D tensor (tokens, hidden)")
-    check_topk(topk_ids, topk_weights)
-    if x.shape[0] != topk_ids.shape[0]:
-        raise ValueError(f"x has {x.shape[0]} tokens, topk_ids {topk_ids.shape[0]}")
-    if x.device != topk_ids.device:
-        raise ValueError(f"x is on {x.device}, topk_ids on {topk_ids.device}: one device")
     routing, A = _route(topk_ids, topk_weights, experts, check, kernels, x)
     if A is None:
         A = x.index_select(0, routing.token_of_row)
@@ -269,6 +264,10 @@ def _route(topk_ids, topk_weights, experts: int, check: bool, kernels: bool | No
     import torch
 
     check_topk(topk_ids, topk_weights)
+    if x is not None and x.shape[0] != topk_ids.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} tokens, topk_ids {topk_ids.shape[0]}")
+    if x is not None and x.device != topk_ids.device:
+        raise ValueError(f"x is on {x.device}, topk_ids on {topk_ids.device}: one device")
     if not isinstance(experts, int) or experts < 1:
         raise ValueError(f"experts must be a positive integer, got {experts!r}")
     if check:
