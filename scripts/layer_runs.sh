@@ -28,7 +28,7 @@ set -euo pipefail
 : "${OUT:?run on the device machine, where \$OUT is set}"
 DEADLINE_S=${DEADLINE_S:-470}
 NAME=moe_layer
-IMPLS=${IMPLS:-pearl,pearl-fused,pearl-gather,torch,quack}
+IMPLS=${IMPLS:-pearl,pearl-fused,pearl-serial,pearl-gather,torch,quack}
 RESUME=--resume
 case "${1:-}" in
   sonic) NAME=moe_layer_sonic IMPLS=sonic; shift ;;

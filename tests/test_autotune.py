@@ -508,7 +508,8 @@ def test_picks_depend_on_the_exact_rows_not_on_which_call_came_first():
 def test_config_labels_read_back_into_configs():
     table = json.loads((autotune.TABLE_DIR / "H200.json").read_text())
     labels = {lb.split(" ", 1)[1] for e in table["entries"] for lb in e["candidates"]}
-    labels |= {"sm_100a 256x512x64 2cta r* direct256 acc1 split", "sm_90a 64x128x64 1cta r4 tma"}
+    labels |= {"sm_100a 256x512x64 2cta r* direct256 acc1 split", "sm_90a 64x128x64 1cta r4 tma",
+               "sm_90a 16x128x64 1cta r12 shiftA pdl direct swiglu"}  # fmt: skip
     for label in labels:
         assert GemmConfig.from_label(label).describe() == label
     for bad in ("sm_90a 64x128 1cta r4 tma", "sm_90a 64x128x64 1cta r4 tma wobble", "x"):

@@ -13,6 +13,7 @@ from fake_cuda import FakeCuda, guard_prepared_state
 from pearl_moe import results
 from pearl_moe.bench import compare, layer, layer_impls, registry
 from pearl_moe.bench.registry import Implementation, Prepared
+from pearl_moe.config import GemmConfig
 from pearl_moe.workloads import shape_model
 
 SMALL = shape_model(96, 64, 6, top_k=2, ep=1)  # hidden 64, intermediate 48, 6 experts
@@ -1025,13 +1026,23 @@ def test_the_layers_kernels_are_precompiled_both_gemms_fused_and_not(monkeypatch
     layer._precompile(problems[:1], {"pearl-gather": None})
     assert asked[-1] == (1536, 2048, 128, 8, "swiglu", True)
     assert layer._precompile(problems, {"torch": None}) is None
+    # on sm_90a each persistent kernel also as the forward launches it: with pdl
+    hopper, blackwell = GemmConfig(arch="sm_90a"), GemmConfig(arch="sm_100a")
+    picks = [("sm_90a", 5, hopper, 1536, 2048, 128, 132), ("sm_90a", 1, hopper, 8, 8, 2, 132),
+             ("sm_100a", 5, blackwell, 1536, 2048, 128, 148)]  # fmt: skip
+    monkeypatch.setattr(cli, "pick_requests", lambda calls, device="cuda": list(picks))
+    requested = []
+    monkeypatch.setattr(cli, "precompile_in_background",
+                        lambda requests, what: requested.extend(requests()) or "t")  # fmt: skip
+    layer._precompile(problems[:1], {"pearl-fused": None})
+    assert requested == [*picks, ("sm_90a", 5, hopper.with_(pdl=True), 1536, 2048, 128, 132)]
 
 
 def test_the_layer_registry_is_the_benchs_registry():
     """The layer's implementations are looked up like the grouped GEMMs', in a registry of their
     own kind; an unknown kind is refused."""
-    assert registry.impl_names("layer") == ["pearl", "pearl-fused", "pearl-gather", "torch",
-                                            "quack", "sonic"]  # fmt: skip
+    assert registry.impl_names("layer") == ["pearl", "pearl-fused", "pearl-serial",
+                                            "pearl-gather", "torch", "quack", "sonic"]  # fmt: skip
     assert "pearl-fused" not in registry.impl_names()  # not a grouped GEMM
     impl = layer.layer_impl("torch")
     assert impl.name == "torch" and "composition" in impl.description

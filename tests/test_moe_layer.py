@@ -250,16 +250,19 @@ def test_the_in_kernel_gather_passes_x_and_the_index_to_the_gate_up_kernel(monke
     seen = {}
     loop = moe_layer.grouped
 
-    def fake_gemm(A, W, offsets, check=True, activation=None, a_index=None):
-        seen.update(A=A, a_index=a_index, activation=activation)
+    def fake_gemm(A, W, offsets, check=True, activation=None, a_index=None, pdl=False):
+        seen.update(A=A, a_index=a_index, activation=activation, pdl=pdl)
         return loop(A.index_select(0, a_index.long()), W, offsets, "loop")
 
     monkeypatch.setattr(kernels, "grouped_gemm", fake_gemm)
-    monkeypatch.setattr(moe_layer, "grouped", lambda A, W, o, backend: loop(A, W, o, "loop"))
+    monkeypatch.setattr(
+        moe_layer, "grouped", lambda A, W, o, backend, pdl=False: loop(A, W, o, "loop")
+    )
     pretend_gpu(monkeypatch, "sm_90a")
     out = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="pearl",
                       gather="kernel")  # fmt: skip
     assert seen["A"] is x and seen["a_index"].dtype == torch.int32 and seen["activation"] is None
+    assert seen["pdl"] is True  # on sm_90a the GEMMs are programmatic dependent launches
     ref = moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop")
     assert torch.equal(out, ref)
 
@@ -279,7 +282,7 @@ class Launches:
         self.ops, self.calls = [], []
         loop = moe_layer.grouped
 
-        def gemm(A, W, offsets, check=True, activation=None, a_index=None):
+        def gemm(A, W, offsets, check=True, activation=None, a_index=None, pdl=False):
             self.calls.append("grouped_gemm")
             A = A if a_index is None else A.index_select(0, a_index.long())
             h = loop(A, W, offsets, "loop")
@@ -288,7 +291,7 @@ class Launches:
             return moe_layer.gated(h, activation, "interleaved").bfloat16()
 
         monkeypatch.setattr(kernels, "grouped_gemm", gemm)
-        monkeypatch.setattr(moe_layer, "grouped", lambda A, W, o, b: gemm(A, W, o))
+        monkeypatch.setattr(moe_layer, "grouped", lambda A, W, o, b, pdl=False: gemm(A, W, o))
         for name in ("route_rows", "combine_rows"):
             monkeypatch.setattr(glue_kernels, name, lambda *a, n=name: self.calls.append(n))
 

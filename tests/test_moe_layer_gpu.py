@@ -36,7 +36,7 @@ from pearl_moe.moe import (  # noqa: E402
 LAYERS = {"qwen3-30b-ep8": (2048, 768, 16, 8), "top1": (1024, 512, 8, 1)}
 #: The layer benchmark's implementations that run in this environment (SonicMoE, the fifth, runs
 #: in its own: ``scripts/layer_runs.sh sonic``).
-IMPLS = ("pearl", "pearl-fused", "pearl-gather", "torch", "quack")
+IMPLS = ("pearl", "pearl-fused", "pearl-serial", "pearl-gather", "torch", "quack")
 #: Those that run on this GPU (pearl-gather reads x through the index inside sm_90a's kernels).
 HERE = tuple(n for n in IMPLS if GATHERS or n != "pearl-gather")
 
@@ -131,6 +131,59 @@ def test_the_forward_needs_no_host_sync_and_replays_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, forward())
+
+
+@pytest.mark.skipif(MAJOR != 9, reason="programmatic dependent launches: sm_90a kernels only")
+@pytest.mark.parametrize("tokens", [1, 16, 256])
+def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(tokens, monkeypatch):
+    """The default forward on sm_90a launches both GEMMs with ``pdl`` (checked on the configs
+    compiled); captured in a CUDA graph whose memory pool a NaN-filling graph shares, replayed on
+    new x and logits: every replay gives the bits of the serial forward (``pdl=False``) on the same
+    inputs, within the float32 layer's tolerance. A GEMM that read its A (the routing's gathered
+    copy, the gate+up output) before the kernel writing it had finished would read NaN or the
+    previous replay's rows."""
+    from pearl_moe.kernels import api
+
+    hidden, inter, experts, top_k = LAYERS["qwen3-30b-ep8"]
+    w13, w2 = _layer(hidden, inter, experts, seed=21)
+    w = interleave_gate_up(w13)
+    g = torch.Generator(device="cuda").manual_seed(tokens)
+    x = torch.randn(tokens, hidden, generator=g, device="cuda").bfloat16()
+    logits = torch.randn(tokens, experts, generator=g, device="cuda")
+
+    def forward(pdl=None):
+        return moe_forward(x, w, w2, router_logits=logits, top_k=top_k, backend="pearl",
+                           check=False, gate_up_layout="interleaved", pdl=pdl)  # fmt: skip
+
+    compiled = []
+    real = api.compiled_kernel
+    monkeypatch.setattr(api, "compiled_kernel",
+                        lambda *a: compiled.append(a[2]) or real(*a))  # fmt: skip
+    forward(False)
+    forward()  # compile both outside the capture
+    assert [c.pdl for c in compiled] == [False, False, True, True]
+    torch.cuda.synchronize()
+    pool = torch.cuda.graph_pool_handle()
+    poison = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(poison, pool=pool):
+        junk = torch.full((64 << 20,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    del junk
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = forward()
+    for _ in range(3):
+        x.copy_(torch.randn(x.shape, generator=g, device="cuda"))
+        logits.copy_(torch.randn(logits.shape, generator=g, device="cuda"))
+        poison.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+        serial = forward(False)
+        assert torch.equal(out, serial)
+        weights, ids = select_experts(logits, top_k)
+        ref = reference_moe(x, w13, w2, ids, weights)
+        base = torch_composition(x, w13, w2, ids, weights)
+        assert torch.isfinite(out).all()
+        assert _rel(out, ref) <= 2 * _rel(base, ref) + 1e-3
 
 
 def test_the_layer_bench_checks_every_implementation():
@@ -294,11 +347,11 @@ def test_masked_choices_add_zero_on_a_nan_poisoned_allocator(monkeypatch):
     seen = _spy_on_the_combine(monkeypatch)
     real = moe_layer.grouped
 
-    def poisoned(A, W, offsets, backend):
+    def poisoned(A, W, offsets, backend, pdl=False):
         if W is w2:
             junk = torch.full((A.shape[0], W.shape[1]), float("nan"), dtype=A.dtype, device="cuda")
             del junk
-        return real(A, W, offsets, backend)
+        return real(A, W, offsets, backend, pdl)
 
     monkeypatch.setattr(moe_layer, "grouped", poisoned)
     torch.cuda.synchronize()

@@ -725,7 +725,7 @@ def load_layer_run(
 
 #: What a layer run defaults to, and a step profile (``--steps``).
 LAYER_DEFAULTS = {"tokens": "1,16,64,256,1024,4096", "skewed_tokens": "64",
-                  "impls": "pearl,pearl-fused,pearl-gather,torch,quack"}  # fmt: skip
+                  "impls": "pearl,pearl-fused,pearl-serial,pearl-gather,torch,quack"}  # fmt: skip
 STEP_DEFAULTS = {"tokens": "1,16,256", "skewed_tokens": "", "impls": "pearl-fused"}
 
 
@@ -827,7 +827,7 @@ def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
 def _precompile(problems, impls: dict):
     """Compile the kernels our implementations' default calls run on ``problems`` (both GEMMs,
     the gate+up with and without the fused activation, and with the gather where
-    ``pearl-gather`` runs) into the disk cache in the background; the thread, or None (none of
+    ``pearl-gather`` runs; on sm_90a each also as a programmatic dependent launch) into the disk cache in the background; the thread, or None (none of
     ours runs, the cache is off, or the picks could not be asked: the run compiles them)."""
     ours = [n for n in impls if n.startswith("pearl")]
     if not ours:
@@ -840,8 +840,14 @@ def _precompile(problems, impls: dict):
         calls += [(n, h, e, rows, "swiglu"), (n, h, e, rows), (h, i, e, rows)]
         if "pearl-gather" in ours:
             calls.append((n, h, e, rows, "swiglu", True))
+
+    def requests():  # on sm_90a the forward launches them with pdl, pearl-serial without
+        picks = pick_requests(calls)
+        return picks + [(a, s, c.with_(pdl=True), *rest) for a, s, c, *rest in picks
+                        if a == "sm_90a" and s >= 3]  # fmt: skip
+
     try:
-        return precompile_in_background(lambda: pick_requests(calls), "the layers'")
+        return precompile_in_background(requests, "the layers'")
     except Exception as exc:  # bookkeeping must not cost the measurement
         print(f"not precompiling the layers' kernels: {type(exc).__name__}: {exc}"[:300])
         return None

@@ -86,7 +86,7 @@ def _pearl(inputs: dict) -> Prepared:
                           **gemm_choices(inputs, fused=False)})  # fmt: skip
 
 
-def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
+def _pearl_fused(inputs: dict, gather: str = "copy", pdl: bool | None = None) -> Prepared:
     from ..kernels import interleave_gate_up
     from ..moe import moe_forward
 
@@ -96,7 +96,7 @@ def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
         return moe_forward(
             inputs["x"], w_fused, inputs["w_down"], topk_ids=inputs["topk_ids"],
             topk_weights=inputs["topk_weights"], backend="pearl", check=False,
-            gate_up_layout="interleaved", gather=gather,
+            gate_up_layout="interleaved", gather=gather, pdl=pdl,
         )  # fmt: skip
 
     fused, fuses = "activation in the gate+up epilogue", True
@@ -113,7 +113,22 @@ def _pearl_fused(inputs: dict, gather: str = "copy") -> Prepared:
     kernels = gemm_choices(inputs, fuses, gather == "kernel")
     how = gather_label(inputs) if gather == "copy" else "in the gate+up kernel (a_index)"
     return Prepared(run, {"backend": "pearl", "fused": fused, "gather": how, "glue": glue(),
-                          **kernels})  # fmt: skip
+                          "launches": launches_label(inputs, pdl), **kernels})  # fmt: skip
+
+
+def launches_label(inputs: dict, pdl: bool | None) -> str:
+    """How our forward launches its GEMMs on these inputs (recorded with each time)."""
+    from ..moe.layer import programmatic_launches
+
+    if inputs["x"].device.type == "cuda" and programmatic_launches(
+        pdl, "pearl", inputs["x"].device
+    ):
+        return "GEMMs as programmatic dependent launches (pdl)"
+    return "each kernel after the one before it completes"
+
+
+def _pearl_serial(inputs: dict) -> Prepared:
+    return _pearl_fused(inputs, pdl=False)
 
 
 def _pearl_gather(inputs: dict) -> Prepared:
@@ -256,6 +271,8 @@ for _name, _prepare, _about in (
     ("pearl", _pearl, "moe_forward on pearl-moe's grouped GEMMs (unfused steps between them)"),
     ("pearl-fused", _pearl_fused, "moe_forward on pearl-moe's grouped GEMMs, the activation fused "
      "into the gate+up epilogue where autotune.fuse_activation says so"),
+    ("pearl-serial", _pearl_serial, "pearl-fused with no programmatic dependent launch (pdl=False): "
+     "every kernel starts after the one before it completes"),
     ("pearl-gather", _pearl_gather, "pearl-fused with the token gather in the gate+up kernel's "
      "producer (no gathered copy)"),
     ("torch", _torch, "torch composition: index_select, _grouped_mm, silu*mul, index_add_"),

@@ -308,6 +308,7 @@ def grouped_gemm(
     host_offsets=None,
     activation: str | None = None,
     a_index=None,
+    pdl: bool = False,
 ):
     """``out[rows_e] = A[rows_e] @ W[e]^T`` for every expert ``e``.
 
@@ -344,6 +345,11 @@ def grouped_gemm(
     ``check=False`` an index outside A is an out-of-bounds read). The kernel is the persistent one
     with ``gather_a``: a given ``config`` must carry it; the default is :func:`with_gather` of the
     tuned choice.
+
+    ``pdl=True`` (sm_90a): launch the kernel as a programmatic dependent of the kernel before it
+    on the stream (:attr:`GemmConfig.pdl`): its launch and prologue overlap that kernel's end, and
+    the next programmatic dependent (the layer's second GEMM) may launch as soon as this one has
+    waited. The result is the same; a given ``config`` may carry it instead.
     """
     import torch
 
@@ -377,6 +383,9 @@ def grouped_gemm(
             if config.gather_a
             else "a_index given: the config must carry gather_a=True (see with_gather)"
         )
+    if pdl and arch != "sm_90a":
+        raise ValueError(f"pdl (programmatic dependent launch) is implemented by the sm_90a "
+                         f"kernels only, not {arch}")  # fmt: skip
     if stage is None and config is None:
         gpu = autotune.gpu_name(A.device)
         stage, config = default_choice(arch, n, k, experts, rows, gpu, activation, gather)
@@ -389,6 +398,8 @@ def grouped_gemm(
         config = with_gather(config, n, k, stage_given)
         if stage_given is None:
             stage = autotune.stage_for(config, n, k)
+    if pdl:
+        config = config.with_(pdl=True)
     problems = can_implement(config, stage, n, k)
     if problems:
         raise ValueError(

@@ -148,6 +148,8 @@ def stage_problems(config: GemmConfig, stage: int) -> list[str]:
         later(3, "the gather of A's rows through an index (cp.async, in the persistent kernel)")
     if config.n_group:
         later(3, "grouped tile orders (n_group, in the persistent kernel's scheduler)")
+    if config.pdl:
+        later(3, "the programmatic dependent launch (pdl, in the persistent kernel)")
     if config.b_k_tiles > 1:
         later(6, "a B ring entry spanning several K tiles")
     if config.acc_slots == 2:

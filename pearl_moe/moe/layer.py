@@ -65,6 +65,22 @@ BACKENDS = ("auto", "pearl", "torch", "loop")
 GATHERS = ("copy", "kernel")
 
 
+def programmatic_launches(pdl: bool | None, backend: str, device) -> bool:
+    """Whether a forward launches its GEMMs as programmatic dependents (``pdl`` of
+    :func:`moe_forward`; None: wherever the kernels implement it, the pearl backend on sm_90a)."""
+    if pdl is not None and not isinstance(pdl, bool):
+        raise ValueError(f"pdl must be None, True or False, got {pdl!r}")
+    from ..kernels.api import arch_of
+
+    on_hopper = backend == "pearl" and arch_of(device) == "sm_90a"
+    if pdl and not on_hopper:
+        raise ValueError(
+            f"pdl=True: programmatic dependent launches are implemented by the pearl backend's "
+            f"sm_90a kernels only (backend {backend!r} on {device})"
+        )
+    return on_hopper if pdl is None else pdl
+
+
 def _resolve_backend(backend: str, device) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -77,12 +93,13 @@ def _resolve_backend(backend: str, device) -> str:
     return "loop"
 
 
-def grouped(A, W, offsets, backend: str):
-    """``out[rows_e] = A[rows_e] @ W[e]^T`` with the given backend (see the module docstring)."""
+def grouped(A, W, offsets, backend: str, pdl: bool = False):
+    """``out[rows_e] = A[rows_e] @ W[e]^T`` with the given backend (see the module docstring);
+    ``pdl``: the pearl kernel as a programmatic dependent launch (``grouped_gemm(..., pdl=True)``)."""
     if backend == "pearl":
         from ..kernels import grouped_gemm
 
-        return grouped_gemm(A, W, offsets, check=False)
+        return grouped_gemm(A, W, offsets, check=False, pdl=pdl)
     if backend == "torch":
         return torch._grouped_mm(A, W.transpose(-2, -1), offs=offsets)
     return grouped_mm_loop(A, W, offsets.tolist())  # reads the offsets on the host
@@ -235,6 +252,7 @@ def moe_forward(
     return_routing: bool = False,
     gate_up_layout: str = "concat",
     gather: str = "copy",
+    pdl: bool | None = None,
 ):
     """The layer's output ``(tokens, hidden)`` in bf16 for ``x`` ``(tokens, hidden)`` bf16.
 
@@ -270,10 +288,16 @@ def moe_forward(
     (:func:`pearl_moe.kernels.autotune.fuse_activation`; on the H200 table that is no course
     shape, since the sm_90a fused epilogue takes 96-wide tiles): then the plain GEMM and the
     pass. ``gather="kernel"`` always fuses. Other backends apply it after their GEMM.
+
+    ``pdl`` (pearl backend, sm_90a): launch the GEMMs as programmatic dependents
+    (``grouped_gemm(..., pdl=True)``): each starts while the kernel before it ends, and the down
+    GEMM's launch overlaps the gate+up GEMM. ``None`` (default): wherever the kernels implement
+    it; ``False``: every kernel starts after the one before it has completed. Same result.
     """
     experts = _check_weights(x, w_gate_up, w_down)[0]
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
     backend = _check_call(x, w_gate_up, w_down, k, activation, backend, gate_up_layout, gather)
+    pdl = programmatic_launches(pdl, backend, x.device)
     if router_logits is not None:
         renormalize = True if renormalize is None else renormalize
         topk_weights, topk_ids = select_experts(router_logits, k, renormalize=renormalize)
@@ -282,14 +306,14 @@ def moe_forward(
     if torch.compiler.is_compiling() and not return_routing:
         return torch.ops.pearl_moe.moe_experts(x, w_gate_up, w_down, topk_ids, topk_weights,
                                                expert_map, activation, backend, check,
-                                               gate_up_layout, gather)  # fmt: skip
+                                               gate_up_layout, gather, pdl)  # fmt: skip
     out, routing = _experts(x, w_gate_up, w_down, topk_ids, topk_weights, expert_map, activation,
-                            backend, check, gate_up_layout, gather)  # fmt: skip
+                            backend, check, gate_up_layout, gather, pdl)  # fmt: skip
     return (out, routing) if return_routing else out
 
 
 def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend, check,
-             layout, gather) -> tuple:  # fmt: skip
+             layout, gather, pdl=False) -> tuple:  # fmt: skip
     """The experts' part of a checked forward: ``(out, routing)``."""
     experts = w_gate_up.shape[0]
     if check:
@@ -307,20 +331,21 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
 
         fused = activation if layout == "interleaved" else None
         h = grouped_gemm(x, w_gate_up, routing.offsets, check=False, activation=fused,
-                         a_index=routing.token_of_row.to(torch.int32))  # fmt: skip
+                         a_index=routing.token_of_row.to(torch.int32), pdl=pdl)  # fmt: skip
         a = h if fused else gated(h, activation, layout).to(torch.bfloat16)
     elif backend == "pearl" and layout == "interleaved":
         from ..kernels import grouped_gemm
 
         if fuses_activation(A.device, A.shape[0], w_gate_up):
-            a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation)
+            a = grouped_gemm(A, w_gate_up, routing.offsets, check=False, activation=activation,
+                             pdl=pdl)  # fmt: skip
         else:  # the activation-ready tiles measured slower than a separate pass costs
-            h = grouped_gemm(A, w_gate_up, routing.offsets, check=False)
+            h = grouped_gemm(A, w_gate_up, routing.offsets, check=False, pdl=pdl)
             a = gated(h, activation, layout).to(torch.bfloat16)
     else:
-        h = grouped(A, w_gate_up, routing.offsets, backend)
+        h = grouped(A, w_gate_up, routing.offsets, backend, pdl)
         a = gated(h, activation, layout).to(torch.bfloat16)
-    y = grouped(a, w_down, routing.offsets, backend)
+    y = grouped(a, w_down, routing.offsets, backend, pdl)
     return combine(y, routing), routing
 
 
@@ -328,14 +353,14 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
 def _experts_op(
     x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, topk_ids: torch.Tensor,
     topk_weights: torch.Tensor, expert_map: torch.Tensor | None, activation: str, backend: str,
-    check: bool, gate_up_layout: str, gather: str,
+    check: bool, gate_up_layout: str, gather: str, pdl: bool,
 ) -> torch.Tensor:  # fmt: skip
     """The experts of a forward as one operator that ``torch.compile`` keeps whole: the kernels
     are asked first (as :func:`moe_forward` does before it launches), then :func:`_experts`."""
     if backend == "pearl":
         _check_kernels(x, w_gate_up, w_down, topk_ids.numel(), activation, gate_up_layout, gather)
     return _experts(x, w_gate_up, w_down, topk_ids, topk_weights, expert_map, activation, backend,
-                    check, gate_up_layout, gather)[0]  # fmt: skip
+                    check, gate_up_layout, gather, pdl)[0]  # fmt: skip
 
 
 @_experts_op.register_fake
@@ -591,8 +616,9 @@ class MoE(torch.nn.Module):
             backend = _check_call(flat, self.w_gate_up, self.w_down, self.top_k, self.activation,
                                   self.backend, self.gate_up_layout, "copy")  # fmt: skip
             logits, weights, ids = self.route(flat)
+            pdl = programmatic_launches(None, backend, flat.device)
             args = (flat, self.w_gate_up, self.w_down, ids, weights, self.expert_map,
-                    self.activation, backend, check, self.gate_up_layout, "copy")  # fmt: skip
+                    self.activation, backend, check, self.gate_up_layout, "copy", pdl)  # fmt: skip
             if torch.compiler.is_compiling():
                 out = torch.ops.pearl_moe.moe_experts(*args)
             else:

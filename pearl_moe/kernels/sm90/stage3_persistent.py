@@ -150,6 +150,7 @@ class PersistentGroupedGemmKernel(
             block=[self.threads_per_cta, 1, 1],
             min_blocks_per_mp=1,
             stream=stream,
+            use_pdl=self.config.pdl,
             **cluster,
         )  # fmt: skip
 
@@ -221,6 +222,13 @@ class PersistentGroupedGemmKernel(
             self.config.n_group,
         )
         cluster = cta // self.cluster_size
+        if cutlass.const_expr(self.config.pdl):
+            # A programmatic dependent launch: everything above (descriptor prefetch, barrier
+            # setup) may have run while the previous kernel finished; nothing it wrote (the
+            # offsets, A) is read before it has completed. Then the next dependent may launch:
+            # its CTAs wait in turn, and take SMs only as this kernel's CTAs leave them.
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
 
         # ============ TMA producer warpgroup ============
         if warpgroup < self.producer_warpgroups:
