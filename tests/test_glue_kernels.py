@@ -117,7 +117,7 @@ COMPILED = textwrap.dedent(
                  offsets_ptr="*i32", token_ptr="*i64", row_of_flat_ptr="*i64",
                  weight_ptr="*fp32", x_ptr="*bf16", a_ptr="*bf16", rows="i32", chunks="i32",
                  top_k="i32", hidden="i32", x_stride="i32")
-    CONST = ("E", "BINS", "BLOCK", "STEP", "CSTEP", "SINGLE", "GATHER", "HBLOCK", "CB")
+    CONST = ("E", "BINS", "BLOCK", "STEP", "CSTEP", "SINGLE", "GATHER", "HBLOCK", "CB", "PDL")
     built = 0
     # (experts, rows per chunk, id type, weight type): decode's 16-row chunk with int32 ids and
     # bf16 weights, a count of bins below a warp, E + 2 a power of two, and the largest chunk
@@ -130,25 +130,36 @@ COMPILED = textwrap.dedent(
         triton.compile(src, target=target); built += 1
         for single in (True, False):  # the one launch gathers x's rows as well
             hblock, cb = _gather_blocks(block, 2048)
+            # the layer's decode launch is a programmatic dependent one: wait, then let the
+            # gate+up GEMM launch, before the first load
             consts = dict(E=experts, BINS=bins, BLOCK=block, STEP=min(32, block), CSTEP=8,
-                          SINGLE=single, GATHER=single, HBLOCK=hblock, CB=cb)
+                          SINGLE=single, GATHER=single, HBLOCK=hblock, CB=cb, PDL=single)
             sig = dict(ROUTE, ids_ptr=ids, w_ptr=w, **{c: "constexpr" for c in CONST})
             kernel = triton.compile(ASTSource(k.place_chunk, sig, constexprs=consts),
-                                    target=target)
+                                    target=target, options=dict(launch_pdl=single))
+            ptx = kernel.asm["ptx"]
+            wait, go = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
+            assert (wait >= 0, go >= 0) == (single, single)
+            assert not single or wait < go < ptx.find("ld.global")
             # the one barrier of the source, between the bases stored and each row's read of its
             # bin's (the PTX has other bar.syncs of Triton's own, so the TTIR is counted)
             ttir = kernel.asm["ttir"]  # (older Tritons spell tl.debug_barrier gpu.barrier)
             assert ttir.count("ttg.barrier") + ttir.count("gpu.barrier") == 1
             built += 1
     sig = dict(y_ptr="*bf16", slot_ptr="*i64", weight_ptr="*fp32", out_ptr="*bf16",
-               hidden="i32", TOP_K="constexpr", K_POW2="constexpr", BLOCK="constexpr")
+               hidden="i32", TOP_K="constexpr", K_POW2="constexpr", BLOCK="constexpr",
+               PDL="constexpr")
     # as Triton specializes a launch on 16-aligned tensors and a hidden size divisible by 16
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(5)}
-    for top_k, block, warps in ((8, 1024, 4), (6, 256, 1)):  # many tokens; few (one warp)
-        consts = dict(TOP_K=top_k, K_POW2=8, BLOCK=block)
+    # many tokens; few (one warp), as the layer launches it: waiting for the down GEMM first
+    for top_k, block, warps, pdl in ((8, 1024, 4, False), (6, 256, 1, True)):
+        consts = dict(TOP_K=top_k, K_POW2=8, BLOCK=block, PDL=pdl)
         src = ASTSource(k.combine, sig, constexprs=consts, attrs=aligned)
-        ptx = triton.compile(src, target=target, options=dict(num_warps=warps)).asm["ptx"]
+        ptx = triton.compile(src, target=target,
+                             options=dict(num_warps=warps, launch_pdl=pdl)).asm["ptx"]
         assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx  # 16-byte loads, stores
+        wait = ptx.find("griddepcontrol.wait")
+        assert (wait >= 0) == pdl and (not pdl or wait < ptx.find("ld.global"))
         built += 1
     print("compiled:", built)
     """

@@ -5,10 +5,15 @@ Routed rows fall into ``BINS`` bins: expert ``e`` in bin ``e``, a masked id (out
 in bin ``E`` (sorted after every expert, never computed, its slot's row stored as -1 so that the
 combine skips it), and the padding of the last chunk in bin ``BINS - 1 > E``, which nothing
 stores.
+
+``PDL`` (a programmatic dependent launch, launched with ``launch_pdl``): the kernel waits for the
+kernel before it (``gdc_wait``) before its first load, and the routing lets the next kernel (the
+gate+up GEMM) launch at once (``gdc_launch_dependents``), so that its prologue runs beside it.
 """
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -35,7 +40,8 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
                 row_of_flat_ptr, weight_ptr, x_ptr, a_ptr, rows, chunks, top_k, hidden,
                 x_stride, E: tl.constexpr, BINS: tl.constexpr, BLOCK: tl.constexpr,
                 STEP: tl.constexpr, CSTEP: tl.constexpr, SINGLE: tl.constexpr,
-                GATHER: tl.constexpr, HBLOCK: tl.constexpr, CB: tl.constexpr):  # fmt: skip
+                GATHER: tl.constexpr, HBLOCK: tl.constexpr, CB: tl.constexpr,
+                PDL: tl.constexpr):  # fmt: skip
     """Sorted row of every routed row of this chunk: the first row of its bin, plus the rows of
     that bin in earlier chunks, plus those earlier in this chunk (a stable counting sort).
     ``SINGLE`` (one chunk): the counts come from this chunk alone and ``hist`` is not read.
@@ -44,6 +50,9 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
     each of the chunk's rows of ``x`` to its sorted row of ``a`` (``a = x[token_of_row]``), so
     the gather needs no launch of its own. Every program of a chunk computes the chunk's rows
     (integer work on a few hundred ids); those with ``h = 0`` store the metadata."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     chunk = tl.program_id(0)
     hb = tl.program_id(1)
     start = chunk * BLOCK
@@ -104,11 +113,13 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
 
 @triton.jit
 def combine(y_ptr, slot_ptr, weight_ptr, out_ptr, hidden, TOP_K: tl.constexpr,
-            K_POW2: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+            K_POW2: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """``out[token, h] = sum_j weight[r_j] * y[r_j, h]``, ``r_j = slot[token, j]``, in choice
     order in float32; a masked choice (``r_j = -1``) adds 0, its row never read. The token's rows
     and weights are loaded together first, so that the ``TOP_K`` row loads do not each wait on
     their own index load."""
+    if PDL:
+        gdc_wait()
     token = tl.program_id(0)
     h = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = h < hidden

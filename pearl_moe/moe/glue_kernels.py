@@ -101,7 +101,7 @@ def _gather_blocks(block: int, hidden: int) -> tuple[int, int]:
     return hblock, min(hblock, max(16, GATHER_ELEMENTS // 4 // block))
 
 
-def route_rows(ids, weights, experts: int, top_k: int, x=None):
+def route_rows(ids, weights, experts: int, top_k: int, x=None, pdl: bool = False):
     """Counting-sort the flat routed rows ``ids`` ``(rows,)`` (expert of each (token, choice),
     int32 or int64, contiguous) by expert, stably. ``weights`` ``(rows,)`` are the router weights.
     Returns ``(counts int32 (experts,), offsets int32 end offsets, token_of_row int64,
@@ -109,7 +109,9 @@ def route_rows(ids, weights, experts: int, top_k: int, x=None):
     needs, equal to its torch version's, and with ``x`` ``(tokens, hidden)`` the gathered rows
     ``a = x[token_of_row]`` ``(rows, hidden)``, copied by the same launch (else ``a`` is None;
     an ``x`` whose columns are strided is first made contiguous, a copy of its own). One launch
-    when ``rows <= BLOCK_ROWS``, else two."""
+    when ``rows <= BLOCK_ROWS``, else two. ``pdl``: the placing launch is a programmatic
+    dependent one (:mod:`._glue_triton`): it waits for the kernel before it, and lets the next
+    one launch at once."""
     import torch
 
     _check_device(ids)
@@ -155,15 +157,16 @@ def route_rows(ids, weights, experts: int, top_k: int, x=None):
             x if gather else ids, a if gather else ids, rows, chunks, top_k, hidden,
             x.stride(0) if gather else 0, E=experts, BINS=bins, BLOCK=block,
             STEP=min(RANK_STEP, block), CSTEP=CHUNK_STEP, SINGLE=single, GATHER=gather,
-            HBLOCK=hblock, CB=cb,
+            HBLOCK=hblock, CB=cb, PDL=pdl, launch_pdl=pdl,
         )  # fmt: skip
     return counts, offsets, token_of_row, row_of_flat, weight_of_row, a
 
 
-def combine_rows(y, row_of_slot, weight_of_row):
+def combine_rows(y, row_of_slot, weight_of_row, pdl: bool = False):
     """``out[t] = sum_j weight_of_row[r] * y[r]`` over ``r = row_of_slot[t, j]`` in choice order,
     in float32, stored in ``y``'s dtype: ``(tokens, hidden)``; ``r = -1`` (a masked choice) adds 0.
-    ``y`` ``(rows, hidden)`` and the index tensors contiguous."""
+    ``y`` ``(rows, hidden)`` and the index tensors contiguous. ``pdl``: a programmatic dependent
+    launch, which waits for the kernel before it (the down GEMM) before its first load."""
     import torch
 
     _check_device(y)
@@ -178,5 +181,6 @@ def combine_rows(y, row_of_slot, weight_of_row):
         grid = (tokens, -(-hidden // block))
         with _on(y.device):
             combine[grid](y, row_of_slot, weight_of_row, out, hidden, TOP_K=top_k,
-                          K_POW2=_next_pow2(top_k), BLOCK=block, num_warps=warps)  # fmt: skip
+                          K_POW2=_next_pow2(top_k), BLOCK=block, num_warps=warps, PDL=pdl,
+                          launch_pdl=pdl)  # fmt: skip
     return out

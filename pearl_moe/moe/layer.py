@@ -289,10 +289,11 @@ def moe_forward(
     shape, since the sm_90a fused epilogue takes 96-wide tiles): then the plain GEMM and the
     pass. ``gather="kernel"`` always fuses. Other backends apply it after their GEMM.
 
-    ``pdl`` (pearl backend, sm_90a): launch the GEMMs as programmatic dependents
-    (``grouped_gemm(..., pdl=True)``): each starts while the kernel before it ends, and the down
-    GEMM's launch overlaps the gate+up GEMM. ``None`` (default): wherever the kernels implement
-    it; ``False``: every kernel starts after the one before it has completed. Same result.
+    ``pdl`` (pearl backend, sm_90a): launch the forward's kernels (the routing, both GEMMs and
+    the combine) as programmatic dependents (``grouped_gemm(..., pdl=True)``): each launches
+    while the kernel before it runs, sets up, and waits on the device for that kernel to
+    complete before it reads anything. ``None`` (default): wherever the kernels implement it;
+    ``False``: every kernel launches after the one before it has completed. Same result.
     """
     experts = _check_weights(x, w_gate_up, w_down)[0]
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
@@ -323,7 +324,7 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
     if gather == "kernel":
         routing, A = route_topk(ids, weights, experts, check=False), None
     else:  # the gathered copy; at decode the routing's one launch writes it
-        routing, A = route_and_gather(ids, weights, experts, x, check=False)
+        routing, A = route_and_gather(ids, weights, experts, x, check=False, pdl=pdl)
     if x.shape[0] == 0:
         return torch.zeros(0, x.shape[1], dtype=x.dtype, device=x.device), routing
     if gather == "kernel":
@@ -346,7 +347,7 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
         h = grouped(A, w_gate_up, routing.offsets, backend, pdl)
         a = gated(h, activation, layout).to(torch.bfloat16)
     y = grouped(a, w_down, routing.offsets, backend, pdl)
-    return combine(y, routing), routing
+    return combine(y, routing, pdl=pdl), routing
 
 
 @torch.library.custom_op("pearl_moe::moe_experts", mutates_args=())
@@ -378,7 +379,7 @@ def fuses_activation(device, rows: int, w_gate_up) -> bool:
     return fuse_activation(arch_of(device), n, k, experts, rows, gpu_name(device))
 
 
-def combine(y, routing: Routing, kernels: bool | None = None):
+def combine(y, routing: Routing, kernels: bool | None = None, pdl: bool = False):
     """``out[t] = sum_j weight[t, j] * y[row_of_slot[t, j]]`` in float32, choices summed in order
     (deterministic: a gather and a reduction over a fixed axis, no atomics); bf16 result. A masked
     choice (``row_of_slot`` -1) adds 0: its row of ``y`` is never read.
@@ -386,13 +387,16 @@ def combine(y, routing: Routing, kernels: bool | None = None):
     ``kernels``: one Triton kernel (:func:`pearl_moe.moe.glue_kernels.combine_rows`: one read of
     ``y``) instead of four tensor passes. ``None`` (default): on a CUDA device when Triton is
     there. Both sum the weighted rows in float32 (the kernel in choice order, with fused
-    multiply-adds), so their last bits may differ; each gives the same bits on every call."""
+    multiply-adds), so their last bits may differ; each gives the same bits on every call.
+    ``pdl``: the kernel as a programmatic dependent launch (it waits for the down GEMM on the
+    device, not in the stream's order)."""
     if kernels is None:
         kernels = y.is_cuda and glue_kernels.available()
     if kernels:
         return glue_kernels.combine_rows(
-            y.contiguous(), routing.row_of_slot.contiguous(), routing.weight_of_row.contiguous()
-        )
+            y.contiguous(), routing.row_of_slot.contiguous(), routing.weight_of_row.contiguous(),
+            pdl=pdl,
+        )  # fmt: skip
     slots = routing.row_of_slot.reshape(-1)
     live = (slots >= 0).view(routing.tokens, routing.top_k, 1)
     safe = slots.clamp_min(0)

@@ -222,20 +222,23 @@ def route_topk(
 
 
 def route_and_gather(
-    topk_ids, topk_weights, experts: int, x, check: bool = True, kernels: bool | None = None
-):
+    topk_ids, topk_weights, experts: int, x, check: bool = True, kernels: bool | None = None,
+    pdl: bool = False,
+):  # fmt: skip
     """:func:`route_topk` and the gate+up GEMM's A, the routed rows ``x[token_of_row]`` sorted by
     expert: ``(Routing, A)``, ``A`` ``(tokens x top_k, hidden)`` in ``x``'s dtype.
 
     Where the layout takes one launch of the kernels (up to
     :data:`~pearl_moe.moe.glue_kernels.BLOCK_ROWS` routed rows: decode), that launch also copies
     the rows, so the gather costs no launch of its own; beyond, the copy is an ``index_select``
-    after the layout's launches. ``check`` and ``kernels`` as in :func:`route_topk`."""
+    after the layout's launches. ``check`` and ``kernels`` as in :func:`route_topk`; ``pdl``:
+    the kernels' last launch is a programmatic dependent one
+    (:func:`pearl_moe.moe.glue_kernels.route_rows`)."""
     import torch
 
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError("x must be a 2-D tensor (tokens, hidden)")
-    routing, A = _route(topk_ids, topk_weights, experts, check, kernels, x)
+    routing, A = _route(topk_ids, topk_weights, experts, check, kernels, x, pdl)
     if A is None:
         A = x.index_select(0, routing.token_of_row)
     return routing, A
@@ -258,7 +261,8 @@ def _kernels_by_default(topk_ids) -> bool:
     )
 
 
-def _route(topk_ids, topk_weights, experts: int, check: bool, kernels: bool | None, x=None):
+def _route(topk_ids, topk_weights, experts: int, check: bool, kernels: bool | None, x=None,
+           pdl: bool = False):  # fmt: skip
     """:func:`route_topk`'s work: ``(Routing, A)``, ``A`` the rows of ``x`` gathered by the
     kernels' one launch where they ran it with ``x``, else None."""
     import torch
@@ -279,7 +283,7 @@ def _route(topk_ids, topk_weights, experts: int, check: bool, kernels: bool | No
         one_launch = x is not None and gathers_in_one_launch(topk_ids, kernels)
         counts, offsets, token_of_row, row_of_flat, weight_of_row, A = glue_kernels.route_rows(
             topk_ids.reshape(-1).contiguous(), topk_weights.reshape(-1).contiguous(), experts,
-            top_k, x=x if one_launch else None,
+            top_k, x=x if one_launch else None, pdl=pdl,
         )  # fmt: skip
         routing = Routing(
             topk_ids=topk_ids.long(),
