@@ -57,11 +57,12 @@ Terms used throughout:
   ``x[a_index[r]] @ W[e]^T`` (an MoE layer's token gather, without materializing ``x[a_index]``).
   The producer warpgroup loads A with ``cp.async`` (16 bytes a thread) instead of a TMA box; B
   stays a TMA copy (:mod:`pearl_moe.kernels.sm90.gather_a`).
-* ``pdl`` (sm_90a) launches the kernel as a programmatic dependent of the kernel before it on the
-  stream: its CTAs may start while that kernel finishes, set up their barriers and descriptors,
-  and wait (``griddepcontrol.wait``) for it to complete before they read anything it wrote;
-  they let the next programmatic dependent launch as soon as they have waited. At decode,
-  where a GEMM takes a few microseconds, the prologue and the launch are a visible part of it.
+* ``pdl`` (the persistent kernel, stage 3 on) launches the kernel as a programmatic dependent
+  of the kernel before it on the stream: its CTAs may start while that kernel finishes, set up
+  their barriers and descriptors, and wait (``griddepcontrol.wait``) for it to complete before
+  they read anything it wrote; they let the next programmatic dependent launch as soon as they
+  have waited. At decode, where a GEMM takes a few microseconds, the launch and the prologue
+  are a visible part of it.
 * ``store_bits`` is the width of each direct store (256: ``STG.E.ENL2.256`` on Blackwell; 128:
   16-byte stores, the widest Hopper has).
 """
@@ -173,7 +174,7 @@ class GemmConfig:
     cluster_m: int = 1  # sm_90a: CTAs of a cluster one above the other along M, sharing B
     gather_a: bool = False  # sm_90a: A's rows read through an index (x[a_index[r]]), by cp.async
     n_group: int = 0  # sm_90a: n tiles per group of the tile order (0: m fastest; N_GROUPS)
-    pdl: bool = False  # sm_90a: a programmatic dependent launch (prologue under the last kernel)
+    pdl: bool = False  # a programmatic dependent launch (its prologue under the previous kernel)
     dtype_bytes: int = 2  # bf16 operands and output
     acc_bytes: int = 4  # fp32 accumulator
 
@@ -247,8 +248,6 @@ class GemmConfig:
             yield "n_group is implemented by the sm_90a kernels only"
         if self.swap_ab:
             yield "swap_ab is implemented by the sm_90a kernels only"
-        if self.pdl:
-            yield "pdl is implemented by the sm_90a kernels only"
         if self.cta_group not in (1, 2):
             yield f"cta_group must be 1 or 2, got {self.cta_group}"
             return

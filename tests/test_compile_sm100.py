@@ -52,6 +52,8 @@ CASES = {
     "s4-course-swiglu-epi16": (4, course(4, activation="swiglu", epi_tile_n=16)),
     "s4-course-swiglu-epi64": (4, course(4, activation="swiglu", epi_tile_n=64)),
     "s4-course-swiglu-stg128": (4, course(4, activation="swiglu", store_bits=128)),
+    # beyond the post: a programmatic dependent launch (the MoE layer's GEMMs)
+    "s5-course-pdl": (5, course(5, pdl=True)),
 }
 
 
@@ -277,3 +279,17 @@ def test_the_fused_activation_stores_half_the_bytes_with_one_exp_per_output(
     if f.gemm_config.activation == "swiglu":  # SiLU's IEEE division here (see gated_value)
         assert f.opcodes.get("FCHK", 0) == per_thread
     assert f.smem_bytes == p.smem_bytes and f.tmem_columns == p.tmem_columns
+
+
+def test_a_programmatic_dependent_launch_waits_before_its_first_load(reports):
+    """``pdl``, as on sm_90a: one ``griddepcontrol.wait`` (``ACQBULK``) before the first global
+    load or TMA copy, one ``launch_dependents`` (``PREEXIT``), nowhere else, no shared memory."""
+    pdl, plain = reports["s5-course-pdl"], reports["s5-course"]
+    assert pdl.opcodes.get("ACQBULK", 0) == 1 and pdl.opcodes.get("PREEXIT", 0) == 1
+    code = [line.split("*/", 1)[-1].split() for line in pdl.sass.splitlines() if "*/" in line]
+    ops = [w[1] if w[0].startswith("@") else w[0] for w in code if w]
+    first_load = min(i for i, op in enumerate(ops) if op.startswith(("LDG", "UTMALDG")))
+    assert ops.index("ACQBULK") < first_load
+    for report in (r for name, r in reports.items() if name != "s5-course-pdl"):
+        assert "ACQBULK" not in report.opcodes and "PREEXIT" not in report.opcodes, report.label
+    assert pdl.smem_bytes == plain.smem_bytes

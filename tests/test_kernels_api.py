@@ -546,10 +546,12 @@ def test_the_split_accumulator_needs_the_direct_store_on_both_architectures(arch
     assert "needs epilogue='direct_store'" in why
 
 
-def test_pdl_is_a_launch_option_of_the_sm90a_persistent_kernel(fake_gpu):
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_pdl_is_a_launch_option_of_the_persistent_kernel(fake_gpu, arch):
     """``pdl=True`` reaches the compiled kernel as ``GemmConfig.pdl`` (its key, so the serial
-    kernel stays apart); sm_100a and the kernels before the persistent one refuse it before
-    anything is compiled."""
+    kernel stays apart); the kernels before the persistent one refuse it before anything is
+    compiled."""
+    fake_gpu.arch = arch
     A, W, offs = _inputs()
     grouped_gemm(A, W, offs, check=False, pdl=True)
     grouped_gemm(A, W, offs, check=False)
@@ -558,9 +560,4 @@ def test_pdl_is_a_launch_option_of_the_sm90a_persistent_kernel(fake_gpu):
     assert first[2].with_(pdl=False) == second[2]  # the same tile, only the launch differs
     with pytest.raises(ValueError, match=r"programmatic dependent launch.*arrives in stage 3"):
         grouped_gemm(A, W, offs, check=False, stage=2, pdl=True)
-    fake_gpu.arch = "sm_100a"
-    with pytest.raises(ValueError, match="pdl .*sm_90a kernels only, not sm_100a"):
-        grouped_gemm(A, W, offs, check=False, pdl=True)
-    with pytest.raises(ValueError, match="pdl is implemented by the sm_90a kernels only"):
-        GemmConfig(arch="sm_100a", pdl=True)
     assert len(fake_gpu.calls["compiled"]) == 2 and len(fake_gpu.calls["launched"]) == 2

@@ -133,11 +133,10 @@ def test_the_forward_needs_no_host_sync_and_replays_in_a_cuda_graph():
     assert torch.equal(captured, forward())
 
 
-@pytest.mark.skipif(MAJOR != 9, reason="programmatic dependent launches: sm_90a kernels only")
 @pytest.mark.parametrize("tokens", [1, 16, 256])
 def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(tokens, monkeypatch):
-    """The default forward on sm_90a launches both GEMMs with ``pdl`` (checked on the configs
-    compiled); captured in a CUDA graph whose memory pool a NaN-filling graph shares, replayed on
+    """The default forward launches both GEMMs with ``pdl`` (checked on the configs compiled;
+    the routing and the combine kernels too); captured in a CUDA graph whose memory pool a NaN-filling graph shares, replayed on
     new x and logits: every replay gives the bits of the serial forward (``pdl=False``) on the same
     inputs, within the float32 layer's tolerance. A GEMM that read its A (the routing's gathered
     copy, the gate+up output) before the kernel writing it had finished would read NaN or the

@@ -346,7 +346,7 @@ def grouped_gemm(
     with ``gather_a``: a given ``config`` must carry it; the default is :func:`with_gather` of the
     tuned choice.
 
-    ``pdl=True`` (sm_90a): launch the kernel as a programmatic dependent of the kernel before it
+    ``pdl=True``: launch the kernel as a programmatic dependent of the kernel before it
     on the stream (:attr:`GemmConfig.pdl`): its launch and prologue overlap that kernel's end, and
     the next programmatic dependent (the layer's second GEMM) may launch as soon as this one has
     waited. The result is the same; a given ``config`` may carry it instead.
@@ -383,9 +383,6 @@ def grouped_gemm(
             if config.gather_a
             else "a_index given: the config must carry gather_a=True (see with_gather)"
         )
-    if pdl and arch != "sm_90a":
-        raise ValueError(f"pdl (programmatic dependent launch) is implemented by the sm_90a "
-                         f"kernels only, not {arch}")  # fmt: skip
     if stage is None and config is None:
         gpu = autotune.gpu_name(A.device)
         stage, config = default_choice(arch, n, k, experts, rows, gpu, activation, gather)

@@ -65,20 +65,17 @@ BACKENDS = ("auto", "pearl", "torch", "loop")
 GATHERS = ("copy", "kernel")
 
 
-def programmatic_launches(pdl: bool | None, backend: str, device) -> bool:
-    """Whether a forward launches its GEMMs as programmatic dependents (``pdl`` of
-    :func:`moe_forward`; None: wherever the kernels implement it, the pearl backend on sm_90a)."""
+def programmatic_launches(pdl: bool | None, backend: str) -> bool:
+    """Whether a forward launches its kernels as programmatic dependents (``pdl`` of
+    :func:`moe_forward`; None: with the pearl backend, whose kernels implement it)."""
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"pdl must be None, True or False, got {pdl!r}")
-    from ..kernels.api import arch_of
-
-    on_hopper = backend == "pearl" and arch_of(device) == "sm_90a"
-    if pdl and not on_hopper:
+    if pdl and backend != "pearl":
         raise ValueError(
             f"pdl=True: programmatic dependent launches are implemented by the pearl backend's "
-            f"sm_90a kernels only (backend {backend!r} on {device})"
+            f"kernels, not the {backend!r} backend"
         )
-    return on_hopper if pdl is None else pdl
+    return backend == "pearl" if pdl is None else pdl
 
 
 def _resolve_backend(backend: str, device) -> str:
@@ -289,16 +286,15 @@ def moe_forward(
     shape, since the sm_90a fused epilogue takes 96-wide tiles): then the plain GEMM and the
     pass. ``gather="kernel"`` always fuses. Other backends apply it after their GEMM.
 
-    ``pdl`` (pearl backend, sm_90a): launch the forward's kernels (the routing, both GEMMs and
+    ``pdl`` (pearl backend): launch the forward's kernels (the routing, both GEMMs and
     the combine) as programmatic dependents (``grouped_gemm(..., pdl=True)``): each launches
     while the kernel before it runs, sets up, and waits on the device for that kernel to
-    complete before it reads anything. ``None`` (default): wherever the kernels implement it;
-    ``False``: every kernel launches after the one before it has completed. Same result.
+    complete before it reads anything. ``None`` (default): with the pearl backend; ``False``: every kernel launches after the one before it has completed. Same result.
     """
     experts = _check_weights(x, w_gate_up, w_down)[0]
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
     backend = _check_call(x, w_gate_up, w_down, k, activation, backend, gate_up_layout, gather)
-    pdl = programmatic_launches(pdl, backend, x.device)
+    pdl = programmatic_launches(pdl, backend)
     if router_logits is not None:
         renormalize = True if renormalize is None else renormalize
         topk_weights, topk_ids = select_experts(router_logits, k, renormalize=renormalize)
@@ -620,7 +616,7 @@ class MoE(torch.nn.Module):
             backend = _check_call(flat, self.w_gate_up, self.w_down, self.top_k, self.activation,
                                   self.backend, self.gate_up_layout, "copy")  # fmt: skip
             logits, weights, ids = self.route(flat)
-            pdl = programmatic_launches(None, backend, flat.device)
+            pdl = programmatic_launches(None, backend)
             args = (flat, self.w_gate_up, self.w_down, ids, weights, self.expert_map,
                     self.activation, backend, check, self.gate_up_layout, "copy", pdl)  # fmt: skip
             if torch.compiler.is_compiling():

@@ -136,6 +136,7 @@ class PersistentGroupedGemmKernel(
             block=[self.threads_per_cta, 1, 1],
             cluster=(self.config.cta_group, 1, 1),
             stream=stream,
+            use_pdl=self.config.pdl,
         )
 
     @cute.kernel
@@ -209,6 +210,11 @@ class PersistentGroupedGemmKernel(
         )
 
         pipeline_init_wait(cluster_shape_mn=cluster_layout_vmnk)
+        if cutlass.const_expr(self.config.pdl):
+            # a programmatic dependent launch: the setup above may overlap the previous kernel;
+            # nothing it wrote is read before it completes (GemmConfig.pdl)
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
 
         # ---------------------------------------------------------------- TMA producer warp
         if warp_idx == self.tma_warp:
