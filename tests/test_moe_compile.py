@@ -74,7 +74,7 @@ def test_the_custom_op_passes_torch_library_opcheck():
     x = torch.randn(5, 32, generator=g).bfloat16()
     ids = torch.tensor([[0, 1], [2, -1], [3, 3], [1, 0], [-1, -1]])
     args = (x, w13, w2, ids, torch.rand(5, 2, generator=g), None, "swiglu", "loop", True,
-            "concat", "copy")  # fmt: skip
+            "concat", "copy", False)  # fmt: skip
     torch.library.opcheck(torch.ops.pearl_moe.moe_experts.default, args)
     out = torch.ops.pearl_moe.moe_experts(*args)
     assert out.shape == (5, 32) and (out[4] == 0).all()

@@ -297,9 +297,9 @@ def _spy_on_the_combine(monkeypatch):
     seen = {}
     real = moe_layer.combine
 
-    def spy(y, routing, kernels=None):
+    def spy(y, routing, kernels=None, pdl=False):
         seen["nan_rows"] = torch.isnan(y).any(dim=1)
-        return real(y, routing, kernels)
+        return real(y, routing, kernels, pdl)
 
     monkeypatch.setattr(moe_layer, "combine", spy)
     return seen

@@ -28,8 +28,8 @@ def _poison(monkeypatch, value):
     choices' rows, which no GEMM computes) set to ``value``: as leftover memory would be."""
     loop = moe_layer.grouped
 
-    def poisoned(A, W, offsets, backend):
-        out = loop(A, W, offsets, backend)
+    def poisoned(A, W, offsets, backend, pdl=False):
+        out = loop(A, W, offsets, backend, pdl)
         out[int(offsets[-1]) :] = value
         return out
 
