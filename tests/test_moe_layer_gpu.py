@@ -135,8 +135,8 @@ def test_the_forward_needs_no_host_sync_and_replays_in_a_cuda_graph():
 
 @pytest.mark.parametrize("tokens", [1, 16, 256])
 def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(tokens, monkeypatch):
-    """The default forward launches both GEMMs with ``pdl`` (checked on the configs compiled;
-    the routing and the combine kernels too); captured in a CUDA graph whose memory pool a NaN-filling graph shares, replayed on
+    """The forward with ``pdl=True`` (the default up to 256 routed rows) launches both GEMMs with
+    ``pdl`` (checked on the configs compiled; the routing and the combine kernels too); captured in a CUDA graph whose memory pool a NaN-filling graph shares, replayed on
     new x and logits: every replay gives the bits of the serial forward (``pdl=False``) on the same
     inputs, within the float32 layer's tolerance. A GEMM that read its A (the routing's gathered
     copy, the gate+up output) before the kernel writing it had finished would read NaN or the
@@ -159,7 +159,7 @@ def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(token
     monkeypatch.setattr(api, "compiled_kernel",
                         lambda *a: compiled.append(a[2]) or real(*a))  # fmt: skip
     forward(False)
-    forward()  # compile both outside the capture
+    forward(True)  # compile both outside the capture
     assert [c.pdl for c in compiled] == [False, False, True, True]
     torch.cuda.synchronize()
     pool = torch.cuda.graph_pool_handle()
@@ -169,7 +169,7 @@ def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(token
     del junk
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
-        out = forward()
+        out = forward(True)
     for _ in range(3):
         x.copy_(torch.randn(x.shape, generator=g, device="cuda"))
         logits.copy_(torch.randn(logits.shape, generator=g, device="cuda"))

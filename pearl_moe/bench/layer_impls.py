@@ -113,14 +113,14 @@ def _pearl_fused(inputs: dict, gather: str = "copy", pdl: bool | None = None) ->
     kernels = gemm_choices(inputs, fuses, gather == "kernel")
     how = gather_label(inputs) if gather == "copy" else "in the gate+up kernel (a_index)"
     return Prepared(run, {"backend": "pearl", "fused": fused, "gather": how, "glue": glue(),
-                          "launches": launches_label(pdl), **kernels})  # fmt: skip
+                          "launches": launches_label(inputs, pdl), **kernels})  # fmt: skip
 
 
-def launches_label(pdl: bool | None) -> str:
-    """How our forward launches its kernels (recorded with each time)."""
+def launches_label(inputs: dict, pdl: bool | None) -> str:
+    """How our forward launches its kernels on these inputs (recorded with each time)."""
     from ..moe.layer import programmatic_launches
 
-    if programmatic_launches(pdl, "pearl"):
+    if programmatic_launches(pdl, "pearl", inputs["topk_ids"].numel()):
         return "routing, GEMMs and combine as programmatic dependent launches (pdl)"
     return "each kernel after the one before it completes"
 

@@ -65,9 +65,18 @@ BACKENDS = ("auto", "pearl", "torch", "loop")
 GATHERS = ("copy", "kernel")
 
 
-def programmatic_launches(pdl: bool | None, backend: str) -> bool:
-    """Whether a forward launches its kernels as programmatic dependents (``pdl`` of
-    :func:`moe_forward`; None: with the pearl backend, whose kernels implement it)."""
+#: Routed rows up to which a forward launches its kernels as programmatic dependents by default:
+#: decode, where the routing is one launch (:data:`glue_kernels.BLOCK_ROWS`). There each kernel
+#: is a few microseconds and the launches are a visible part of the layer; beyond, the two GEMMs
+#: launched so ran slower on an H100 (Mixtral-8x7B at 256 tokens: 1.10x, and 1.00x with either
+#: GEMM alone so launched; ``experiments/pdl_decode``).
+PDL_MAX_ROWS = glue_kernels.BLOCK_ROWS
+
+
+def programmatic_launches(pdl: bool | None, backend: str, rows: int) -> bool:
+    """Whether a forward of ``rows`` routed rows launches its kernels as programmatic dependents
+    (``pdl`` of :func:`moe_forward`; None: with the pearl backend, whose kernels implement it,
+    up to :data:`PDL_MAX_ROWS` rows)."""
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"pdl must be None, True or False, got {pdl!r}")
     if pdl and backend != "pearl":
@@ -75,7 +84,9 @@ def programmatic_launches(pdl: bool | None, backend: str) -> bool:
             f"pdl=True: programmatic dependent launches are implemented by the pearl backend's "
             f"kernels, not the {backend!r} backend"
         )
-    return backend == "pearl" if pdl is None else pdl
+    if pdl is None:
+        return backend == "pearl" and rows <= PDL_MAX_ROWS
+    return pdl
 
 
 def _resolve_backend(backend: str, device) -> str:
@@ -289,12 +300,13 @@ def moe_forward(
     ``pdl`` (pearl backend): launch the forward's kernels (the routing, both GEMMs and
     the combine) as programmatic dependents (``grouped_gemm(..., pdl=True)``): each launches
     while the kernel before it runs, sets up, and waits on the device for that kernel to
-    complete before it reads anything. ``None`` (default): with the pearl backend; ``False``: every kernel launches after the one before it has completed. Same result.
+    complete before it reads anything. ``None`` (default): with the pearl backend up to
+    :data:`PDL_MAX_ROWS` routed rows (decode: 256, one routing launch); ``False``: every kernel launches after the one before it has completed. Same result.
     """
     experts = _check_weights(x, w_gate_up, w_down)[0]
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
     backend = _check_call(x, w_gate_up, w_down, k, activation, backend, gate_up_layout, gather)
-    pdl = programmatic_launches(pdl, backend)
+    pdl = programmatic_launches(pdl, backend, x.shape[0] * k)
     if router_logits is not None:
         renormalize = True if renormalize is None else renormalize
         topk_weights, topk_ids = select_experts(router_logits, k, renormalize=renormalize)
@@ -616,7 +628,7 @@ class MoE(torch.nn.Module):
             backend = _check_call(flat, self.w_gate_up, self.w_down, self.top_k, self.activation,
                                   self.backend, self.gate_up_layout, "copy")  # fmt: skip
             logits, weights, ids = self.route(flat)
-            pdl = programmatic_launches(None, backend)
+            pdl = programmatic_launches(None, backend, flat.shape[0] * self.top_k)
             args = (flat, self.w_gate_up, self.w_down, ids, weights, self.expert_map,
                     self.activation, backend, check, self.gate_up_layout, "copy", pdl)  # fmt: skip
             if torch.compiler.is_compiling():
