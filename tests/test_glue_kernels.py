@@ -130,17 +130,17 @@ COMPILED = textwrap.dedent(
         triton.compile(src, target=target); built += 1
         for single in (True, False):  # the one launch gathers x's rows as well
             hblock, cb = _gather_blocks(block, 2048)
-            # the layer's decode launch is a programmatic dependent one: wait, then let the
-            # gate+up GEMM launch, before the first load
+            # at decode the layer's routing lets the gate+up GEMM launch at once (it is itself
+            # launched in stream order: no wait)
             consts = dict(E=experts, BINS=bins, BLOCK=block, STEP=min(32, block), CSTEP=8,
                           SINGLE=single, GATHER=single, HBLOCK=hblock, CB=cb, PDL=single)
             sig = dict(ROUTE, ids_ptr=ids, w_ptr=w, **{c: "constexpr" for c in CONST})
             kernel = triton.compile(ASTSource(k.place_chunk, sig, constexprs=consts),
-                                    target=target, options=dict(launch_pdl=single))
+                                    target=target)
             ptx = kernel.asm["ptx"]
             wait, go = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
-            assert (wait >= 0, go >= 0) == (single, single)
-            assert not single or wait < go < ptx.find("ld.global")
+            assert wait < 0 and (go >= 0) == single
+            assert not single or go < ptx.find("ld.global")
             # the one barrier of the source, between the bases stored and each row's read of its
             # bin's (the PTX has other bar.syncs of Triton's own, so the TTIR is counted)
             ttir = kernel.asm["ttir"]  # (older Tritons spell tl.debug_barrier gpu.barrier)

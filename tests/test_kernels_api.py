@@ -560,4 +560,6 @@ def test_pdl_is_a_launch_option_of_the_persistent_kernel(fake_gpu, arch):
     assert first[2].with_(pdl=False) == second[2]  # the same tile, only the launch differs
     with pytest.raises(ValueError, match=r"programmatic dependent launch.*arrives in stage 3"):
         grouped_gemm(A, W, offs, check=False, stage=2, pdl=True)
+    with pytest.raises(ValueError, match="pdl must be True or False"):
+        grouped_gemm(A, W, offs, check=False, pdl="no")
     assert len(fake_gpu.calls["compiled"]) == 2 and len(fake_gpu.calls["launched"]) == 2

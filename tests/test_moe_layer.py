@@ -421,19 +421,24 @@ def test_a_layer_that_could_never_route_or_run_is_refused_when_built():
     MoE.from_weights(torch.randn(5, 32), w2, w_gate_up=w13, top_k=2, expert_map=[0, 1, 2, 3, -1])
 
 
-def test_the_forward_launches_programmatically_at_decode_only_by_default():
-    """``pdl=None``: programmatic dependent launches with the pearl backend up to
-    ``PDL_MAX_ROWS`` routed rows (decode, one routing launch), not beyond, never on the other
-    backends; ``pdl=True`` elsewhere than the pearl backend, or a non-bool, is refused."""
+def test_the_forward_launches_programmatically_at_decode_only_by_default(monkeypatch):
+    """``pdl=None``: programmatic dependent launches with the pearl backend on sm_90a (where they
+    were measured) up to ``PDL_MAX_ROWS`` routed rows (decode, one routing launch), not beyond,
+    not on sm_100a unless asked, never on the other backends; ``pdl=True`` elsewhere than the
+    pearl backend, or a non-bool, is refused."""
     from pearl_moe.moe import layer as moe_layer
 
     limit = moe_layer.PDL_MAX_ROWS
     assert limit == 256
+    pretend_gpu(monkeypatch, "sm_90a")
     assert moe_layer.programmatic_launches(None, "pearl", limit)
     assert not moe_layer.programmatic_launches(None, "pearl", limit + 1)
     assert moe_layer.programmatic_launches(True, "pearl", 10 * limit)
     assert not moe_layer.programmatic_launches(False, "pearl", 1)
     assert not moe_layer.programmatic_launches(None, "loop", 1)
+    pretend_gpu(monkeypatch, "sm_100a")
+    assert not moe_layer.programmatic_launches(None, "pearl", 1)
+    assert moe_layer.programmatic_launches(True, "pearl", 1)
     with pytest.raises(ValueError, match="pearl backend"):
         moe_layer.programmatic_launches(True, "torch", 1)
     with pytest.raises(ValueError, match="pdl must be None, True or False"):

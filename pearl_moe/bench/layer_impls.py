@@ -120,8 +120,9 @@ def launches_label(inputs: dict, pdl: bool | None) -> str:
     """How our forward launches its kernels on these inputs (recorded with each time)."""
     from ..moe.layer import programmatic_launches
 
-    if programmatic_launches(pdl, "pearl", inputs["topk_ids"].numel()):
-        return "routing, GEMMs and combine as programmatic dependent launches (pdl)"
+    x = inputs["x"]
+    if x.is_cuda and programmatic_launches(pdl, "pearl", inputs["topk_ids"].numel(), x.device):
+        return "GEMMs and combine as programmatic dependent launches (pdl)"
     return "each kernel after the one before it completes"
 
 

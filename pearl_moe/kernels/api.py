@@ -353,6 +353,8 @@ def grouped_gemm(
     """
     import torch
 
+    if not isinstance(pdl, bool):
+        raise ValueError(f"pdl must be True or False, got {pdl!r}")
     if stage is not None and stage not in STAGE_NAMES:
         raise ValueError(f"stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}")
     stage_given = stage

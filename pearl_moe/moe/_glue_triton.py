@@ -6,14 +6,22 @@ in bin ``E`` (sorted after every expert, never computed, its slot's row stored a
 combine skips it), and the padding of the last chunk in bin ``BINS - 1 > E``, which nothing
 stores.
 
-``PDL`` (a programmatic dependent launch, launched with ``launch_pdl``): the kernel waits for the
-kernel before it (``gdc_wait``) before its first load, and the routing lets the next kernel (the
-gate+up GEMM) launch at once (``gdc_launch_dependents``), so that its prologue runs beside it.
+``PDL``: the routing lets the next kernel (the gate+up GEMM) launch at once
+(``gdc_launch_dependents``), so that its prologue runs beside the routing; the combine, launched
+as a programmatic dependent (``launch_pdl``), waits for the kernel before it (``gdc_wait``)
+before its first load. Tritons older than 3.4 have neither (:data:`HAS_GDC`).
 """
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_GDC = True
+except ImportError:  # Triton < 3.4: the kernels run with PDL=False only
+    gdc_launch_dependents = gdc_wait = None
+    HAS_GDC = False
 
 
 @triton.jit
@@ -51,7 +59,6 @@ def place_chunk(ids_ptr, w_ptr, hist_ptr, base_ptr, counts_ptr, offsets_ptr, tok
     the gather needs no launch of its own. Every program of a chunk computes the chunk's rows
     (integer work on a few hundred ids); those with ``h = 0`` store the metadata."""
     if PDL:
-        gdc_wait()
         gdc_launch_dependents()
     chunk = tl.program_id(0)
     hb = tl.program_id(1)

@@ -93,6 +93,14 @@ def _kernels():
     return k.count_chunk, k.place_chunk, k.combine
 
 
+def _has_gdc() -> bool:
+    """Whether this Triton has grid dependency control (``gdc_wait``, 3.4 on); without it the
+    glue kernels launch in stream order whatever ``pdl`` asks."""
+    from . import _glue_triton
+
+    return _glue_triton.HAS_GDC
+
+
 def _gather_blocks(block: int, hidden: int) -> tuple[int, int]:
     """``(HBLOCK, CB)`` of the gather in :func:`route_rows`: the columns of ``x`` a program copies
     (about 16k elements of its chunk's ``block`` rows: more programs when there are few rows) and
@@ -109,13 +117,14 @@ def route_rows(ids, weights, experts: int, top_k: int, x=None, pdl: bool = False
     needs, equal to its torch version's, and with ``x`` ``(tokens, hidden)`` the gathered rows
     ``a = x[token_of_row]`` ``(rows, hidden)``, copied by the same launch (else ``a`` is None;
     an ``x`` whose columns are strided is first made contiguous, a copy of its own). One launch
-    when ``rows <= BLOCK_ROWS``, else two. ``pdl``: the placing launch is a programmatic
-    dependent one (:mod:`._glue_triton`): it waits for the kernel before it, and lets the next
-    one launch at once."""
+    when ``rows <= BLOCK_ROWS``, else two. ``pdl``: the placing launch lets the next kernel (a
+    programmatic dependent, the gate+up GEMM) launch at once. It is itself launched in stream
+    order: its inputs come from the caller's kernels, whose own launches it cannot vouch for."""
     import torch
 
     _check_device(ids)
     count_chunk, place_chunk, _ = _kernels()
+    pdl = pdl and _has_gdc()
     rows = ids.numel()
     device = ids.device
     block = max(16, min(BLOCK_ROWS, _next_pow2(rows)))  # 16 rows at 1 token and top-8
@@ -157,7 +166,7 @@ def route_rows(ids, weights, experts: int, top_k: int, x=None, pdl: bool = False
             x if gather else ids, a if gather else ids, rows, chunks, top_k, hidden,
             x.stride(0) if gather else 0, E=experts, BINS=bins, BLOCK=block,
             STEP=min(RANK_STEP, block), CSTEP=CHUNK_STEP, SINGLE=single, GATHER=gather,
-            HBLOCK=hblock, CB=cb, PDL=pdl, launch_pdl=pdl,
+            HBLOCK=hblock, CB=cb, PDL=pdl,
         )  # fmt: skip
     return counts, offsets, token_of_row, row_of_flat, weight_of_row, a
 
@@ -171,6 +180,7 @@ def combine_rows(y, row_of_slot, weight_of_row, pdl: bool = False):
 
     _check_device(y)
     _, _, combine = _kernels()
+    pdl = pdl and _has_gdc()
     tokens, top_k = row_of_slot.shape
     hidden = y.shape[1]
     out = torch.empty(tokens, hidden, dtype=y.dtype, device=y.device)
@@ -182,5 +192,5 @@ def combine_rows(y, row_of_slot, weight_of_row, pdl: bool = False):
         with _on(y.device):
             combine[grid](y, row_of_slot, weight_of_row, out, hidden, TOP_K=top_k,
                           K_POW2=_next_pow2(top_k), BLOCK=block, num_warps=warps, PDL=pdl,
-                          launch_pdl=pdl)  # fmt: skip
+                          **({"launch_pdl": True} if pdl else {}))  # fmt: skip
     return out

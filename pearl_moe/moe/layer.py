@@ -68,15 +68,18 @@ GATHERS = ("copy", "kernel")
 #: Routed rows up to which a forward launches its kernels as programmatic dependents by default:
 #: decode, where the routing is one launch (:data:`glue_kernels.BLOCK_ROWS`). There each kernel
 #: is a few microseconds and the launches are a visible part of the layer; beyond, the two GEMMs
-#: launched so ran slower on an H100 (Mixtral-8x7B at 256 tokens: 1.10x, and 1.00x with either
-#: GEMM alone so launched; ``experiments/pdl_decode``).
+#: launched so ran slower on an H100 (Mixtral-8x7B at 256 tokens: 1.09-1.10x, and 1.00x with
+#: either GEMM alone so launched; ``experiments/pdl_decode``).
 PDL_MAX_ROWS = glue_kernels.BLOCK_ROWS
+#: Where the default launches so: where it was measured. The sm_100a kernels implement ``pdl``
+#: (compile-checked) but have not run it on a B200: ``pdl=True`` asks for it there.
+PDL_DEFAULT_ARCHS = ("sm_90a",)
 
 
-def programmatic_launches(pdl: bool | None, backend: str, rows: int) -> bool:
-    """Whether a forward of ``rows`` routed rows launches its kernels as programmatic dependents
-    (``pdl`` of :func:`moe_forward`; None: with the pearl backend, whose kernels implement it,
-    up to :data:`PDL_MAX_ROWS` rows)."""
+def programmatic_launches(pdl: bool | None, backend: str, rows: int, device=None) -> bool:
+    """Whether a forward of ``rows`` routed rows on ``device`` launches its kernels as
+    programmatic dependents (``pdl`` of :func:`moe_forward`; None: with the pearl backend, whose
+    kernels implement it, up to :data:`PDL_MAX_ROWS` rows, on :data:`PDL_DEFAULT_ARCHS`)."""
     if pdl is not None and not isinstance(pdl, bool):
         raise ValueError(f"pdl must be None, True or False, got {pdl!r}")
     if pdl and backend != "pearl":
@@ -85,7 +88,11 @@ def programmatic_launches(pdl: bool | None, backend: str, rows: int) -> bool:
             f"kernels, not the {backend!r} backend"
         )
     if pdl is None:
-        return backend == "pearl" and rows <= PDL_MAX_ROWS
+        if backend != "pearl" or rows > PDL_MAX_ROWS:
+            return False
+        from ..kernels.api import arch_of
+
+        return arch_of(device) in PDL_DEFAULT_ARCHS
     return pdl
 
 
@@ -297,16 +304,18 @@ def moe_forward(
     shape, since the sm_90a fused epilogue takes 96-wide tiles): then the plain GEMM and the
     pass. ``gather="kernel"`` always fuses. Other backends apply it after their GEMM.
 
-    ``pdl`` (pearl backend): launch the forward's kernels (the routing, both GEMMs and
-    the combine) as programmatic dependents (``grouped_gemm(..., pdl=True)``): each launches
+    ``pdl`` (pearl backend): launch the forward's kernels (both GEMMs and the combine) as
+    programmatic dependents (``grouped_gemm(..., pdl=True)``): each launches
     while the kernel before it runs, sets up, and waits on the device for that kernel to
-    complete before it reads anything. ``None`` (default): with the pearl backend up to
-    :data:`PDL_MAX_ROWS` routed rows (decode: 256, one routing launch); ``False``: every kernel launches after the one before it has completed. Same result.
+    complete before it reads anything (the routing, whose inputs come from the caller's kernels,
+    launches in stream order and lets the gate+up GEMM launch at once). ``None`` (default): with
+    the pearl backend on sm_90a up to :data:`PDL_MAX_ROWS` routed rows (decode: 256, one routing
+    launch); ``False``: every kernel launches after the one before it has completed. Same result.
     """
     experts = _check_weights(x, w_gate_up, w_down)[0]
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
     backend = _check_call(x, w_gate_up, w_down, k, activation, backend, gate_up_layout, gather)
-    pdl = programmatic_launches(pdl, backend, x.shape[0] * k)
+    pdl = programmatic_launches(pdl, backend, x.shape[0] * k, x.device)
     if router_logits is not None:
         renormalize = True if renormalize is None else renormalize
         topk_weights, topk_ids = select_experts(router_logits, k, renormalize=renormalize)
@@ -362,7 +371,7 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
 def _experts_op(
     x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, topk_ids: torch.Tensor,
     topk_weights: torch.Tensor, expert_map: torch.Tensor | None, activation: str, backend: str,
-    check: bool, gate_up_layout: str, gather: str, pdl: bool,
+    check: bool, gate_up_layout: str, gather: str, pdl: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """The experts of a forward as one operator that ``torch.compile`` keeps whole: the kernels
     are asked first (as :func:`moe_forward` does before it launches), then :func:`_experts`."""
@@ -628,7 +637,7 @@ class MoE(torch.nn.Module):
             backend = _check_call(flat, self.w_gate_up, self.w_down, self.top_k, self.activation,
                                   self.backend, self.gate_up_layout, "copy")  # fmt: skip
             logits, weights, ids = self.route(flat)
-            pdl = programmatic_launches(None, backend, flat.shape[0] * self.top_k)
+            pdl = programmatic_launches(None, backend, flat.shape[0] * self.top_k, flat.device)
             args = (flat, self.w_gate_up, self.w_down, ids, weights, self.expert_map,
                     self.activation, backend, check, self.gate_up_layout, "copy", pdl)  # fmt: skip
             if torch.compiler.is_compiling():

@@ -232,7 +232,7 @@ def route_and_gather(
     :data:`~pearl_moe.moe.glue_kernels.BLOCK_ROWS` routed rows: decode), that launch also copies
     the rows, so the gather costs no launch of its own; beyond, the copy is an ``index_select``
     after the layout's launches. ``check`` and ``kernels`` as in :func:`route_topk`; ``pdl``:
-    the kernels' last launch is a programmatic dependent one
+    the kernels' last launch lets the next kernel, a programmatic dependent, launch at once
     (:func:`pearl_moe.moe.glue_kernels.route_rows`)."""
     import torch
 
@@ -281,12 +281,13 @@ def _route(topk_ids, topk_weights, experts: int, check: bool, kernels: bool | No
         kernels = _kernels_by_default(topk_ids)
     if kernels:
         one_launch = x is not None and gathers_in_one_launch(topk_ids, kernels)
+        ids_long = topk_ids.long()  # before the routing: the gate+up GEMM may follow it at once
         counts, offsets, token_of_row, row_of_flat, weight_of_row, A = glue_kernels.route_rows(
             topk_ids.reshape(-1).contiguous(), topk_weights.reshape(-1).contiguous(), experts,
             top_k, x=x if one_launch else None, pdl=pdl,
         )  # fmt: skip
         routing = Routing(
-            topk_ids=topk_ids.long(),
+            topk_ids=ids_long,
             counts=counts,
             offsets=offsets,
             token_of_row=token_of_row,

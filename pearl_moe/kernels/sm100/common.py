@@ -585,6 +585,8 @@ class KernelBase:
         The first epilogue warp allocates ``num_tmem_cols`` columns and publishes the address; the
         MMA warp waits on the same named barrier (``tmem.wait_for_alloc``) before using it.
         """
+        # after the kernel's griddepcontrol.wait (pdl): a dependent CTA waiting on this SM must
+        # not hold TMEM the kernel before it still needs
         tmem.allocate(self.num_tmem_cols)
         tmem.wait_for_alloc()
         tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)

@@ -225,8 +225,9 @@ class PersistentGroupedGemmKernel(
         if cutlass.const_expr(self.config.pdl):
             # A programmatic dependent launch: everything above (descriptor prefetch, barrier
             # setup) may have run while the previous kernel finished; nothing it wrote (the
-            # offsets, A) is read before it has completed. Then the next dependent may launch:
-            # its CTAs wait in turn, and take SMs only as this kernel's CTAs leave them.
+            # offsets, A) is read, and nothing is written, before it has completed. Then the
+            # next dependent may launch: its CTAs wait in turn (a GEMM's take SMs only as this
+            # kernel's CTAs leave them; the shared memory of two does not fit one SM).
             cute.arch.griddepcontrol_wait()
             cute.arch.griddepcontrol_launch_dependents()
 
