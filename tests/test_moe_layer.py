@@ -443,3 +443,10 @@ def test_the_forward_launches_programmatically_at_decode_only_by_default(monkeyp
         moe_layer.programmatic_launches(True, "torch", 1)
     with pytest.raises(ValueError, match="pdl must be None, True or False"):
         moe_layer.programmatic_launches(1, "pearl", 1)
+    # moe_forward refuses them before anything runs
+    w13, w2 = expert_weights(4, 32, 16)
+    x = torch.randn(3, 32).bfloat16()
+    weights, ids = select_experts(torch.randn(3, 4), 2)
+    for bad, match in ((1, "pdl must be None, True or False"), (True, "pearl backend")):
+        with pytest.raises(ValueError, match=match):
+            moe_forward(x, w13, w2, topk_ids=ids, topk_weights=weights, backend="loop", pdl=bad)

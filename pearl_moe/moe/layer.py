@@ -80,13 +80,7 @@ def programmatic_launches(pdl: bool | None, backend: str, rows: int, device=None
     """Whether a forward of ``rows`` routed rows on ``device`` launches its kernels as
     programmatic dependents (``pdl`` of :func:`moe_forward`; None: with the pearl backend, whose
     kernels implement it, up to :data:`PDL_MAX_ROWS` rows, on :data:`PDL_DEFAULT_ARCHS`)."""
-    if pdl is not None and not isinstance(pdl, bool):
-        raise ValueError(f"pdl must be None, True or False, got {pdl!r}")
-    if pdl and backend != "pearl":
-        raise ValueError(
-            f"pdl=True: programmatic dependent launches are implemented by the pearl backend's "
-            f"kernels, not the {backend!r} backend"
-        )
+    _check_pdl(pdl, backend)
     if pdl is None:
         if backend != "pearl" or rows > PDL_MAX_ROWS:
             return False
@@ -94,6 +88,17 @@ def programmatic_launches(pdl: bool | None, backend: str, rows: int, device=None
 
         return arch_of(device) in PDL_DEFAULT_ARCHS
     return pdl
+
+
+def _check_pdl(pdl, backend: str) -> None:
+    """``ValueError`` for a ``pdl`` that is no bool or None, or True with another backend."""
+    if pdl is not None and not isinstance(pdl, bool):
+        raise ValueError(f"pdl must be None, True or False, got {pdl!r}")
+    if pdl and backend != "pearl":
+        raise ValueError(
+            f"pdl=True: programmatic dependent launches are implemented by the pearl backend's "
+            f"kernels, not the {backend!r} backend"
+        )
 
 
 def _resolve_backend(backend: str, device) -> str:
@@ -315,7 +320,7 @@ def moe_forward(
     experts = _check_weights(x, w_gate_up, w_down)[0]
     k = _check_routing(x, experts, router_logits, top_k, topk_ids, topk_weights, expert_map)
     backend = _check_call(x, w_gate_up, w_down, k, activation, backend, gate_up_layout, gather)
-    pdl = programmatic_launches(pdl, backend, x.shape[0] * k, x.device)
+    _check_pdl(pdl, backend)  # decided where the kernels launch (_experts)
     if router_logits is not None:
         renormalize = True if renormalize is None else renormalize
         topk_weights, topk_ids = select_experts(router_logits, k, renormalize=renormalize)
@@ -331,9 +336,11 @@ def moe_forward(
 
 
 def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend, check,
-             layout, gather, pdl=False) -> tuple:  # fmt: skip
-    """The experts' part of a checked forward: ``(out, routing)``."""
+             layout, gather, pdl=None) -> tuple:  # fmt: skip
+    """The experts' part of a checked forward: ``(out, routing)``. ``pdl`` is decided here, when
+    the kernels launch (not while ``torch.compile`` traces the custom op's caller)."""
     experts = w_gate_up.shape[0]
+    pdl = programmatic_launches(pdl, backend, ids.numel(), x.device)
     if check:
         check_ids(ids, experts, expert_map)
     if expert_map is not None:
@@ -371,7 +378,7 @@ def _experts(x, w_gate_up, w_down, ids, weights, expert_map, activation, backend
 def _experts_op(
     x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, topk_ids: torch.Tensor,
     topk_weights: torch.Tensor, expert_map: torch.Tensor | None, activation: str, backend: str,
-    check: bool, gate_up_layout: str, gather: str, pdl: bool = False,
+    check: bool, gate_up_layout: str, gather: str, pdl: bool | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """The experts of a forward as one operator that ``torch.compile`` keeps whole: the kernels
     are asked first (as :func:`moe_forward` does before it launches), then :func:`_experts`."""
@@ -637,9 +644,8 @@ class MoE(torch.nn.Module):
             backend = _check_call(flat, self.w_gate_up, self.w_down, self.top_k, self.activation,
                                   self.backend, self.gate_up_layout, "copy")  # fmt: skip
             logits, weights, ids = self.route(flat)
-            pdl = programmatic_launches(None, backend, flat.shape[0] * self.top_k, flat.device)
             args = (flat, self.w_gate_up, self.w_down, ids, weights, self.expert_map,
-                    self.activation, backend, check, self.gate_up_layout, "copy", pdl)  # fmt: skip
+                    self.activation, backend, check, self.gate_up_layout, "copy", None)  # fmt: skip
             if torch.compiler.is_compiling():
                 out = torch.ops.pearl_moe.moe_experts(*args)
             else:
