@@ -54,6 +54,7 @@ CASES = {
     "s4-course-swiglu-stg128": (4, course(4, activation="swiglu", store_bits=128)),
     # beyond the post: a programmatic dependent launch (the MoE layer's GEMMs)
     "s5-course-pdl": (5, course(5, pdl=True)),
+    "s3-course-pdl": (3, course(3, pdl=True)),  # the TMA store: descriptors by a pre-kernel
 }
 
 
@@ -281,15 +282,19 @@ def test_the_fused_activation_stores_half_the_bytes_with_one_exp_per_output(
     assert f.smem_bytes == p.smem_bytes and f.tmem_columns == p.tmem_columns
 
 
-def test_a_programmatic_dependent_launch_waits_before_its_first_load(reports):
+@pytest.mark.parametrize("name", ["s5-course-pdl", "s3-course-pdl"])
+def test_a_programmatic_dependent_launch_waits_before_its_first_load(reports, name):
     """``pdl``, as on sm_90a: one ``griddepcontrol.wait`` (``ACQBULK``) before the first global
-    load or TMA copy, one ``launch_dependents`` (``PREEXIT``), nowhere else, no shared memory."""
-    pdl, plain = reports["s5-course-pdl"], reports["s5-course"]
-    assert pdl.opcodes.get("ACQBULK", 0) == 1 and pdl.opcodes.get("PREEXIT", 0) == 1
-    code = [line.split("*/", 1)[-1].split() for line in pdl.sass.splitlines() if "*/" in line]
+    load, store or TMA copy in the listing, one ``launch_dependents`` (``PREEXIT``), nowhere
+    else, no shared memory."""
+    report = reports[name]
+    assert report.opcodes.get("ACQBULK", 0) == 1 and report.opcodes.get("PREEXIT", 0) == 1
+    code = [line.split("*/", 1)[-1].split() for line in report.sass.splitlines() if "*/" in line]
     ops = [w[1] if w[0].startswith("@") else w[0] for w in code if w]
-    first_load = min(i for i, op in enumerate(ops) if op.startswith(("LDG", "UTMALDG")))
-    assert ops.index("ACQBULK") < first_load
-    for report in (r for name, r in reports.items() if name != "s5-course-pdl"):
-        assert "ACQBULK" not in report.opcodes and "PREEXIT" not in report.opcodes, report.label
-    assert pdl.smem_bytes == plain.smem_bytes
+    loads = ("LDG", "UTMALDG", "ST", "UTMASTG")
+    first = min(i for i, op in enumerate(ops) if op.startswith(loads) and not op.startswith("STS"))
+    assert ops.index("ACQBULK") < first
+    pdl = ("s5-course-pdl", "s3-course-pdl")
+    for other in (r for n, r in reports.items() if n not in pdl):
+        assert "ACQBULK" not in other.opcodes and "PREEXIT" not in other.opcodes, other.label
+    assert reports["s5-course-pdl"].smem_bytes == reports["s5-course"].smem_bytes

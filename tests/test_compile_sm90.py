@@ -88,7 +88,13 @@ CASES = {
     "s3-256x128-gatherA": (3, BASE.with_(tile_m=256, gather_a=True, ring_depth=None)),
     # beyond the post: a programmatic dependent launch (the MoE layer's GEMMs on sm_90a)
     "s5-course-pdl": (5, stage_config("sm_90a", 5).with_(pdl=True)),
+    "s4-128x128-gatherA-pdl": (4, stage_config("sm_90a", 4).with_(gather_a=True, pdl=True)),
+    "s3-128x256-clusterN2-pdl": (
+        3,
+        BASE.with_(tile_n=256, cluster_n=2, ring_depth=None, pdl=True),
+    ),  # fmt: skip
 }
+PDL = [name for name, (_, cfg) in CASES.items() if cfg.pdl]
 SWAPPED = [name for name, (_, cfg) in CASES.items() if cfg.swap_ab]
 DIRECT = [
     name
@@ -389,17 +395,19 @@ def test_gather_a_loads_a_by_cp_async_and_b_by_one_tma(reports, name):
         assert "LDGSTS" not in Path(reports[plain].files["sass"]).read_text()
 
 
-def test_a_programmatic_dependent_launch_waits_before_its_first_load(reports):
-    """``pdl``: one ``griddepcontrol.wait`` (SASS ``ACQBULK``) before the first global load or TMA
-    copy (nothing the previous kernel wrote is read before it completes), and one
-    ``griddepcontrol.launch_dependents`` (``PREEXIT``); no other kernel has either, and the
-    option costs no shared memory."""
-    pdl, plain = reports["s5-course-pdl"], reports["s5-course"]
-    assert pdl.opcodes.get("ACQBULK", 0) == 1 and pdl.opcodes.get("PREEXIT", 0) == 1
-    code = [line.split("*/", 1)[-1].split() for line in pdl.sass.splitlines() if "*/" in line]
+@pytest.mark.parametrize("name", PDL)
+def test_a_programmatic_dependent_launch_waits_before_its_first_load(reports, name):
+    """``pdl``: one ``griddepcontrol.wait`` (SASS ``ACQBULK``) before the first global load, TMA
+    copy or ``cp.async`` in the listing (nothing the previous kernel wrote is read before it
+    completes), and one ``griddepcontrol.launch_dependents`` (``PREEXIT``); the kernels without
+    the option have neither, and it costs no shared memory."""
+    report = reports[name]
+    assert report.opcodes.get("ACQBULK", 0) == 1 and report.opcodes.get("PREEXIT", 0) == 1
+    code = [line.split("*/", 1)[-1].split() for line in report.sass.splitlines() if "*/" in line]
     ops = [w[1] if w[0].startswith("@") else w[0] for w in code if w]
-    first_load = min(i for i, op in enumerate(ops) if op.startswith(("LDG", "UTMALDG")))
-    assert ops.index("ACQBULK") < first_load
-    for report in (r for name, r in reports.items() if name != "s5-course-pdl"):
-        assert "ACQBULK" not in report.opcodes and "PREEXIT" not in report.opcodes, report.label
-    assert pdl.smem_bytes == plain.smem_bytes
+    loads = ("LDG", "UTMALDG", "LDGSTS", "ST", "UTMASTG")  # and no store before it either
+    first = min(i for i, op in enumerate(ops) if op.startswith(loads) and not op.startswith("STS"))
+    assert ops.index("ACQBULK") < first
+    for other in (r for n, r in reports.items() if n not in PDL):
+        assert "ACQBULK" not in other.opcodes and "PREEXIT" not in other.opcodes, other.label
+    assert reports["s5-course-pdl"].smem_bytes == reports["s5-course"].smem_bytes
