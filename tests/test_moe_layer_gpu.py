@@ -135,12 +135,14 @@ def test_the_forward_needs_no_host_sync_and_replays_in_a_cuda_graph():
 
 @pytest.mark.parametrize("tokens", [1, 16, 256])
 def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(tokens, monkeypatch):
-    """The forward with ``pdl=True`` (the default up to 256 routed rows) launches both GEMMs with
-    ``pdl`` (checked on the configs compiled; the routing and the combine kernels too); captured in a CUDA graph whose memory pool a NaN-filling graph shares, replayed on
-    new x and logits: every replay gives the bits of the serial forward (``pdl=False``) on the same
-    inputs, within the float32 layer's tolerance. A GEMM that read its A (the routing's gathered
-    copy, the gate+up output) before the kernel writing it had finished would read NaN or the
-    previous replay's rows."""
+    """The forward with ``pdl=True`` (the default on sm_90a up to 256 routed rows) launches both
+    GEMMs with ``pdl`` (checked on the configs compiled; the combine too, and the routing lets
+    the gate+up GEMM launch at once); captured in a CUDA graph whose memory pool a NaN-filling
+    graph shares (its large blocks), replayed on new x and logits: every replay gives the bits of
+    the serial forward (``pdl=False``) on the same inputs, within the float32 layer's tolerance.
+    A GEMM or combine that read its input (the routing's gathered copy, the gate+up output, the
+    down output) before the kernel writing it had finished would read NaN or the previous
+    replay's rows."""
     from pearl_moe.kernels import api
 
     hidden, inter, experts, top_k = LAYERS["qwen3-30b-ep8"]
