@@ -138,7 +138,7 @@ def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(token
     """The forward with ``pdl=True`` (the default on sm_90a up to 256 routed rows) launches both
     GEMMs with ``pdl`` (checked on the configs compiled; the combine too, and the routing lets
     the gate+up GEMM launch at once); captured in a CUDA graph whose memory pool a NaN-filling
-    graph shares (its large blocks), replayed on new x and logits: every replay gives the bits of
+    graph shares (large and small blocks), replayed on new x and logits: every replay gives the bits of
     the serial forward (``pdl=False``) on the same inputs, within the float32 layer's tolerance.
     A GEMM or combine that read its input (the routing's gathered copy, the gate+up output, the
     down output) before the kernel writing it had finished would read NaN or the previous
@@ -167,7 +167,14 @@ def test_programmatic_launches_replay_on_new_routing_as_the_serial_forward(token
     pool = torch.cuda.graph_pool_handle()
     poison = torch.cuda.CUDAGraph()
     with torch.cuda.graph(poison, pool=pool):
-        junk = torch.full((64 << 20,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        # the large blocks, and the small ones (up to 1 MiB, a pool of their own) the routing's
+        # buffers at decode come from
+        junk = [torch.full((64 << 20,), float("nan"), dtype=torch.bfloat16, device="cuda")]
+        junk += [
+            torch.full((n,), float("nan"), dtype=torch.bfloat16, device="cuda")
+            for n in (64, 256, 1024, 4096, 16384, 65536, 262144, 524288)
+            for _ in range(4)
+        ]
     del junk
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
