@@ -1021,7 +1021,11 @@ def test_the_layers_kernels_are_precompiled_both_gemms_fused_and_not(monkeypatch
     problems = layer.layer_problems("qwen3-30b", [1, 16])
     assert layer._precompile(problems, {"pearl-fused": None, "torch": None}) == "t"
     assert asked[:3] == [(1536, 2048, 128, 8, "swiglu"), (1536, 2048, 128, 8), (2048, 768, 128, 8)]
-    assert len(asked) == 6
+    assert len(asked) == 12  # the pdl twins' six calls (both problems are decode), then the six
+    asked.clear()
+    # beyond PDL_MAX_ROWS routed rows the forward launches serially: no pdl twins asked for
+    layer._precompile(layer.layer_problems("qwen3-30b", [16, 4096]), {"pearl-fused": None})
+    assert len(asked) == 9 and asked[:3] == asked[3:6] and {c[3] for c in asked[:3]} == {16 * 8}
     asked.clear()
     layer._precompile(problems[:1], {"pearl-gather": None})
     assert asked[-1] == (1536, 2048, 128, 8, "swiglu", True)

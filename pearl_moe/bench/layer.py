@@ -827,8 +827,9 @@ def drop_for_remeasure(run: dict, ids: list[str], why: str) -> dict:
 def _precompile(problems, impls: dict):
     """Compile the kernels our implementations' default calls run on ``problems`` (both GEMMs,
     the gate+up with and without the fused activation, and with the gather where
-    ``pearl-gather`` runs; on :data:`pearl_moe.moe.layer.PDL_DEFAULT_ARCHS` each also as a
-    programmatic dependent launch) into the disk cache in the background; the thread, or None
+    ``pearl-gather`` runs; on :data:`pearl_moe.moe.layer.PDL_DEFAULT_ARCHS` up to
+    :data:`~pearl_moe.moe.layer.PDL_MAX_ROWS` routed rows each also as a programmatic dependent
+    launch) into the disk cache in the background; the thread, or None
     (none of ours runs, the cache is off, or the picks could not be asked: the run compiles
     them)."""
     ours = [n for n in impls if n.startswith("pearl")]
@@ -843,12 +844,14 @@ def _precompile(problems, impls: dict):
         if "pearl-gather" in ours:
             calls.append((n, h, e, rows, "swiglu", True))
 
-    from ..moe.layer import PDL_DEFAULT_ARCHS
+    from ..moe.layer import PDL_DEFAULT_ARCHS, PDL_MAX_ROWS
 
-    def requests():  # where the forward launches them with pdl, and pearl-serial without
-        picks = pick_requests(calls)
-        return picks + [(a, s, c.with_(pdl=True), *rest) for a, s, c, *rest in picks
-                        if a in PDL_DEFAULT_ARCHS and s >= 3]  # fmt: skip
+    decode = [c for c in calls if c[3] <= PDL_MAX_ROWS]  # where the default launches with pdl
+
+    def requests():  # as the forward launches them with pdl there, and pearl-serial without
+        twins = pick_requests(decode) if decode else []
+        return pick_requests(calls) + [(a, s, c.with_(pdl=True), *rest) for a, s, c, *rest in twins
+                                       if a in PDL_DEFAULT_ARCHS and s >= 3]  # fmt: skip
 
     try:
         return precompile_in_background(requests, "the layers'")
