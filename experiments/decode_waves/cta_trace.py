@@ -43,7 +43,8 @@ def _config(spec: str, arch: str, problem):
     from pearl_moe.kernels import autotune
 
     if spec == "default":
-        choice = autotune.pick(arch, problem.n, problem.k, problem.experts, problem.rows)
+        gpu = autotune.gpu_name()
+        choice = autotune.pick(arch, problem.n, problem.k, problem.experts, problem.rows, gpu)
         return choice.stage, choice.config.resolved()
     stage, overrides = parse_variant(spec)
     return stage, variant_config(arch, stage, overrides).resolved()
@@ -89,7 +90,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("problem", help="MODEL:PROJECTION:EP, e.g. Mixtral-8x7B:down:1")
     p.add_argument("tokens", type=int)
-    p.add_argument("configs", nargs="+", help="'default' (the pick) or pearl-sN:field=value+...")
+    p.add_argument(
+        "configs", nargs="+", help="'default' (this GPU's pick) or pearl-sN:field=value+..."
+    )
     p.add_argument("--launches", type=int, default=20)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)

@@ -1,6 +1,7 @@
 """Every bench run among the studies' data follows the schema of ``pearl_moe.results``;
 every tuning table (``tuning_*``) the schema of ``pearl_moe.kernels.autotune``. Profiler traces
-(``step_graph_trace_*``) are gzipped JSON of their own script's making, not bench runs."""
+(``step_graph_trace_*``), per-CTA traces (``cta_trace_*``) and the layer A/B runs of a study's
+own script (``layer_ab_*``) are gzipped JSON of their own script's making, not bench runs."""
 
 import gzip
 import json
@@ -15,7 +16,7 @@ def test_study_runs_follow_the_schema():
     runs = sorted(
         f
         for f in EXPERIMENTS.glob("*/data/*.json.gz")
-        if not f.name.startswith(("tuning_", "step_graph_trace_"))
+        if not f.name.startswith(("tuning_", "step_graph_trace_", "cta_trace_", "layer_ab_"))
     )
     assert len(runs) >= 15
     for f in runs:
