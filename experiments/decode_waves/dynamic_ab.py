@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     import torch
 
     from pearl_moe.bench.baselines import parse_variant, variant_config
-    from pearl_moe.bench.harness import make_inputs
+    from pearl_moe.bench.harness import make_inputs, reference_fp32
     from pearl_moe.kernels import autotune
     from pearl_moe.kernels.api import arch_of
     from pearl_moe.kernels.dispatch import stage_module
@@ -56,11 +56,7 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     A, W, offsets = make_inputs(problem, "cuda", seed=0)
     ends = device_end_offsets(offsets, problem.experts)
-    ref = torch.empty((A.shape[0], problem.n), dtype=torch.float32, device="cuda")
-    start = 0
-    for e, end in enumerate(problem.offsets):
-        ref[start:end] = A[start:end].float() @ W[e].float().T
-        start = end
+    ref = reference_fp32(A, W, list(problem.counts))
     tol = 4e-2 * ref.abs().max().item()
 
     variants = {}
